@@ -1,0 +1,90 @@
+//! Admin notifications: audit summaries, help-desk handoffs, … An [`AdminSink`] receives
+//! them after the turn that produced them is committed; adapters implement it for the admin
+//! chat (Telegram), the admin channel (Discord) or stderr (console).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One notification for the admins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminNotice {
+    /// `audit`, `handoff`, … (adapters may style by kind)
+    pub kind: String,
+    pub title: String,
+    pub body: String,
+    /// Labelled facts (applicant, form, result, …), rendered as embed fields or lines.
+    pub fields: Vec<(String, String)>,
+    pub session_id: Option<i64>,
+}
+
+impl AdminNotice {
+    /// The notice as plain text.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("[{}] {}\n", self.kind, self.title);
+        for (label, value) in &self.fields {
+            out.push_str(&format!("{label}: {value}\n"));
+        }
+        if !self.body.is_empty() {
+            out.push_str(&self.body);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Why a platform did not take a message.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("platform rate limit; retry after {retry_after:?}")]
+    RateLimited { retry_after: Duration },
+    #[error("platform unreachable: {0}")]
+    Disconnected(String),
+    #[error("platform refused the message: {0}")]
+    Rejected(String),
+}
+
+#[async_trait]
+pub trait AdminSink: Send + Sync {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError>;
+}
+
+/// Writes notices to the log (the default when no admin place is configured).
+pub struct LogAdminSink;
+
+#[async_trait]
+impl AdminSink for LogAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        tracing::info!(kind = %notice.kind, session = ?notice.session_id, "admin notice: {}", notice.title);
+        Ok(())
+    }
+}
+
+/// Keeps notices in memory (tests).
+#[cfg(any(test, feature = "test-utils"))]
+#[derive(Default)]
+pub struct CollectingAdminSink {
+    notices: std::sync::Mutex<Vec<AdminNotice>>,
+}
+
+#[cfg(any(test, feature = "test-utils"))]
+impl CollectingAdminSink {
+    pub fn notices(&self) -> Vec<AdminNotice> {
+        self.notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[cfg(any(test, feature = "test-utils"))]
+#[async_trait]
+impl AdminSink for CollectingAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        self.notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(notice.clone());
+        Ok(())
+    }
+}

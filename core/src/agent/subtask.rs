@@ -1,0 +1,179 @@
+//! Sub-tasks (seed 000, "サブセッションのコンテキスト引き継ぎ"): a child agent (Reviewer,
+//! QuickCheck, Auditor, a help-desk sub-question, …) starts on a [`SubtaskContext`] — a
+//! conversation summary, the current item and the facts collected so far — rendered as one
+//! message, never on the parent's full history. [`summarize`] builds the summary by rules so
+//! it costs no model call and stays bounded however long the conversation grows.
+
+use super::{Agent, AgentError, AgentLoopResult, LlmLedger};
+use crate::llm::{ChatMessage, ChatModel};
+use crate::store::{Role, StoredMessage};
+
+/// What a child agent is told about the parent conversation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubtaskContext {
+    pub conversation_summary: String,
+    /// The field, sub-question, book, … the child works on.
+    pub current_item: String,
+    /// `(key, value)` pairs collected so far.
+    pub collected_facts: Vec<(String, String)>,
+}
+
+impl SubtaskContext {
+    /// The context as one user message.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("## Conversation so far\n");
+        if self.conversation_summary.trim().is_empty() {
+            out.push_str("(nothing yet)\n");
+        } else {
+            out.push_str(self.conversation_summary.trim_end());
+            out.push('\n');
+        }
+        out.push_str("\n## Current item\n");
+        out.push_str(self.current_item.trim_end());
+        out.push_str("\n\n## Collected facts\n");
+        if self.collected_facts.is_empty() {
+            out.push_str("(none)\n");
+        }
+        for (key, value) in &self.collected_facts {
+            out.push_str(&format!("- {key}: {value}\n"));
+        }
+        out
+    }
+}
+
+/// Runs `agent` as a sub-task: `system_prompt`, then the rendered context and `instruction`.
+pub async fn subtask<S: Send>(
+    agent: &Agent<S>,
+    model: &dyn ChatModel,
+    system_prompt: &str,
+    context: &SubtaskContext,
+    instruction: &str,
+    state: S,
+    ledger: &LlmLedger,
+) -> Result<AgentLoopResult<S>, AgentError> {
+    let mut user = context.render();
+    if !instruction.trim().is_empty() {
+        user.push_str("\n## Task\n");
+        user.push_str(instruction.trim());
+        user.push('\n');
+    }
+    let messages = vec![ChatMessage::system(system_prompt), ChatMessage::user(user)];
+    agent.run(model, messages, state, ledger).await
+}
+
+/// A bounded summary of a transcript: the last `max_lines` messages, each cut to 300
+/// characters, oldest first, with a count of what was left out.
+pub fn summarize(history: &[StoredMessage], max_lines: usize) -> String {
+    let skip = history.len().saturating_sub(max_lines);
+    let mut out = String::new();
+    if skip > 0 {
+        out.push_str(&format!("({skip} earlier messages omitted)\n"));
+    }
+    for message in &history[skip..] {
+        let who = match message.role {
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::System => "System",
+        };
+        let text: String = message.text.chars().take(300).collect();
+        let cut = if message.text.chars().count() > 300 {
+            "…"
+        } else {
+            ""
+        };
+        out.push_str(&format!("{who}: {}{cut}\n", text.replace('\n', " ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{ToolError, ToolOutput, TypedTool, typed};
+    use crate::llm::ChatResponse;
+    use crate::llm::scripted::ScriptedModel;
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Review {
+        passed: bool,
+    }
+
+    struct ReviewTool;
+    impl TypedTool<Option<bool>> for ReviewTool {
+        type Args = Review;
+        const NAME: &'static str = "review";
+        fn description(&self) -> String {
+            "Return the review.".into()
+        }
+        async fn run(
+            &self,
+            state: &mut Option<bool>,
+            args: Review,
+        ) -> Result<ToolOutput, ToolError> {
+            *state = Some(args.passed);
+            Ok(ToolOutput::finish("recorded"))
+        }
+    }
+
+    fn message(role: Role, text: &str) -> StoredMessage {
+        StoredMessage {
+            id: 0,
+            session_id: 1,
+            role,
+            text: text.into(),
+            at: chrono::Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subtask_sees_the_summary_not_the_history() {
+        let history: Vec<_> = (0..30)
+            .map(|i| {
+                message(
+                    if i % 2 == 0 {
+                        Role::Assistant
+                    } else {
+                        Role::User
+                    },
+                    &format!("line {i}"),
+                )
+            })
+            .collect();
+        let context = SubtaskContext {
+            conversation_summary: summarize(&history, 4),
+            current_item: "motivation: why this job".into(),
+            collected_facts: vec![("years".into(), "5".into())],
+        };
+        let model = ScriptedModel::responses([ChatResponse::tool_call(
+            "review",
+            serde_json::json!({"passed": true}),
+        )]);
+        let agent = Agent::new("reviewer", vec![typed(ReviewTool)]);
+        let result = subtask(
+            &agent,
+            &model,
+            "You review.",
+            &context,
+            "Review the answer.",
+            None,
+            &LlmLedger::new(),
+        )
+        .await
+        .expect("runs");
+        assert_eq!(result.state, Some(true));
+        assert!(!result.awaiting_user_response);
+        let request = &model.requests()[0];
+        assert_eq!(request.messages.len(), 2);
+        let ChatMessage::User { content } = &request.messages[1] else {
+            panic!("second message is the context");
+        };
+        assert!(content.contains("(26 earlier messages omitted)"));
+        assert!(content.contains("line 29"));
+        assert!(!content.contains("line 3\n"));
+        assert!(content.contains("- years: 5"));
+        assert!(content.contains("motivation: why this job"));
+    }
+}

@@ -1,0 +1,205 @@
+//! The [`Flow`] trait the orchestrator drives, what a turn receives ([`TurnInput`],
+//! [`TurnContext`]) and returns ([`TurnOutput`]), and the [`FlowRegistry`].
+//!
+//! A flow is a state machine with agents inside (interview, help-desk, reading, …). It gets
+//! the session as loaded, a bounded slice of its history and the model router; it returns
+//! outgoing messages, state changes and admin notices as data. It never writes to the store
+//! or talks to a platform itself: the orchestrator commits its output, then delivers it.
+
+use crate::admin::AdminNotice;
+use crate::agent::{AgentError, LlmLedger};
+use crate::llm::ModelRouter;
+use crate::message::{OptionItem, OptionsRequest, Outgoing, UserRef};
+use crate::state::StateChange;
+use crate::store::{SessionRecord, StoreError, StoredMessage};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// What the user did, as the flow sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnInput {
+    /// A new session was opened without a message (a start command, a console opening).
+    Start,
+    /// The user came back to an active session (a console reopened).
+    Resume,
+    Text(String),
+    /// A press on the session's pending options; `values` are known values of `request`.
+    Choice {
+        request: OptionsRequest,
+        values: Vec<String>,
+    },
+    /// A command the orchestrator does not handle itself.
+    Command {
+        name: String,
+        args: String,
+    },
+}
+
+/// What a flow may read during a turn.
+pub struct TurnContext<'a> {
+    pub session: &'a SessionRecord,
+    pub user: &'a UserRef,
+    /// The most recent messages, oldest first, not including this turn's.
+    pub history: &'a [StoredMessage],
+    pub models: &'a ModelRouter,
+    /// Every model call of the turn goes here (written with the turn).
+    pub ledger: &'a LlmLedger,
+}
+
+impl TurnContext<'_> {
+    /// The session's language, English when unset.
+    pub fn language(&self) -> &str {
+        self.session.language.as_deref().unwrap_or("en")
+    }
+
+    /// The flow state, or its default when the session is new or the state is empty.
+    pub fn state<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, FlowError> {
+        match &self.session.state {
+            serde_json::Value::Object(map) if map.is_empty() => Ok(T::default()),
+            serde_json::Value::Null => Ok(T::default()),
+            value => serde_json::from_value(value.clone()).map_err(|e| {
+                FlowError::State(format!(
+                    "session {} state does not parse: {e}",
+                    self.session.id
+                ))
+            }),
+        }
+    }
+}
+
+/// A turn's result, as data.
+#[derive(Debug, Default)]
+pub struct TurnOutput {
+    pub outgoing: Vec<Outgoing>,
+    pub changes: Vec<StateChange>,
+    pub admin: Vec<AdminNotice>,
+    /// The flow did not recognise the command it was given.
+    pub unknown_command: bool,
+}
+
+impl TurnOutput {
+    pub fn say(&mut self, text: impl Into<String>) -> &mut Self {
+        self.outgoing.push(Outgoing::text(text));
+        self
+    }
+
+    pub fn options(
+        &mut self,
+        prompt: impl Into<String>,
+        options: Vec<OptionItem>,
+        allow_multiple: bool,
+    ) -> &mut Self {
+        self.outgoing.push(Outgoing::Options(OptionsRequest::new(
+            prompt,
+            options,
+            allow_multiple,
+        )));
+        self
+    }
+
+    pub fn change(&mut self, change: StateChange) -> &mut Self {
+        self.changes.push(change);
+        self
+    }
+
+    /// Replaces the flow state with `state`.
+    pub fn set_state<T: serde::Serialize>(&mut self, state: &T) -> Result<&mut Self, FlowError> {
+        let value = serde_json::to_value(state).map_err(|e| FlowError::State(e.to_string()))?;
+        self.changes
+            .push(StateChange::SetFlowState { state: value });
+        Ok(self)
+    }
+
+    pub fn end(&mut self) -> &mut Self {
+        self.changes.push(StateChange::EndSession);
+        self
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("flow state error: {0}")]
+    State(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A command for `/help` and the platforms' command menus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandInfo {
+    pub name: &'static str,
+    pub description_en: &'static str,
+    pub description_ja: &'static str,
+}
+
+#[async_trait]
+pub trait Flow: Send + Sync {
+    /// Stable id stored with the session (`interview`, `helpdesk`, …).
+    fn id(&self) -> &str;
+    fn description(&self) -> &str;
+    /// Commands that start this flow in a fresh session (e.g. `/interview`).
+    fn start_commands(&self) -> Vec<CommandInfo> {
+        Vec::new()
+    }
+    /// Commands the flow answers inside its session.
+    fn commands(&self) -> Vec<CommandInfo> {
+        Vec::new()
+    }
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError>;
+}
+
+/// The flows a bot runs and the one a new session gets by default.
+#[derive(Clone)]
+pub struct FlowRegistry {
+    flows: Vec<Arc<dyn Flow>>,
+    default: String,
+}
+
+impl FlowRegistry {
+    /// `flows` must not be empty; the first is the default until [`Self::with_default`].
+    pub fn new(flows: Vec<Arc<dyn Flow>>) -> Result<Self, FlowError> {
+        let default = flows
+            .first()
+            .map(|f| f.id().to_string())
+            .ok_or_else(|| FlowError::Other("no flow is enabled".into()))?;
+        Ok(FlowRegistry { flows, default })
+    }
+
+    pub fn with_default(mut self, id: &str) -> Result<Self, FlowError> {
+        if self.get(id).is_none() {
+            return Err(FlowError::Other(format!(
+                "unknown flow {id:?}; known: {}",
+                self.ids().join(", ")
+            )));
+        }
+        self.default = id.to_string();
+        Ok(self)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Arc<dyn Flow>> {
+        self.flows.iter().find(|f| f.id() == id)
+    }
+
+    pub fn default_flow(&self) -> &str {
+        &self.default
+    }
+
+    pub fn ids(&self) -> Vec<&str> {
+        self.flows.iter().map(|f| f.id()).collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Flow>> {
+        self.flows.iter()
+    }
+
+    /// The flow a start command opens.
+    pub fn by_start_command(&self, name: &str) -> Option<&Arc<dyn Flow>> {
+        self.flows
+            .iter()
+            .find(|f| f.id() == name || f.start_commands().iter().any(|c| c.name == name))
+    }
+}

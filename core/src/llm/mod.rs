@@ -1,0 +1,250 @@
+//! The model boundary: [`ChatModel`] takes messages and tool specs and returns text and/or
+//! tool calls with token usage.
+//!
+//! Implementations: [`openai::OpenAiClient`] (any OpenAI-compatible Chat Completions server)
+//! and, behind the `test-utils` feature, [`scripted::ScriptedModel`]. A provider's wire types
+//! stay in its own module; everything above speaks the types here. [`ModelRouter`] picks the
+//! model an agent uses (per-agent overrides, or none: then agents use their rule-based floor).
+
+pub mod openai;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod scripted;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One message of a chat request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        ChatMessage::System {
+            content: content.into(),
+        }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        ChatMessage::User {
+            content: content.into(),
+        }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        ChatMessage::Assistant {
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+        }
+    }
+}
+
+/// A tool the model may call: name, description and JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// A call the model asked for. `arguments` is the raw JSON text the model produced (it may
+/// be invalid: the agent loop reports that back to the model).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl TokenUsage {
+    pub fn add(&mut self, other: TokenUsage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// Whether the model may, must not, or should call tools. `Required` is sent as `auto` by
+/// clients whose servers reject it (llama.cpp answers 500 to `required`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    Required,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub text: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: TokenUsage,
+}
+
+impl ChatResponse {
+    /// A plain text answer (handy for scripts).
+    pub fn text(text: impl Into<String>) -> Self {
+        ChatResponse {
+            text: Some(text.into()),
+            ..Default::default()
+        }
+    }
+
+    /// One tool call with JSON arguments (handy for scripts).
+    pub fn tool_call(name: &str, arguments: serde_json::Value) -> Self {
+        ChatResponse {
+            text: None,
+            tool_calls: vec![ToolCall {
+                id: format!("call_{}", crate::message::new_request_id()),
+                name: name.to_string(),
+                arguments: arguments.to_string(),
+            }],
+            usage: TokenUsage::default(),
+        }
+    }
+}
+
+/// Why a model call failed. Callers act on the variant: retry later, fall back to rules, …
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("model call timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("model server rate-limited the call (retry after {retry_after:?})")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("model server answered HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("could not reach the model server: {0}")]
+    Connect(String),
+    #[error("model server sent a response that is not a valid chat completion: {0}")]
+    Malformed(String),
+    #[error("scripted model: {0}")]
+    Script(String),
+}
+
+impl ModelError {
+    /// A short kind for metrics and the ledger.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Timeout(_) => "timeout",
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Http { .. } => "http",
+            ModelError::Connect(_) => "connect",
+            ModelError::Malformed(_) => "malformed",
+            ModelError::Script(_) => "script",
+        }
+    }
+}
+
+/// A chat model. Held as `Arc<dyn ChatModel>`; wrappers (tracing, breakers) implement it too.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The model's name as recorded in the ledger.
+    fn name(&self) -> &str;
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
+}
+
+/// Which model each agent uses. Empty means "no model": agents use their rule-based floor.
+#[derive(Clone, Default)]
+pub struct ModelRouter {
+    default: Option<Arc<dyn ChatModel>>,
+    per_agent: HashMap<String, Arc<dyn ChatModel>>,
+}
+
+impl ModelRouter {
+    /// No model at all.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn new(default: Option<Arc<dyn ChatModel>>) -> Self {
+        ModelRouter {
+            default,
+            per_agent: HashMap::new(),
+        }
+    }
+
+    /// Routes `agent` to `model` instead of the default.
+    pub fn with_agent(mut self, agent: impl Into<String>, model: Arc<dyn ChatModel>) -> Self {
+        self.per_agent.insert(agent.into(), model);
+        self
+    }
+
+    /// The model for `agent`, or `None` when no model is configured.
+    pub fn for_agent(&self, agent: &str) -> Option<Arc<dyn ChatModel>> {
+        self.per_agent
+            .get(agent)
+            .cloned()
+            .or_else(|| self.default.clone())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.default.is_none() && self.per_agent.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl ChatModel for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        async fn chat(&self, _request: ChatRequest) -> Result<ChatResponse, ModelError> {
+            Ok(ChatResponse::text(self.0))
+        }
+    }
+
+    #[test]
+    fn router_prefers_the_agent_override() {
+        let router = ModelRouter::new(Some(Arc::new(Named("big"))))
+            .with_agent("quick_check", Arc::new(Named("small")));
+        assert_eq!(
+            router
+                .for_agent("quick_check")
+                .map(|m| m.name().to_string()),
+            Some("small".into())
+        );
+        assert_eq!(
+            router.for_agent("auditor").map(|m| m.name().to_string()),
+            Some("big".into())
+        );
+        assert!(ModelRouter::none().for_agent("auditor").is_none());
+    }
+}

@@ -1,0 +1,615 @@
+//! The [`Orchestrator`]: takes one [`Incoming`] at a time per session and turns it into a
+//! committed turn and delivered replies.
+//!
+//! For each message: take the session's lock (turns of one session never interleave, other
+//! sessions run in parallel), skip an update already processed, load the session, let the
+//! flow run, write the turn (messages, state changes, processed mark, model ledger) in one
+//! store transaction, then deliver through the adapter's [`Outbox`] and notify the
+//! [`AdminSink`]. Generic commands (`/start`, `/help`, `/end`, a flow's start command) and
+//! stale button presses are handled here, so every flow behaves the same. A failing flow is
+//! answered with an apology and leaves the session as it was.
+
+use crate::admin::{AdminSink, DeliveryError};
+use crate::agent::LlmLedger;
+use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
+use crate::llm::ModelRouter;
+use crate::message::{Body, Incoming, Outgoing, SessionKey};
+use crate::state::StateChange;
+use crate::store::{
+    CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, Store, StoreError, TurnCommit,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::Instrument;
+
+/// How many recent messages a flow sees.
+pub const HISTORY_LIMIT: usize = 40;
+
+/// Where replies go: implemented by each adapter for its platform.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError>;
+}
+
+/// What happened to one incoming message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnReport {
+    /// The session the turn ran in (0 when nothing was written).
+    pub session_id: i64,
+    pub outgoing: Vec<Outgoing>,
+    /// The session is over (the flow ended it or `/end`).
+    pub finished: bool,
+    /// The update had been processed before; nothing was done.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Orchestrator {
+    store: Arc<dyn Store>,
+    flows: FlowRegistry,
+    models: ModelRouter,
+    admin: Arc<dyn AdminSink>,
+    locks: SessionLocks,
+}
+
+impl Orchestrator {
+    pub fn new(
+        store: Arc<dyn Store>,
+        flows: FlowRegistry,
+        models: ModelRouter,
+        admin: Arc<dyn AdminSink>,
+    ) -> Self {
+        Orchestrator {
+            store,
+            flows,
+            models,
+            admin,
+            locks: SessionLocks::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn flows(&self) -> &FlowRegistry {
+        &self.flows
+    }
+
+    /// Handles one message: one turn, committed, then delivered through `outbox`.
+    pub async fn handle(
+        &self,
+        incoming: Incoming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let key = incoming.key();
+        let span = tracing::info_span!("turn", session = %key, message_id = %incoming.message_id);
+        async {
+            let _lease = self.locks.acquire(&key).await;
+            self.handle_locked(incoming, key, outbox).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn handle_locked(
+        &self,
+        incoming: Incoming,
+        key: SessionKey,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        if !incoming.message_id.is_empty()
+            && self
+                .store
+                .is_processed(incoming.platform, &incoming.chat, &incoming.message_id)
+                .await?
+        {
+            tracing::info!("duplicate update ignored");
+            return Ok(TurnReport {
+                session_id: 0,
+                outgoing: Vec::new(),
+                finished: false,
+                duplicate: true,
+            });
+        }
+        let active = self.store.active_session(&key).await?;
+        let plan = self.plan(&incoming, active)?;
+        let (session, finish_session, input) = match plan {
+            Plan::Reply { session, text } => {
+                return self.reply_only(&incoming, session, text, outbox).await;
+            }
+            Plan::Turn {
+                session,
+                finish_session,
+                input,
+            } => (session, finish_session, input),
+        };
+        let Some(flow) = self.flows.get(&session.flow).cloned() else {
+            let text = format!(
+                "This conversation uses the flow {:?}, which is not enabled here.",
+                session.flow
+            );
+            return self.reply_only(&incoming, None, text, outbox).await;
+        };
+
+        let history = if session.is_new() {
+            Vec::new()
+        } else {
+            self.store
+                .recent_messages(session.id, HISTORY_LIMIT)
+                .await?
+        };
+        if !self.models.is_empty() {
+            // best effort: a lost typing indicator harms nobody
+            let _ = outbox.deliver(&key, &[Outgoing::Typing]).await;
+        }
+        let ledger = LlmLedger::new();
+        let ctx = TurnContext {
+            session: &session,
+            user: &incoming.user,
+            history: &history,
+            models: &self.models,
+            ledger: &ledger,
+        };
+        let is_command = matches!(input, TurnInput::Command { .. });
+        let result = flow.turn(ctx, input).await;
+        let mut output = match result {
+            Ok(output) => output,
+            Err(error) => {
+                tracing::error!(%error, flow = %session.flow, "turn failed");
+                let calls = ledger.drain();
+                if let Err(e) = self.store.record_llm_calls(&calls).await {
+                    tracing::warn!(error = %e, "could not record the failed turn's model calls");
+                }
+                let text = apology(&session, &error);
+                let session = (!session.is_new()).then_some(session);
+                return self.reply_only(&incoming, session, text, outbox).await;
+            }
+        };
+        if is_command && output.unknown_command {
+            output
+                .outgoing
+                .push(Outgoing::text(unknown_command(&session, &incoming.body)));
+        }
+        self.commit_and_deliver(
+            &incoming,
+            session,
+            finish_session,
+            output,
+            ledger,
+            outbox,
+            true,
+        )
+        .await
+    }
+
+    /// Decides what an incoming message means for the session of its place.
+    fn plan(
+        &self,
+        incoming: &Incoming,
+        active: Option<SessionRecord>,
+    ) -> Result<Plan, OrchestratorError> {
+        let key = incoming.key();
+        let fresh = |flow: &str, active: &Option<SessionRecord>| {
+            let finish = active.as_ref().map(|s| s.id);
+            (SessionRecord::draft(key.clone(), flow), finish)
+        };
+        let requested = incoming
+            .flow
+            .as_deref()
+            .filter(|f| self.flows.get(f).is_some())
+            .unwrap_or(self.flows.default_flow())
+            .to_string();
+        Ok(match &incoming.body {
+            Body::Open => match active {
+                Some(session) => Plan::Turn {
+                    session,
+                    finish_session: None,
+                    input: TurnInput::Resume,
+                },
+                None => Plan::Turn {
+                    session: SessionRecord::draft(key, &requested),
+                    finish_session: None,
+                    input: TurnInput::Start,
+                },
+            },
+            Body::Command { name, args } => match name.as_str() {
+                "start" => {
+                    let flow = active
+                        .as_ref()
+                        .map_or(requested.clone(), |s| s.flow.clone());
+                    let (session, finish_session) = fresh(&flow, &active);
+                    Plan::Turn {
+                        session,
+                        finish_session,
+                        input: TurnInput::Start,
+                    }
+                }
+                "help" => Plan::Reply {
+                    text: self.help_text(active.as_ref()),
+                    session: active,
+                },
+                "end" | "cancel" => match active {
+                    Some(session) => Plan::Turn {
+                        session,
+                        finish_session: None,
+                        input: TurnInput::Command {
+                            name: "end".into(),
+                            args: args.clone(),
+                        },
+                    },
+                    None => Plan::Reply {
+                        session: None,
+                        text: "There is no conversation in progress. Send /start to begin one."
+                            .into(),
+                    },
+                },
+                other => match (self.flows.by_start_command(other), active) {
+                    (Some(flow), active) => {
+                        let (session, finish_session) = fresh(flow.id(), &active);
+                        Plan::Turn {
+                            session,
+                            finish_session,
+                            input: TurnInput::Start,
+                        }
+                    }
+                    (None, Some(session)) => Plan::Turn {
+                        session,
+                        finish_session: None,
+                        input: TurnInput::Command {
+                            name: other.to_string(),
+                            args: args.clone(),
+                        },
+                    },
+                    (None, None) => Plan::Reply {
+                        session: None,
+                        text: format!("Unknown command /{other}. Send /help to see what I can do."),
+                    },
+                },
+            },
+            Body::Text { text } => Plan::Turn {
+                session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
+                finish_session: None,
+                input: TurnInput::Text(text.clone()),
+            },
+            Body::Choice { request_id, values } => {
+                let pending = active
+                    .as_ref()
+                    .and_then(|s| s.pending_options.clone())
+                    .filter(|p| &p.request_id == request_id);
+                match (active, pending) {
+                    (Some(session), Some(request)) => {
+                        let known: Vec<String> = values
+                            .iter()
+                            .filter(|v| request.options.iter().any(|o| &o.value == *v))
+                            .cloned()
+                            .collect();
+                        if known.is_empty() || known.len() != values.len() || (!request.allow_multiple && known.len() > 1) {
+                            Plan::Reply {
+                                text: pick(&session, "That choice is not one of the options. Please pick again.", "その選択肢はありません。もう一度お選びください。"),
+                                session: Some(session),
+                            }
+                        } else {
+                            Plan::Turn {
+                                session,
+                                finish_session: None,
+                                input: TurnInput::Choice { request, values: known },
+                            }
+                        }
+                    }
+                    (session, _) => Plan::Reply {
+                        text: session.as_ref().map_or_else(
+                            || STALE_EN.to_string(),
+                            |s| pick(s, STALE_EN, "このボタンはもう使えません。最新のメッセージに答えてください。"),
+                        ),
+                        session,
+                    },
+                }
+            }
+        })
+    }
+
+    fn help_text(&self, active: Option<&SessionRecord>) -> String {
+        let ja = active.and_then(|s| s.language.as_deref()) == Some("ja");
+        let mut out = String::from(if ja {
+            "使えるコマンド:\n"
+        } else {
+            "Commands:\n"
+        });
+        let generic: [(&str, &str, &str); 3] = [
+            (
+                "start",
+                "start the conversation over",
+                "会話を最初から始める",
+            ),
+            ("help", "show this list", "この一覧を表示"),
+            ("end", "end the current conversation", "現在の会話を終える"),
+        ];
+        for (name, en, jp) in generic {
+            out.push_str(&format!("/{name} — {}\n", if ja { jp } else { en }));
+        }
+        for flow in self.flows.iter() {
+            for c in flow.start_commands() {
+                out.push_str(&format!(
+                    "/{} — {}\n",
+                    c.name,
+                    if ja {
+                        c.description_ja
+                    } else {
+                        c.description_en
+                    }
+                ));
+            }
+        }
+        if let Some(flow) = active.and_then(|s| self.flows.get(&s.flow)) {
+            for c in flow.commands() {
+                out.push_str(&format!(
+                    "/{} — {}\n",
+                    c.name,
+                    if ja {
+                        c.description_ja
+                    } else {
+                        c.description_en
+                    }
+                ));
+            }
+        }
+        out.trim_end().to_string()
+    }
+
+    async fn commit_and_deliver(
+        &self,
+        incoming: &Incoming,
+        session: SessionRecord,
+        finish_session: Option<i64>,
+        output: TurnOutput,
+        ledger: LlmLedger,
+        outbox: &dyn Outbox,
+        replace_pending: bool,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let key = session.key.clone();
+        let mut changes = Vec::with_capacity(output.changes.len() + output.outgoing.len() + 2);
+        let said = incoming.body.transcript_text();
+        if !said.is_empty() {
+            changes.push(StateChange::AddUserMessage { text: said });
+        }
+        changes.extend(output.changes);
+        for item in &output.outgoing {
+            if let Some(text) = item.transcript_text() {
+                changes.push(StateChange::AddAssistantMessage { text });
+            }
+        }
+        let pending = output.outgoing.iter().rev().find_map(|o| match o {
+            Outgoing::Options(req) => Some(req.clone()),
+            _ => None,
+        });
+        if replace_pending && pending != session.pending_options {
+            changes.push(StateChange::SetPendingOptions { options: pending });
+        }
+        let commit = TurnCommit {
+            session,
+            user: incoming.user.clone(),
+            finish_session,
+            processed: processed(incoming),
+            changes,
+            llm_calls: ledger.drain(),
+        };
+        let committed = match self.commit_with_retry(commit).await {
+            Ok(c) => c,
+            Err(StoreError::Duplicate { .. }) => {
+                return Ok(TurnReport {
+                    session_id: 0,
+                    outgoing: Vec::new(),
+                    finished: false,
+                    duplicate: true,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.deliver(&key, &output.outgoing, &committed, outbox)
+            .await;
+        for notice in &output.admin {
+            let mut notice = notice.clone();
+            notice.session_id = notice.session_id.or(Some(committed.session.id));
+            if let Err(e) = self.admin.notify(&notice).await {
+                tracing::warn!(error = %e, kind = %notice.kind, "admin notice not delivered");
+            }
+        }
+        Ok(TurnReport {
+            session_id: committed.session.id,
+            outgoing: output.outgoing,
+            finished: committed.session.status == SessionStatus::Finished,
+            duplicate: false,
+        })
+    }
+
+    /// SQLite busy / locked is retried a few times with a short, growing wait.
+    async fn commit_with_retry(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
+        let mut wait = Duration::from_millis(20);
+        for _ in 0..5 {
+            match self.store.commit_turn(commit.clone()).await {
+                Err(e) if e.is_busy() => {
+                    tracing::warn!(error = %e, "database busy; retrying the turn's commit");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                other => return other,
+            }
+        }
+        self.store.commit_turn(commit).await
+    }
+
+    async fn deliver(
+        &self,
+        key: &SessionKey,
+        outgoing: &[Outgoing],
+        committed: &CommittedTurn,
+        outbox: &dyn Outbox,
+    ) {
+        if outgoing.is_empty() {
+            return;
+        }
+        match outbox.deliver(key, outgoing).await {
+            Ok(()) => {
+                if let Err(e) = self
+                    .store
+                    .mark_delivered(&committed.assistant_message_ids)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not mark messages delivered");
+                }
+            }
+            // stays undelivered in the store; the adapter can send it again after reconnecting
+            Err(e) => tracing::warn!(error = %e, "reply not delivered; kept as undelivered"),
+        }
+    }
+
+    /// A reply that changes nothing but the transcript (help, stale buttons, apologies).
+    async fn reply_only(
+        &self,
+        incoming: &Incoming,
+        session: Option<SessionRecord>,
+        text: String,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let outgoing = vec![Outgoing::text(text)];
+        match session {
+            Some(session) => {
+                let output = TurnOutput {
+                    outgoing,
+                    ..Default::default()
+                };
+                // the pending options stay as they are: only a flow's turn replaces them
+                self.commit_and_deliver(
+                    incoming,
+                    session,
+                    None,
+                    output,
+                    LlmLedger::new(),
+                    outbox,
+                    false,
+                )
+                .await
+            }
+            None => {
+                if let Err(e) = outbox.deliver(&incoming.key(), &outgoing).await {
+                    tracing::warn!(error = %e, "reply not delivered");
+                }
+                Ok(TurnReport {
+                    session_id: 0,
+                    outgoing,
+                    finished: false,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+}
+
+const STALE_EN: &str = "Those buttons are no longer active. Please answer the latest message.";
+
+enum Plan {
+    /// Run the flow.
+    Turn {
+        session: SessionRecord,
+        finish_session: Option<i64>,
+        input: TurnInput,
+    },
+    /// Answer without running a flow.
+    Reply {
+        session: Option<SessionRecord>,
+        text: String,
+    },
+}
+
+fn processed(incoming: &Incoming) -> Option<ProcessedUpdate> {
+    (!incoming.message_id.is_empty()).then(|| ProcessedUpdate {
+        platform: incoming.platform,
+        chat: incoming.chat.clone(),
+        message_id: incoming.message_id.clone(),
+    })
+}
+
+fn pick(session: &SessionRecord, en: &str, ja: &str) -> String {
+    if session.language.as_deref() == Some("ja") {
+        ja
+    } else {
+        en
+    }
+    .to_string()
+}
+
+fn apology(session: &SessionRecord, error: &FlowError) -> String {
+    let _ = error; // the details are in the log, never in the chat
+    pick(
+        session,
+        "Sorry, something went wrong on my side. Your message is saved; please send it again or try /start.",
+        "申し訳ありません、こちらで問題が発生しました。メッセージは保存されています。もう一度送るか /start をお試しください。",
+    )
+}
+
+fn unknown_command(session: &SessionRecord, body: &Body) -> String {
+    let name = match body {
+        Body::Command { name, .. } => name.as_str(),
+        _ => "",
+    };
+    if session.language.as_deref() == Some("ja") {
+        format!("/{name} というコマンドはありません。/help で一覧を表示します。")
+    } else {
+        format!("Unknown command /{name}. Send /help to see what I can do.")
+    }
+}
+
+/// One async mutex per active session key; entries are dropped when no turn holds or awaits them.
+#[derive(Default)]
+struct SessionLocks {
+    map: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+struct Lease<'a> {
+    locks: &'a SessionLocks,
+    key: SessionKey,
+    entry: Arc<tokio::sync::Mutex<()>>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl SessionLocks {
+    async fn acquire(&self, key: &SessionKey) -> Lease<'_> {
+        let entry = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(key.clone()).or_default().clone()
+        };
+        let guard = entry.clone().lock_owned().await;
+        Lease {
+            locks: self,
+            key: key.clone(),
+            entry,
+            _guard: guard,
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
+        // ours, the map's and the guard's: nobody else waits for this session
+        if Arc::strong_count(&self.entry) <= 3 {
+            map.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

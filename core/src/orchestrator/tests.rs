@@ -1,0 +1,448 @@
+//! Orchestrator tests: ordering and parallelism of turns, dedupe, stale buttons, failures.
+
+use super::*;
+use crate::admin::CollectingAdminSink;
+use crate::flow::{Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::message::{Body, OptionItem, Platform, UserRef};
+use crate::store::sqlite::SqliteStore;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[derive(Default, Serialize, Deserialize)]
+struct Seen {
+    texts: Vec<String>,
+}
+
+/// Records every text in its state; counts turns in flight; can wait at a barrier.
+struct Probe {
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    turns: AtomicUsize,
+    barrier: Option<tokio::sync::Barrier>,
+}
+
+impl Probe {
+    fn new(barrier: Option<usize>) -> Self {
+        Probe {
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            turns: AtomicUsize::new(0),
+            barrier: barrier.map(tokio::sync::Barrier::new),
+        }
+    }
+}
+
+#[async_trait]
+impl Flow for Probe {
+    fn id(&self) -> &str {
+        "probe"
+    }
+    fn description(&self) -> &str {
+        "test probe"
+    }
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        if let Some(barrier) = &self.barrier {
+            barrier.wait().await;
+        }
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        let mut seen: Seen = ctx.state()?;
+        let mut out = TurnOutput::default();
+        match input {
+            TurnInput::Text(t) if t == "fail" => {
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                return Err(FlowError::Other("boom".into()));
+            }
+            TurnInput::Text(t) if t == "ask" => {
+                out.options(
+                    "Pick",
+                    vec![OptionItem::new("a", "A"), OptionItem::new("b", "B")],
+                    false,
+                );
+            }
+            TurnInput::Text(t) => {
+                seen.texts.push(t.clone());
+                out.say(format!("got {t}"));
+            }
+            TurnInput::Choice { values, .. } => {
+                seen.texts.push(format!("chose {}", values.join(",")));
+                out.say("noted");
+            }
+            TurnInput::Command { name, .. } if name == "end" => {
+                out.end();
+            }
+            TurnInput::Command { .. } => out.unknown_command = true,
+            TurnInput::Start | TurnInput::Resume => {
+                out.say("hello");
+            }
+        }
+        out.set_state(&seen)?;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(out)
+    }
+}
+
+#[derive(Default)]
+struct Collect {
+    items: std::sync::Mutex<Vec<(SessionKey, Outgoing)>>,
+}
+
+impl Collect {
+    fn texts(&self) -> Vec<String> {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(_, o)| match o {
+                Outgoing::Text { text } => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Outbox for Collect {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        let mut all = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        all.extend(items.iter().map(|o| (key.clone(), o.clone())));
+        Ok(())
+    }
+}
+
+async fn setup(probe: Arc<Probe>) -> (Orchestrator, Arc<SqliteStore>) {
+    let store = Arc::new(
+        SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("store"),
+    );
+    let flows = FlowRegistry::new(vec![probe]).expect("flows");
+    let orchestrator = Orchestrator::new(
+        store.clone(),
+        flows,
+        ModelRouter::none(),
+        Arc::new(CollectingAdminSink::default()),
+    );
+    (orchestrator, store)
+}
+
+fn msg(chat: &str, id: &str, body: Body) -> Incoming {
+    Incoming {
+        platform: Platform::Console,
+        chat: chat.into(),
+        thread: String::new(),
+        user: UserRef {
+            id: format!("user-{chat}"),
+            display_name: "Tester".into(),
+        },
+        message_id: id.into(),
+        body,
+        flow: None,
+    }
+}
+
+fn text(chat: &str, id: &str, t: &str) -> Incoming {
+    msg(chat, id, Body::Text { text: t.into() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_messages_to_one_session_run_one_at_a_time_in_order() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let turns = (0..50)
+        .map(|i| orchestrator.handle(text("c", &format!("m{i}"), &format!("t{i}")), &outbox));
+    let reports = futures::future::join_all(turns).await;
+    assert!(reports.iter().all(|r| matches!(r, Ok(r) if !r.duplicate)));
+    assert_eq!(probe.max_in_flight.load(Ordering::SeqCst), 1);
+    let session = store
+        .active_session(&text("c", "", "").key())
+        .await
+        .expect("loads")
+        .expect("exists");
+    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    let expected: Vec<String> = (0..50).map(|i| format!("t{i}")).collect();
+    assert_eq!(seen.texts, expected);
+    assert_eq!(session.version, 50);
+    let replies: Vec<String> = (0..50).map(|i| format!("got t{i}")).collect();
+    assert_eq!(outbox.texts(), replies);
+    assert_eq!(
+        orchestrator.locks.len(),
+        0,
+        "locks of idle sessions are released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_sessions_run_concurrently() {
+    // every turn waits at a 50-party barrier: it only opens if all 50 turns overlap
+    let probe = Arc::new(Probe::new(Some(50)));
+    let (orchestrator, _store) = setup(probe.clone()).await;
+    let orchestrator = Arc::new(orchestrator);
+    let outbox = Arc::new(Collect::default());
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (o, b) = (orchestrator.clone(), outbox.clone());
+        tasks.push(tokio::spawn(async move {
+            o.handle(text(&format!("c{i}"), "m1", "hi"), b.as_ref())
+                .await
+        }));
+    }
+    let all = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks))
+        .await
+        .expect("all 50 turns were in flight together");
+    assert!(all.into_iter().all(|r| matches!(r, Ok(Ok(_)))));
+    assert_eq!(probe.max_in_flight.load(Ordering::SeqCst), 50);
+}
+
+#[tokio::test]
+async fn the_same_platform_message_twice_is_one_turn() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let first = orchestrator
+        .handle(text("c", "m1", "hello"), &outbox)
+        .await
+        .expect("first");
+    let second = orchestrator
+        .handle(text("c", "m1", "hello"), &outbox)
+        .await
+        .expect("second");
+    assert!(!first.duplicate);
+    assert!(second.duplicate);
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
+    assert_eq!(outbox.texts(), ["got hello"]);
+    assert_eq!(
+        store
+            .recent_messages(first.session_id, 10)
+            .await
+            .expect("messages")
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn stale_and_foreign_button_presses_change_nothing() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let report = orchestrator
+        .handle(text("c", "m1", "ask"), &outbox)
+        .await
+        .expect("ask");
+    let Some(Outgoing::Options(request)) = report.outgoing.first().cloned() else {
+        panic!("options were sent");
+    };
+    let key = text("c", "", "").key();
+    let before = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("exists");
+
+    let stale = orchestrator
+        .handle(
+            msg(
+                "c",
+                "m2",
+                Body::Choice {
+                    request_id: "old".into(),
+                    values: vec!["a".into()],
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("stale");
+    assert!(
+        matches!(&stale.outgoing[..], [Outgoing::Text { text }] if text.contains("no longer active"))
+    );
+    let unknown = orchestrator
+        .handle(
+            msg(
+                "c",
+                "m3",
+                Body::Choice {
+                    request_id: request.request_id.clone(),
+                    values: vec!["zzz".into()],
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("unknown value");
+    assert!(
+        matches!(&unknown.outgoing[..], [Outgoing::Text { text }] if text.contains("not one of the options"))
+    );
+    let after = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("exists");
+    assert_eq!(after.state, before.state);
+    assert_eq!(after.pending_options, before.pending_options);
+
+    // a press from another user in the same chat never reaches this session
+    let mut foreign = msg(
+        "c",
+        "m4",
+        Body::Choice {
+            request_id: request.request_id.clone(),
+            values: vec!["a".into()],
+        },
+    );
+    foreign.user.id = "someone-else".into();
+    let foreign = orchestrator
+        .handle(foreign, &outbox)
+        .await
+        .expect("foreign");
+    assert!(
+        matches!(&foreign.outgoing[..], [Outgoing::Text { text }] if text.contains("no longer active"))
+    );
+
+    let good = orchestrator
+        .handle(
+            msg(
+                "c",
+                "m5",
+                Body::Choice {
+                    request_id: request.request_id.clone(),
+                    values: vec!["b".into()],
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("good");
+    assert_eq!(good.outgoing, vec![Outgoing::text("noted")]);
+    let done = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("exists");
+    assert_eq!(
+        done.pending_options, None,
+        "a used keyboard is stale afterwards"
+    );
+    let again = orchestrator
+        .handle(
+            msg(
+                "c",
+                "m6",
+                Body::Choice {
+                    request_id: request.request_id,
+                    values: vec!["a".into()],
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("again");
+    assert!(
+        matches!(&again.outgoing[..], [Outgoing::Text { text }] if text.contains("no longer active"))
+    );
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_failing_turn_apologises_keeps_the_message_and_the_next_one_works() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe).await;
+    let outbox = Collect::default();
+    let first = orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("one");
+    let failed = orchestrator
+        .handle(text("c", "m2", "fail"), &outbox)
+        .await
+        .expect("handled");
+    assert!(matches!(&failed.outgoing[..], [Outgoing::Text { text }] if text.starts_with("Sorry")));
+    let ok = orchestrator
+        .handle(text("c", "m3", "two"), &outbox)
+        .await
+        .expect("two");
+    assert_eq!(ok.outgoing, vec![Outgoing::text("got two")]);
+    let session = store
+        .session(first.session_id)
+        .await
+        .expect("loads")
+        .expect("exists");
+    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    assert_eq!(seen.texts, ["one", "two"]);
+    let transcript: Vec<String> = store
+        .recent_messages(first.session_id, 20)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert!(
+        transcript.contains(&"fail".to_string()),
+        "the user's message is kept: {transcript:?}"
+    );
+}
+
+#[tokio::test]
+async fn commands_help_unknown_end_and_restart() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe).await;
+    let outbox = Collect::default();
+    let none = orchestrator
+        .handle(msg("c", "m1", Body::from_text("/frobnicate")), &outbox)
+        .await
+        .expect("unknown without session");
+    assert!(
+        matches!(&none.outgoing[..], [Outgoing::Text { text }] if text.contains("Unknown command /frobnicate"))
+    );
+    let started = orchestrator
+        .handle(msg("c", "m2", Body::from_text("/start")), &outbox)
+        .await
+        .expect("start");
+    assert_eq!(started.outgoing, vec![Outgoing::text("hello")]);
+    let unknown = orchestrator
+        .handle(msg("c", "m3", Body::from_text("/frobnicate")), &outbox)
+        .await
+        .expect("unknown in session");
+    assert!(matches!(&unknown.outgoing[..], [Outgoing::Text { text }] if text.contains("/help")));
+    let help = orchestrator
+        .handle(msg("c", "m4", Body::from_text("/help")), &outbox)
+        .await
+        .expect("help");
+    assert!(
+        matches!(&help.outgoing[..], [Outgoing::Text { text }] if text.contains("/start") && text.contains("/end"))
+    );
+    let restarted = orchestrator
+        .handle(msg("c", "m5", Body::from_text("/start")), &outbox)
+        .await
+        .expect("restart");
+    assert_ne!(
+        restarted.session_id, started.session_id,
+        "/start opens a fresh session"
+    );
+    assert_eq!(
+        store
+            .session(started.session_id)
+            .await
+            .expect("loads")
+            .map(|s| s.status),
+        Some(SessionStatus::Finished)
+    );
+    let ended = orchestrator
+        .handle(msg("c", "m6", Body::from_text("/end")), &outbox)
+        .await
+        .expect("end");
+    assert!(ended.finished);
+    assert!(
+        store
+            .active_session(&text("c", "", "").key())
+            .await
+            .expect("loads")
+            .is_none()
+    );
+}

@@ -1,0 +1,59 @@
+//! [`StateChange`]: what a turn changes, as data (seed 000's `StateChange[]`).
+//!
+//! Flows and agents return changes; the orchestrator adds the turn's messages and hands the
+//! list to the store, which writes all of it in one transaction before anything is
+//! delivered. Session-level changes are applied to a [`SessionRecord`] by
+//! [`SessionRecord::apply`], so every store implementation applies them the same way.
+
+use crate::message::OptionsRequest;
+use crate::store::{SessionRecord, SessionStatus};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StateChange {
+    SetLanguage {
+        language: String,
+    },
+    SetCountry {
+        country: String,
+    },
+    SetTimezone {
+        timezone: String,
+    },
+    SetCurrentAgent {
+        agent: String,
+    },
+    AddUserMessage {
+        text: String,
+    },
+    AddAssistantMessage {
+        text: String,
+    },
+    /// Replaces the flow's own state (JSON owned by the flow).
+    SetFlowState {
+        state: serde_json::Value,
+    },
+    /// The options the user may answer now; `None` clears them (a later press is stale).
+    SetPendingOptions {
+        options: Option<OptionsRequest>,
+    },
+    /// The flow is over; the next message starts a new session.
+    EndSession,
+}
+
+impl SessionRecord {
+    /// Applies a session-level change; message changes leave the record as it is.
+    pub fn apply(&mut self, change: &StateChange) {
+        match change {
+            StateChange::SetLanguage { language } => self.language = Some(language.clone()),
+            StateChange::SetCountry { country } => self.country = Some(country.clone()),
+            StateChange::SetTimezone { timezone } => self.timezone = Some(timezone.clone()),
+            StateChange::SetCurrentAgent { agent } => self.current_agent = Some(agent.clone()),
+            StateChange::SetFlowState { state } => self.state = state.clone(),
+            StateChange::SetPendingOptions { options } => self.pending_options = options.clone(),
+            StateChange::EndSession => self.status = SessionStatus::Finished,
+            StateChange::AddUserMessage { .. } | StateChange::AddAssistantMessage { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Persistence: the [`Store`] trait and its rows. [`sqlite::SqliteStore`] implements it on
+//! sqlx (WAL, foreign keys, migrations from `migrations/`); a PostgreSQL twin would implement
+//! the same trait and nothing above it would change.
+//!
+//! A turn is written by [`Store::commit_turn`] in one transaction: the processed platform
+//! update, the user, the session row (optimistic `version` check), the turn's
+//! [`StateChange`]s and messages, and the model calls of the turn. The store holds no
+//! conversation in memory and knows no platform library.
+
+pub mod sqlite;
+
+use crate::message::{OptionsRequest, Platform, SessionKey, UserRef};
+use crate::state::StateChange;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    Active,
+    Finished,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Active => "active",
+            SessionStatus::Finished => "finished",
+        }
+    }
+}
+
+/// A session row. `id == 0` marks a session not yet written (created by its first commit).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: i64,
+    pub key: SessionKey,
+    pub flow: String,
+    pub current_agent: Option<String>,
+    pub language: Option<String>,
+    pub country: Option<String>,
+    pub timezone: Option<String>,
+    /// The flow's own state.
+    pub state: serde_json::Value,
+    pub pending_options: Option<OptionsRequest>,
+    pub status: SessionStatus,
+    /// Bumped by every committed turn.
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl SessionRecord {
+    /// A session that exists only in memory until its first turn commits.
+    pub fn draft(key: SessionKey, flow: &str) -> Self {
+        let now = Utc::now();
+        SessionRecord {
+            id: 0,
+            key,
+            flow: flow.to_string(),
+            current_agent: None,
+            language: None,
+            country: None,
+            timezone: None,
+            state: serde_json::Value::Object(Default::default()),
+            pending_options: None,
+            status: SessionStatus::Active,
+            version: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    pub fn is_new(&self) -> bool {
+        self.id == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "system" => Some(Role::System),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub id: i64,
+    pub session_id: i64,
+    pub role: Role,
+    pub text: String,
+    pub at: DateTime<Utc>,
+}
+
+/// One row of the `llm_calls` ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LlmCallRecord {
+    /// Filled in by the commit when the call belongs to a turn.
+    pub session_id: Option<i64>,
+    pub agent: String,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// A platform update marked as processed by the commit that handles it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessedUpdate {
+    pub platform: Platform,
+    pub chat: String,
+    pub message_id: String,
+}
+
+/// Everything one turn writes.
+#[derive(Debug, Clone)]
+pub struct TurnCommit {
+    /// The session as loaded at the start of the turn (a draft for a new one).
+    pub session: SessionRecord,
+    pub user: UserRef,
+    /// Another active session of the same key to finish first (a flow switch).
+    pub finish_session: Option<i64>,
+    pub processed: Option<ProcessedUpdate>,
+    /// Applied in order.
+    pub changes: Vec<StateChange>,
+    pub llm_calls: Vec<LlmCallRecord>,
+}
+
+/// What a commit wrote.
+#[derive(Debug, Clone)]
+pub struct CommittedTurn {
+    /// The session after the turn.
+    pub session: SessionRecord,
+    /// Ids of the assistant messages written, in order (to mark them delivered).
+    pub assistant_message_ids: Vec<i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error while {context}: {source}")]
+    Database {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("could not apply migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("session {session_id} changed while this turn ran")]
+    Conflict { session_id: i64 },
+    #[error("platform update {message_id} in {chat} was already processed")]
+    Duplicate { chat: String, message_id: String },
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub(crate) fn db(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Database { context, source }
+    }
+
+    /// SQLite busy / locked: worth a bounded retry.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            StoreError::Database {
+                source: sqlx::Error::Database(e),
+                ..
+            } => {
+                let code = e.code();
+                matches!(
+                    code.as_deref(),
+                    Some("5") | Some("6") | Some("517") | Some("262")
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The persistence boundary, held as `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// The active session of a place, if any.
+    async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError>;
+    async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError>;
+    async fn is_processed(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError>;
+    /// The last `limit` messages of a session, oldest first.
+    async fn recent_messages(
+        &self,
+        session_id: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Writes one turn atomically. Fails with [`StoreError::Duplicate`] when the update was
+    /// processed already and [`StoreError::Conflict`] when the session moved on meanwhile.
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError>;
+    /// Marks assistant messages as delivered to the platform.
+    async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
+    /// Assistant messages committed but not yet delivered (after a crash), oldest first.
+    async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Model calls made outside a committed turn (a failed turn's calls).
+    async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
+    /// The ledger, optionally for one session, oldest first.
+    async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError>;
+    /// Closes connections (a clean shutdown checkpoints the WAL).
+    async fn close(&self);
+}

@@ -1,0 +1,658 @@
+//! [`SqliteStore`]: the [`Store`] on SQLite through sqlx — WAL journal, foreign keys on, a
+//! busy timeout, and the schema from `migrations/` applied by [`SqliteStore::connect`].
+//!
+//! A turn is one `BEGIN IMMEDIATE`-style write transaction; readers are not blocked (WAL).
+//! `sqlite::memory:` works too (one connection, so every query sees the same database).
+
+use super::{
+    CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
+    StoredMessage, TurnCommit,
+};
+use crate::message::{Platform, SessionKey};
+use crate::state::StateChange;
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+const SESSION_COLUMNS: &str = "id, platform, chat, thread, user_id, flow, current_agent, language, country, \
+     timezone, state, pending_options, status, version, created_ms, updated_ms";
+
+impl SqliteStore {
+    /// Opens (creating file and parent folder if missing) and migrates the database at `url`
+    /// (`sqlite://path/to.db`, `sqlite::memory:`).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(StoreError::db("parsing the database URL"))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let filename = options.get_filename().to_path_buf();
+        let in_memory = url.contains(":memory:")
+            || filename.as_os_str().is_empty()
+            || filename.to_string_lossy() == ":memory:";
+        if !in_memory {
+            if let Some(parent) = filename.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StoreError::Corrupt(format!(
+                        "cannot create the database folder {}: {e}",
+                        parent.display()
+                    ))
+                })?;
+            }
+        }
+        let pool = if in_memory {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .connect_with(options)
+                .await
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(options)
+                .await
+        }
+        .map_err(StoreError::db("opening the database"))?;
+        sqlx::migrate!("../migrations").run(&pool).await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// The pool, for other stores of the same database (flows' own tables).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(v: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(v).single().unwrap_or_default()
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+fn session_from_row(row: &SqliteRow) -> Result<SessionRecord, StoreError> {
+    let get = |e: sqlx::Error| corrupt("session row", e);
+    let platform: String = row.try_get("platform").map_err(get)?;
+    let state: String = row.try_get("state").map_err(get)?;
+    let pending: Option<String> = row.try_get("pending_options").map_err(get)?;
+    let status: String = row.try_get("status").map_err(get)?;
+    Ok(SessionRecord {
+        id: row.try_get("id").map_err(get)?,
+        key: SessionKey {
+            platform: Platform::parse(&platform)
+                .ok_or_else(|| corrupt("session platform", &platform))?,
+            chat: row.try_get("chat").map_err(get)?,
+            thread: row.try_get("thread").map_err(get)?,
+            user: row.try_get("user_id").map_err(get)?,
+        },
+        flow: row.try_get("flow").map_err(get)?,
+        current_agent: row.try_get("current_agent").map_err(get)?,
+        language: row.try_get("language").map_err(get)?,
+        country: row.try_get("country").map_err(get)?,
+        timezone: row.try_get("timezone").map_err(get)?,
+        state: serde_json::from_str(&state).map_err(|e| corrupt("session state", e))?,
+        pending_options: match pending {
+            Some(p) => Some(serde_json::from_str(&p).map_err(|e| corrupt("pending options", e))?),
+            None => None,
+        },
+        status: if status == "finished" {
+            SessionStatus::Finished
+        } else {
+            SessionStatus::Active
+        },
+        version: row.try_get("version").map_err(get)?,
+        created_at: from_ms(row.try_get("created_ms").map_err(get)?),
+        updated_at: from_ms(row.try_get("updated_ms").map_err(get)?),
+    })
+}
+
+fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
+    let get = |e: sqlx::Error| corrupt("message row", e);
+    let role: String = row.try_get("role").map_err(get)?;
+    Ok(StoredMessage {
+        id: row.try_get("id").map_err(get)?,
+        session_id: row.try_get("session_id").map_err(get)?,
+        role: Role::parse(&role).ok_or_else(|| corrupt("message role", &role))?,
+        text: row.try_get("text").map_err(get)?,
+        at: from_ms(row.try_get("created_ms").map_err(get)?),
+    })
+}
+
+async fn insert_llm_calls(
+    conn: &mut sqlx::SqliteConnection,
+    session_id: Option<i64>,
+    calls: &[LlmCallRecord],
+) -> Result<(), StoreError> {
+    for call in calls {
+        sqlx::query(
+            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(call.session_id.or(session_id))
+        .bind(&call.agent)
+        .bind(&call.model)
+        .bind(call.prompt_tokens as i64)
+        .bind(call.completion_tokens as i64)
+        .bind(call.latency_ms as i64)
+        .bind(&call.error)
+        .bind(ms(call.at))
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::db("recording model calls"))?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions \
+             WHERE platform = ? AND chat = ? AND thread = ? AND user_id = ? AND status = 'active'"
+        ))
+        .bind(key.platform.as_str())
+        .bind(&key.chat)
+        .bind(&key.thread)
+        .bind(&key.user)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::db("loading the active session"))?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::db("loading a session"))?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn is_processed(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(
+            "SELECT 1 FROM processed_updates WHERE platform = ? AND chat = ? AND message_id = ?",
+        )
+        .bind(platform.as_str())
+        .bind(chat)
+        .bind(message_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::db("checking processed updates"))?;
+        Ok(row.is_some())
+    }
+
+    async fn recent_messages(
+        &self,
+        session_id: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, role, text, created_ms FROM \
+             (SELECT * FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+        )
+        .bind(session_id)
+        .bind(limit.min(i64::MAX as usize) as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("loading messages"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
+        let now = Utc::now();
+        let now_ms = ms(now);
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::db("starting a turn"))?;
+        let mut session = commit.session;
+        let key = session.key.clone();
+
+        if let Some(p) = &commit.processed {
+            let inserted = sqlx::query(
+                "INSERT INTO processed_updates (platform, chat, message_id, created_ms) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(p.platform.as_str())
+            .bind(&p.chat)
+            .bind(&p.message_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("marking the update processed"))?;
+            if inserted.rows_affected() == 0 {
+                return Err(StoreError::Duplicate {
+                    chat: p.chat.clone(),
+                    message_id: p.message_id.clone(),
+                });
+            }
+        }
+
+        sqlx::query(
+            "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
+        )
+        .bind(key.platform.as_str())
+        .bind(&commit.user.id)
+        .bind(&commit.user.display_name)
+        .bind(now_ms)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("saving the user"))?;
+
+        if let Some(previous) = commit.finish_session {
+            sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
+                .bind(now_ms)
+                .bind(previous)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("finishing the previous session"))?;
+        }
+
+        for change in &commit.changes {
+            session.apply(change);
+        }
+        let state =
+            serde_json::to_string(&session.state).map_err(|e| corrupt("session state", e))?;
+        let pending = session
+            .pending_options
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| corrupt("pending options", e))?;
+
+        if session.is_new() {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO sessions (platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
+                 state, pending_options, status, version, created_ms, updated_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) RETURNING id",
+            )
+            .bind(key.platform.as_str())
+            .bind(&key.chat)
+            .bind(&key.thread)
+            .bind(&key.user)
+            .bind(&session.flow)
+            .bind(&session.current_agent)
+            .bind(&session.language)
+            .bind(&session.country)
+            .bind(&session.timezone)
+            .bind(&state)
+            .bind(&pending)
+            .bind(session.status.as_str())
+            .bind(now_ms)
+            .bind(now_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db("creating the session"))?;
+            session.id = id;
+            session.version = 1;
+            session.created_at = from_ms(now_ms);
+        } else {
+            let updated = sqlx::query(
+                "UPDATE sessions SET current_agent = ?, language = ?, country = ?, timezone = ?, state = ?, \
+                 pending_options = ?, status = ?, version = version + 1, updated_ms = ? WHERE id = ? AND version = ?",
+            )
+            .bind(&session.current_agent)
+            .bind(&session.language)
+            .bind(&session.country)
+            .bind(&session.timezone)
+            .bind(&state)
+            .bind(&pending)
+            .bind(session.status.as_str())
+            .bind(now_ms)
+            .bind(session.id)
+            .bind(session.version)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("updating the session"))?;
+            if updated.rows_affected() == 0 {
+                return Err(StoreError::Conflict {
+                    session_id: session.id,
+                });
+            }
+            session.version += 1;
+        }
+        session.updated_at = from_ms(now_ms);
+
+        if let Some(p) = &commit.processed {
+            sqlx::query("UPDATE processed_updates SET session_id = ? WHERE platform = ? AND chat = ? AND message_id = ?")
+                .bind(session.id)
+                .bind(p.platform.as_str())
+                .bind(&p.chat)
+                .bind(&p.message_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("linking the update to its session"))?;
+        }
+
+        let mut assistant_message_ids = Vec::new();
+        for change in &commit.changes {
+            let (role, text) = match change {
+                StateChange::AddUserMessage { text } => (Role::User, text),
+                StateChange::AddAssistantMessage { text } => (Role::Assistant, text),
+                _ => continue,
+            };
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO messages (session_id, role, text, delivered, created_ms) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            )
+            .bind(session.id)
+            .bind(role.as_str())
+            .bind(text)
+            .bind(role != Role::Assistant)
+            .bind(now_ms)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving a message"))?;
+            if role == Role::Assistant {
+                assistant_message_ids.push(id);
+            }
+        }
+
+        insert_llm_calls(&mut tx, Some(session.id), &commit.llm_calls).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing the turn"))?;
+        Ok(CommittedTurn {
+            session,
+            assistant_message_ids,
+        })
+    }
+
+    async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError> {
+        if message_ids.is_empty() {
+            return Ok(());
+        }
+        let placeholders = vec!["?"; message_ids.len()].join(",");
+        let sql = format!("UPDATE messages SET delivered = 1 WHERE id IN ({placeholders})");
+        let mut query = sqlx::query(&sql);
+        for id in message_ids {
+            query = query.bind(id);
+        }
+        query
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::db("marking messages delivered"))?;
+        Ok(())
+    }
+
+    async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, role, text, created_ms FROM messages WHERE session_id = ? AND delivered = 0 ORDER BY id",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("loading undelivered messages"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::db("starting a ledger write"))?;
+        insert_llm_calls(&mut tx, None, calls).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing the ledger"))
+    }
+
+    async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms \
+             FROM llm_calls WHERE (? IS NULL OR session_id = ?) ORDER BY id",
+        )
+        .bind(session_id)
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading the model ledger"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("ledger row", e);
+                Ok(LlmCallRecord {
+                    session_id: row.try_get("session_id").map_err(get)?,
+                    agent: row.try_get("agent").map_err(get)?,
+                    model: row.try_get("model").map_err(get)?,
+                    prompt_tokens: row.try_get::<i64, _>("prompt_tokens").map_err(get)?.max(0)
+                        as u64,
+                    completion_tokens: row
+                        .try_get::<i64, _>("completion_tokens")
+                        .map_err(get)?
+                        .max(0) as u64,
+                    latency_ms: row.try_get::<i64, _>("latency_ms").map_err(get)?.max(0) as u64,
+                    error: row.try_get("error").map_err(get)?,
+                    at: from_ms(row.try_get("created_ms").map_err(get)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::UserRef;
+    use crate::store::ProcessedUpdate;
+
+    fn key() -> SessionKey {
+        SessionKey {
+            platform: Platform::Console,
+            chat: "c1".into(),
+            thread: String::new(),
+            user: "u1".into(),
+        }
+    }
+
+    fn user() -> UserRef {
+        UserRef {
+            id: "u1".into(),
+            display_name: "Aiko".into(),
+        }
+    }
+
+    fn commit(session: SessionRecord, message_id: &str, changes: Vec<StateChange>) -> TurnCommit {
+        TurnCommit {
+            session,
+            user: user(),
+            finish_session: None,
+            processed: Some(ProcessedUpdate {
+                platform: Platform::Console,
+                chat: "c1".into(),
+                message_id: message_id.into(),
+            }),
+            changes,
+            llm_calls: vec![LlmCallRecord {
+                session_id: None,
+                agent: "greeter".into(),
+                model: "m".into(),
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                latency_ms: 7,
+                error: None,
+                at: Utc::now(),
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_survives_closing_and_reopening_the_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/nested/kaiwa.db", dir.path().display());
+        let store = SqliteStore::connect(&url).await.expect("opens");
+        let first = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![
+                    StateChange::AddUserMessage {
+                        text: "hello".into(),
+                    },
+                    StateChange::SetLanguage {
+                        language: "ja".into(),
+                    },
+                    StateChange::SetFlowState {
+                        state: serde_json::json!({"step": 2}),
+                    },
+                    StateChange::AddAssistantMessage {
+                        text: "こんにちは".into(),
+                    },
+                ],
+            ))
+            .await
+            .expect("commits");
+        assert_eq!(first.assistant_message_ids.len(), 1);
+        let id = first.session.id;
+        store.close().await;
+        drop(store);
+
+        let store = SqliteStore::connect(&url).await.expect("reopens");
+        let session = store
+            .active_session(&key())
+            .await
+            .expect("loads")
+            .expect("exists");
+        assert_eq!(session.id, id);
+        assert_eq!(session.language.as_deref(), Some("ja"));
+        assert_eq!(session.state, serde_json::json!({"step": 2}));
+        assert_eq!(session.version, 1);
+        let messages = store.recent_messages(id, 10).await.expect("messages");
+        assert_eq!(
+            messages.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+            ["hello", "こんにちは"]
+        );
+        assert_eq!(store.undelivered(id).await.expect("undelivered").len(), 1);
+        assert!(
+            store
+                .is_processed(Platform::Console, "c1", "m1")
+                .await
+                .expect("checks")
+        );
+        let ledger = store.llm_calls(Some(id)).await.expect("ledger");
+        assert_eq!(ledger.len(), 1);
+        assert_eq!(ledger[0].prompt_tokens, 10);
+
+        store
+            .mark_delivered(&first.assistant_message_ids)
+            .await
+            .expect("marks");
+        assert!(store.undelivered(id).await.expect("undelivered").is_empty());
+    }
+
+    #[tokio::test]
+    async fn duplicates_and_stale_versions_are_refused_without_writing() {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("opens");
+        let first = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![],
+            ))
+            .await
+            .expect("commits");
+        let again = store
+            .commit_turn(commit(
+                first.session.clone(),
+                "m1",
+                vec![StateChange::AddUserMessage { text: "x".into() }],
+            ))
+            .await;
+        assert!(matches!(again, Err(StoreError::Duplicate { .. })));
+
+        store
+            .commit_turn(commit(first.session.clone(), "m2", vec![]))
+            .await
+            .expect("second turn");
+        let stale = store
+            .commit_turn(commit(
+                first.session.clone(),
+                "m3",
+                vec![StateChange::AddUserMessage { text: "y".into() }],
+            ))
+            .await;
+        assert!(matches!(stale, Err(StoreError::Conflict { .. })));
+        assert!(
+            !store
+                .is_processed(Platform::Console, "c1", "m3")
+                .await
+                .expect("checks")
+        );
+        assert!(
+            store
+                .recent_messages(first.session.id, 10)
+                .await
+                .expect("messages")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn ending_a_session_frees_the_place_for_a_new_one() {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("opens");
+        store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![StateChange::EndSession],
+            ))
+            .await
+            .expect("commits");
+        assert!(store.active_session(&key()).await.expect("loads").is_none());
+        let next = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m2",
+                vec![],
+            ))
+            .await
+            .expect("a new session");
+        assert_eq!(
+            store
+                .active_session(&key())
+                .await
+                .expect("loads")
+                .map(|s| s.id),
+            Some(next.session.id)
+        );
+    }
+}
