@@ -1,0 +1,164 @@
+//! [`FakeOpenAi`]: a fake OpenAI-compatible server on 127.0.0.1 (port 0) that answers
+//! `POST /v1/chat/completions` from a script of [`Reply`]s and records every request body.
+//! When its script runs out it answers 500 with a body that says so, so a test that calls
+//! the model more often than it planned fails loudly.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// One scripted HTTP reply.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with this JSON body.
+    Json(Value),
+    /// Any status, headers and raw body.
+    Raw {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    /// Never answers (the client must time out).
+    Hang,
+}
+
+impl Reply {
+    /// A completion whose message is plain text.
+    pub fn text(text: &str) -> Reply {
+        Reply::Json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "fake",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+        }))
+    }
+
+    /// A completion with one tool call; `arguments` is sent as a JSON string, as OpenAI does.
+    pub fn tool_call(name: &str, arguments: Value) -> Reply {
+        Reply::Json(json!({
+            "id": "chatcmpl-2", "object": "chat.completion", "model": "fake",
+            "choices": [{"index": 0, "finish_reason": "tool_calls",
+                         "message": {"role": "assistant", "content": null,
+                                     "tool_calls": [{"id": "call_abc", "type": "function",
+                                                     "function": {"name": name, "arguments": arguments.to_string()}}]}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+        }))
+    }
+
+    pub fn status(status: u16, body: &str) -> Reply {
+        Reply::Raw {
+            status,
+            headers: Vec::new(),
+            body: body.to_string(),
+        }
+    }
+
+    /// 429 with a `Retry-After` header.
+    pub fn rate_limited(retry_after: &str) -> Reply {
+        Reply::Raw {
+            status: 429,
+            headers: vec![("retry-after".into(), retry_after.into())],
+            body: r#"{"error":{"message":"rate limited"}}"#.into(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    replies: VecDeque<Reply>,
+    requests: Vec<Value>,
+    authorizations: Vec<Option<String>>,
+}
+
+/// A running fake server; it stops when dropped.
+pub struct FakeOpenAi {
+    addr: std::net::SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOpenAi {
+    pub async fn start(replies: impl IntoIterator<Item = Reply>) -> std::io::Result<Self> {
+        let shared = Arc::new(Mutex::new(Shared {
+            replies: replies.into_iter().collect(),
+            ..Default::default()
+        }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(FakeOpenAi { addr, shared, task })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.lock().replies.push_back(reply);
+    }
+
+    /// Request bodies received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.lock().requests.clone()
+    }
+
+    /// `Authorization` headers received, in order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.lock().authorizations.clone()
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.lock().replies.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn completions(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, body: Bytes) -> Response {
+    let reply = {
+        let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let value = serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+        s.requests.push(value);
+        s.authorizations.push(
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        );
+        s.replies.pop_front()
+    };
+    match reply {
+        Some(Reply::Json(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Some(Reply::Raw { status, headers, body }) => {
+            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body).into_response();
+            for (k, v) in headers {
+                if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+                    response.headers_mut().insert(k, v);
+                }
+            }
+            response
+        }
+        Some(Reply::Hang) => std::future::pending().await,
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "fake OpenAI server: script exhausted").into_response(),
+    }
+}
