@@ -1,1 +1,134 @@
-fn main() {}
+//! `kaiwa`, the binary: parses the command line, loads settings, builds the [`app::App`] and
+//! runs the chosen command. Everything else lives in the libraries.
+
+mod app;
+mod config;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use config::Settings;
+use kaiwa_adapters::console::{self, ConsoleOptions, StderrAdminSink};
+use kaiwa_core::store::Store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tracing_subscriber::EnvFilter;
+
+const DEFAULT_CONFIG: &str = "config/kaiwa.toml";
+
+#[derive(Parser)]
+#[command(
+    name = "kaiwa",
+    version,
+    about = "Kaiwa: LLM agents where people already chat"
+)]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, env = "KAIWA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Database URL (overrides the configuration).
+    #[arg(long, global = true, env = "KAIWA_DATABASE_URL")]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Talk to a flow in the terminal, through the same core and database as the bot.
+    Chat {
+        /// The flow to talk to (e.g. assistant).
+        flow: String,
+        /// The form to use (interview flows).
+        #[arg(long)]
+        form: Option<String>,
+        /// Your user name in this conversation.
+        #[arg(long, default_value = "guest")]
+        user: String,
+    },
+    /// Create or upgrade the database schema.
+    Migrate,
+    /// Validate the configuration.
+    Check,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let (path, required) = match &cli.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let settings = Settings::load(&path, required)?;
+    let database_url = cli
+        .database_url
+        .clone()
+        .unwrap_or_else(|| settings.database_url.clone());
+    match cli.command {
+        Command::Chat { flow, form, user } => {
+            let app = app::App::build(&settings, &database_url, Arc::new(StderrAdminSink)).await?;
+            if app.orchestrator.flows().get(&flow).is_none() {
+                bail!(
+                    "unknown flow {flow:?}; available: {}",
+                    app.orchestrator.flows().ids().join(", ")
+                );
+            }
+            let options = ConsoleOptions {
+                user,
+                flow: Some(flow),
+                flow_arg: form,
+            };
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+            let result = console::run(&app.orchestrator, stdin, tokio::io::stdout(), options).await;
+            app.store.close().await;
+            result.context("the console conversation stopped")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let store = app::open_store(&database_url).await?;
+            store.close().await;
+            println!("database is up to date: {}", app::redact_url(&database_url));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check => {
+            println!("configuration: ok ({})", path.display());
+            app::build_models(settings.llm.as_ref()).context("model configuration")?;
+            match &settings.llm {
+                Some(llm) => println!(
+                    "model: {} at {} ({} agent overrides)",
+                    llm.model,
+                    llm.base_url,
+                    llm.agents.len()
+                ),
+                None => println!("model: none configured; agents use their rule-based floor"),
+            }
+            let flows = kaiwa_core::flow::FlowRegistry::new(kaiwa_core::flows::builtin())
+                .context("flows")?;
+            let flows = match &settings.flows.default {
+                Some(d) => flows.with_default(d).context("[flows] default")?,
+                None => flows,
+            };
+            println!(
+                "flows: {} (default {})",
+                flows.ids().join(", "),
+                flows.default_flow()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

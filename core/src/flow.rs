@@ -44,6 +44,9 @@ pub struct TurnContext<'a> {
     pub models: &'a ModelRouter,
     /// Every model call of the turn goes here (written with the turn).
     pub ledger: &'a LlmLedger,
+    /// For a new session: the argument it was started with (`/interview engineer`,
+    /// `kaiwa chat interview --form engineer`).
+    pub start_arg: Option<&'a str>,
 }
 
 impl TurnContext<'_> {

@@ -139,6 +139,8 @@ pub struct Incoming {
     /// The flow a new session here should run (the adapter's configuration for this place);
     /// `None` uses the orchestrator's default.
     pub flow: Option<String>,
+    /// An argument for that flow when a session starts here (e.g. the form id).
+    pub flow_arg: Option<String>,
 }
 
 impl Incoming {

@@ -131,6 +131,11 @@ impl Orchestrator {
                 input,
             } => (session, finish_session, input),
         };
+        let start_arg = match (&incoming.body, session.is_new()) {
+            (_, false) => None,
+            (Body::Command { args, .. }, true) if !args.is_empty() => Some(args.as_str()),
+            (_, true) => incoming.flow_arg.as_deref(),
+        };
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
             let text = format!(
                 "This conversation uses the flow {:?}, which is not enabled here.",
@@ -157,6 +162,7 @@ impl Orchestrator {
             history: &history,
             models: &self.models,
             ledger: &ledger,
+            start_arg,
         };
         let is_command = matches!(input, TurnInput::Command { .. });
         let result = flow.turn(ctx, input).await;
@@ -178,16 +184,14 @@ impl Orchestrator {
                 .outgoing
                 .push(Outgoing::text(unknown_command(&session, &incoming.body)));
         }
-        self.commit_and_deliver(
-            &incoming,
+        let turn = FinishedTurn {
             session,
             finish_session,
             output,
             ledger,
-            outbox,
-            true,
-        )
-        .await
+            replace_pending: true,
+        };
+        self.commit_and_deliver(&incoming, turn, outbox).await
     }
 
     /// Decides what an incoming message means for the session of its place.
@@ -367,13 +371,16 @@ impl Orchestrator {
     async fn commit_and_deliver(
         &self,
         incoming: &Incoming,
-        session: SessionRecord,
-        finish_session: Option<i64>,
-        output: TurnOutput,
-        ledger: LlmLedger,
+        turn: FinishedTurn,
         outbox: &dyn Outbox,
-        replace_pending: bool,
     ) -> Result<TurnReport, OrchestratorError> {
+        let FinishedTurn {
+            session,
+            finish_session,
+            output,
+            ledger,
+            replace_pending,
+        } = turn;
         let key = session.key.clone();
         let mut changes = Vec::with_capacity(output.changes.len() + output.outgoing.len() + 2);
         let said = incoming.body.transcript_text();
@@ -487,16 +494,14 @@ impl Orchestrator {
                     ..Default::default()
                 };
                 // the pending options stay as they are: only a flow's turn replaces them
-                self.commit_and_deliver(
-                    incoming,
+                let turn = FinishedTurn {
                     session,
-                    None,
+                    finish_session: None,
                     output,
-                    LlmLedger::new(),
-                    outbox,
-                    false,
-                )
-                .await
+                    ledger: LlmLedger::new(),
+                    replace_pending: false,
+                };
+                self.commit_and_deliver(incoming, turn, outbox).await
             }
             None => {
                 if let Err(e) = outbox.deliver(&incoming.key(), &outgoing).await {
@@ -514,6 +519,17 @@ impl Orchestrator {
 }
 
 const STALE_EN: &str = "Those buttons are no longer active. Please answer the latest message.";
+
+/// A turn whose flow has run, ready to be committed.
+struct FinishedTurn {
+    session: SessionRecord,
+    finish_session: Option<i64>,
+    output: TurnOutput,
+    ledger: LlmLedger,
+    /// Replace the session's pending options with this turn's (false for replies that only
+    /// inform, such as a stale-button notice).
+    replace_pending: bool,
+}
 
 enum Plan {
     /// Run the flow.

@@ -134,10 +134,15 @@ impl Drop for FakeOpenAi {
     }
 }
 
-async fn completions(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn completions(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let reply = {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
-        let value = serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+        let value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
         s.requests.push(value);
         s.authorizations.push(
             headers
@@ -149,8 +154,16 @@ async fn completions(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMa
     };
     match reply {
         Some(Reply::Json(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
-        Some(Reply::Raw { status, headers, body }) => {
-            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body).into_response();
+        Some(Reply::Raw {
+            status,
+            headers,
+            body,
+        }) => {
+            let mut response = (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            )
+                .into_response();
             for (k, v) in headers {
                 if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
                     response.headers_mut().insert(k, v);
@@ -159,6 +172,10 @@ async fn completions(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMa
             response
         }
         Some(Reply::Hang) => std::future::pending().await,
-        None => (StatusCode::INTERNAL_SERVER_ERROR, "fake OpenAI server: script exhausted").into_response(),
+        None => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "fake OpenAI server: script exhausted",
+        )
+            .into_response(),
     }
 }

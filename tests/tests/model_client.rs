@@ -52,15 +52,26 @@ struct Ask {
 
 #[tokio::test]
 async fn tool_calls_are_parsed_into_typed_arguments() {
-    let server = FakeOpenAi::start([Reply::tool_call("ask", json!({"question": "Where do you live?"}))])
+    let server = FakeOpenAi::start([Reply::tool_call(
+        "ask",
+        json!({"question": "Where do you live?"}),
+    )])
+    .await
+    .expect("server");
+    let response = client(&server, Duration::from_secs(5), 0)
+        .chat(request())
         .await
-        .expect("server");
-    let response = client(&server, Duration::from_secs(5), 0).chat(request()).await.expect("answer");
+        .expect("answer");
     assert_eq!(response.tool_calls.len(), 1);
     assert_eq!(response.tool_calls[0].name, "ask");
     assert_eq!(response.tool_calls[0].id, "call_abc");
     let args: Ask = parse_arguments(&response.tool_calls[0].arguments).expect("typed");
-    assert_eq!(args, Ask { question: "Where do you live?".into() });
+    assert_eq!(
+        args,
+        Ask {
+            question: "Where do you live?".into()
+        }
+    );
     assert_eq!(response.usage.prompt_tokens, 20);
     assert_eq!(response.usage.completion_tokens, 7);
 
@@ -69,74 +80,137 @@ async fn tool_calls_are_parsed_into_typed_arguments() {
     assert_eq!(sent["tools"][0]["type"], "function");
     assert_eq!(sent["tools"][0]["function"]["name"], "ask");
     assert_eq!(sent["tool_choice"], "auto");
-    assert_eq!(sent["messages"][2]["content"], "", "tool-call messages carry empty content");
-    assert_eq!(sent["messages"][2]["tool_calls"][0]["function"]["arguments"], r#"{"language":"en"}"#);
+    assert_eq!(
+        sent["messages"][2]["content"], "",
+        "tool-call messages carry empty content"
+    );
+    assert_eq!(
+        sent["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        r#"{"language":"en"}"#
+    );
     assert_eq!(sent["messages"][3]["role"], "tool");
     assert_eq!(sent["messages"][3]["tool_call_id"], "c0");
-    assert_eq!(server.authorizations()[0].as_deref(), Some("Bearer sk-test-secret"));
+    assert_eq!(
+        server.authorizations()[0].as_deref(),
+        Some("Bearer sk-test-secret")
+    );
 }
 
 #[tokio::test]
 async fn rate_limit_is_waited_out_as_the_server_asks() {
-    let server = FakeOpenAi::start([Reply::rate_limited("1"), Reply::text("hello")]).await.expect("server");
+    let server = FakeOpenAi::start([Reply::rate_limited("1"), Reply::text("hello")])
+        .await
+        .expect("server");
     let started = Instant::now();
-    let response = client(&server, Duration::from_secs(5), 3).chat(request()).await.expect("answer");
+    let response = client(&server, Duration::from_secs(5), 3)
+        .chat(request())
+        .await
+        .expect("answer");
     assert_eq!(response.text.as_deref(), Some("hello"));
     assert_eq!(server.requests().len(), 2);
     // our own backoff is 5 ms: only the Retry-After header explains a wait of a second
-    assert!(started.elapsed() >= Duration::from_millis(950), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "waited {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn server_errors_are_retried_then_succeed() {
-    let server = FakeOpenAi::start([Reply::status(500, "oops"), Reply::status(503, "busy"), Reply::text("fine")])
+    let server = FakeOpenAi::start([
+        Reply::status(500, "oops"),
+        Reply::status(503, "busy"),
+        Reply::text("fine"),
+    ])
+    .await
+    .expect("server");
+    let response = client(&server, Duration::from_secs(5), 3)
+        .chat(request())
         .await
-        .expect("server");
-    let response = client(&server, Duration::from_secs(5), 3).chat(request()).await.expect("answer");
+        .expect("answer");
     assert_eq!(response.text.as_deref(), Some("fine"));
     assert_eq!(server.requests().len(), 3);
 }
 
 #[tokio::test]
 async fn retries_stop_at_the_limit_with_the_last_error() {
-    let server = FakeOpenAi::start([Reply::status(500, "a"), Reply::status(500, "b"), Reply::status(500, "c")])
+    let server = FakeOpenAi::start([
+        Reply::status(500, "a"),
+        Reply::status(500, "b"),
+        Reply::status(500, "c"),
+    ])
+    .await
+    .expect("server");
+    let err = client(&server, Duration::from_secs(5), 1)
+        .chat(request())
         .await
-        .expect("server");
-    let err = client(&server, Duration::from_secs(5), 1).chat(request()).await.err();
-    assert!(matches!(err, Some(ModelError::Http { status: 500, ref body }) if body == "b"), "{err:?}");
+        .err();
+    assert!(
+        matches!(err, Some(ModelError::Http { status: 500, ref body }) if body == "b"),
+        "{err:?}"
+    );
     assert_eq!(server.requests().len(), 2);
 }
 
 #[tokio::test]
 async fn client_errors_are_not_retried() {
-    let server = FakeOpenAi::start([Reply::status(400, "bad request"), Reply::text("never")]).await.expect("server");
-    let err = client(&server, Duration::from_secs(5), 3).chat(request()).await.err();
-    assert!(matches!(err, Some(ModelError::Http { status: 400, .. })), "{err:?}");
+    let server = FakeOpenAi::start([Reply::status(400, "bad request"), Reply::text("never")])
+        .await
+        .expect("server");
+    let err = client(&server, Duration::from_secs(5), 3)
+        .chat(request())
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(ModelError::Http { status: 400, .. })),
+        "{err:?}"
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
 #[tokio::test]
 async fn a_garbage_body_is_a_clear_error() {
-    let server = FakeOpenAi::start([Reply::status(200, "<html>this is not json</html>")]).await.expect("server");
-    let err = client(&server, Duration::from_secs(5), 3).chat(request()).await.err();
+    let server = FakeOpenAi::start([Reply::status(200, "<html>this is not json</html>")])
+        .await
+        .expect("server");
+    let err = client(&server, Duration::from_secs(5), 3)
+        .chat(request())
+        .await
+        .err();
     let Some(ModelError::Malformed(detail)) = err else {
         panic!("expected a malformed-response error, got {err:?}");
     };
     assert!(detail.contains("this is not json"), "{detail}");
-    assert_eq!(server.requests().len(), 1, "a malformed answer is not retried");
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "a malformed answer is not retried"
+    );
 }
 
 #[tokio::test]
 async fn a_hung_server_times_out() {
     let server = FakeOpenAi::start([Reply::Hang]).await.expect("server");
-    let err = client(&server, Duration::from_millis(300), 0).chat(request()).await.err();
+    let err = client(&server, Duration::from_millis(300), 0)
+        .chat(request())
+        .await
+        .err();
     assert!(matches!(err, Some(ModelError::Timeout(_))), "{err:?}");
 }
 
 #[tokio::test]
 async fn errors_never_carry_the_api_key() {
-    let server = FakeOpenAi::start([Reply::status(401, "invalid key")]).await.expect("server");
-    let err = client(&server, Duration::from_secs(5), 0).chat(request()).await.err();
-    let text = format!("{err:?} {}", err.as_ref().map(ToString::to_string).unwrap_or_default());
+    let server = FakeOpenAi::start([Reply::status(401, "invalid key")])
+        .await
+        .expect("server");
+    let err = client(&server, Duration::from_secs(5), 0)
+        .chat(request())
+        .await
+        .err();
+    let text = format!(
+        "{err:?} {}",
+        err.as_ref().map(ToString::to_string).unwrap_or_default()
+    );
     assert!(!text.contains("sk-test-secret"));
 }

@@ -8,5 +8,5 @@ use std::sync::Arc;
 
 /// Every built-in flow, the default first.
 pub fn builtin() -> Vec<Arc<dyn Flow>> {
-    vec![Arc::new(assistant::AssistantFlow::default())]
+    vec![Arc::new(assistant::AssistantFlow)]
 }

@@ -142,6 +142,7 @@ fn msg(chat: &str, id: &str, body: Body) -> Incoming {
         message_id: id.into(),
         body,
         flow: None,
+        flow_arg: None,
     }
 }
 

@@ -41,15 +41,16 @@ impl SqliteStore {
         let in_memory = url.contains(":memory:")
             || filename.as_os_str().is_empty()
             || filename.to_string_lossy() == ":memory:";
-        if !in_memory {
-            if let Some(parent) = filename.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "cannot create the database folder {}: {e}",
-                        parent.display()
-                    ))
-                })?;
-            }
+        if let Some(parent) = filename
+            .parent()
+            .filter(|p| !in_memory && !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "cannot create the database folder {}: {e}",
+                    parent.display()
+                ))
+            })?;
         }
         let pool = if in_memory {
             SqlitePoolOptions::new()

@@ -1,0 +1,234 @@
+//! The console adapter behind `kaiwa chat`: reads the user's lines from any async reader
+//! (stdin, a pipe, a test's buffer), prints the bot's replies to a writer, and renders
+//! [`Outgoing::Options`] as a numbered list that the user answers with numbers.
+//!
+//! It opens (or resumes) the session of its place with [`Body::Open`], then sends each
+//! non-empty line; it returns when the flow ends the session or the input closes. Admin
+//! notices go to stderr through [`StderrAdminSink`]. It keeps only the last options shown,
+//! to map a number back to a choice; the conversation itself lives in the store.
+
+use crate::AdapterError;
+use async_trait::async_trait;
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::message::{
+    Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
+};
+use kaiwa_core::orchestrator::{Orchestrator, Outbox};
+use std::sync::Mutex;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Who is talking and what to start.
+#[derive(Debug, Clone)]
+pub struct ConsoleOptions {
+    /// The user id (and display name) of the person at the terminal.
+    pub user: String,
+    /// The flow to start when no session is active.
+    pub flow: Option<String>,
+    /// Its start argument (e.g. a form id).
+    pub flow_arg: Option<String>,
+}
+
+/// Why [`run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsoleExit {
+    /// The flow ended the session.
+    FlowEnded,
+    /// The input closed.
+    InputClosed,
+}
+
+/// The chat id every console session uses.
+pub const CONSOLE_CHAT: &str = "console";
+
+struct ConsoleOutbox<W> {
+    out: tokio::sync::Mutex<W>,
+    last_options: Mutex<Option<OptionsRequest>>,
+}
+
+impl<W: AsyncWrite + Send + Unpin> ConsoleOutbox<W> {
+    fn last_options(&self) -> Option<OptionsRequest> {
+        self.last_options
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Renders one outgoing item as terminal text (`None` for items with nothing to show).
+pub fn render(item: &Outgoing) -> Option<String> {
+    match item {
+        Outgoing::Text { text } => Some(format!("{text}\n")),
+        Outgoing::Options(req) => {
+            let mut s = format!("{}\n", req.prompt);
+            for (i, option) in req.options.iter().enumerate() {
+                s.push_str(&format!("  {}. {}\n", i + 1, option.label));
+            }
+            s.push_str(if req.allow_multiple {
+                "(answer with one or more numbers, e.g. 1 3, or type your own answer)\n"
+            } else {
+                "(answer with a number, or type your own answer)\n"
+            });
+            Some(s)
+        }
+        Outgoing::StartThread { title } => Some(format!("— {title} —\n")),
+        Outgoing::Typing => None,
+    }
+}
+
+#[async_trait]
+impl<W: AsyncWrite + Send + Unpin> Outbox for ConsoleOutbox<W> {
+    async fn deliver(&self, _key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        let mut out = self.out.lock().await;
+        if items.iter().any(|o| !matches!(o, Outgoing::Typing)) {
+            // numbers answer the options of the latest reply only; after that they are text
+            let latest = items.iter().rev().find_map(|o| match o {
+                Outgoing::Options(req) => Some(req.clone()),
+                _ => None,
+            });
+            *self.last_options.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        }
+        for item in items {
+            if let Some(text) = render(item) {
+                out.write_all(text.as_bytes())
+                    .await
+                    .map_err(|e| DeliveryError::Disconnected(e.to_string()))?;
+            }
+        }
+        out.flush()
+            .await
+            .map_err(|e| DeliveryError::Disconnected(e.to_string()))
+    }
+}
+
+/// Maps a typed line to a choice when it is made of option numbers of the last options.
+pub fn choice_from_numbers(line: &str, options: &OptionsRequest) -> Option<Vec<String>> {
+    let parts: Vec<&str> = line
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() || (!options.allow_multiple && parts.len() > 1) {
+        return None;
+    }
+    let mut values = Vec::new();
+    for part in parts {
+        let n: usize = part.parse().ok()?;
+        let option = options.options.get(n.checked_sub(1)?)?;
+        if !values.contains(&option.value) {
+            values.push(option.value.clone());
+        }
+    }
+    Some(values)
+}
+
+/// Runs a console conversation until the flow ends or `input` closes.
+pub async fn run<R, W>(
+    orchestrator: &Orchestrator,
+    input: R,
+    output: W,
+    options: ConsoleOptions,
+) -> Result<ConsoleExit, AdapterError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Send + Unpin,
+{
+    let outbox = ConsoleOutbox {
+        out: tokio::sync::Mutex::new(output),
+        last_options: Mutex::new(None),
+    };
+    let run_id = kaiwa_core::message::new_request_id();
+    let mut counter = 0u64;
+    let mut next = |body: Body| {
+        counter += 1;
+        Incoming {
+            platform: Platform::Console,
+            chat: CONSOLE_CHAT.into(),
+            thread: String::new(),
+            user: UserRef {
+                id: options.user.clone(),
+                display_name: options.user.clone(),
+            },
+            message_id: format!("{run_id}-{counter}"),
+            body,
+            flow: options.flow.clone(),
+            flow_arg: options.flow_arg.clone(),
+        }
+    };
+    let report = orchestrator.handle(next(Body::Open), &outbox).await?;
+    if report.finished {
+        return Ok(ConsoleExit::FlowEnded);
+    }
+    let mut lines = input.lines();
+    while let Some(line) = lines.next_line().await? {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let body = match outbox
+            .last_options()
+            .and_then(|o| choice_from_numbers(line, &o).map(|values| (o.request_id, values)))
+        {
+            Some((request_id, values)) => Body::Choice { request_id, values },
+            None => Body::from_text(line),
+        };
+        let report = orchestrator.handle(next(body), &outbox).await?;
+        if report.finished {
+            return Ok(ConsoleExit::FlowEnded);
+        }
+    }
+    Ok(ConsoleExit::InputClosed)
+}
+
+/// Admin notices on stderr (the console has no admin chat).
+pub struct StderrAdminSink;
+
+#[async_trait]
+impl AdminSink for StderrAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        let mut err = tokio::io::stderr();
+        let text = format!("--- admin ---\n{}-------------\n", notice.to_text());
+        err.write_all(text.as_bytes())
+            .await
+            .map_err(|e| DeliveryError::Disconnected(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kaiwa_core::message::OptionItem;
+
+    fn opts(multiple: bool) -> OptionsRequest {
+        OptionsRequest::new(
+            "Pick",
+            vec![
+                OptionItem::new("a", "A"),
+                OptionItem::new("b", "B"),
+                OptionItem::new("c", "C"),
+            ],
+            multiple,
+        )
+    }
+
+    #[test]
+    fn numbers_pick_options() {
+        assert_eq!(
+            choice_from_numbers("2", &opts(false)),
+            Some(vec!["b".to_string()])
+        );
+        assert_eq!(
+            choice_from_numbers("1, 3", &opts(true)),
+            Some(vec!["a".to_string(), "c".to_string()])
+        );
+        assert_eq!(choice_from_numbers("1 3", &opts(false)), None);
+        assert_eq!(choice_from_numbers("4", &opts(false)), None);
+        assert_eq!(choice_from_numbers("0", &opts(false)), None);
+        assert_eq!(choice_from_numbers("two", &opts(false)), None);
+    }
+
+    #[test]
+    fn options_render_as_a_numbered_list() {
+        let text = render(&Outgoing::Options(opts(true))).unwrap_or_default();
+        assert!(text.starts_with("Pick\n  1. A\n  2. B\n  3. C\n"));
+        assert!(text.contains("one or more numbers"));
+    }
+}

@@ -1,0 +1,109 @@
+//! [`App`]: the wiring shared by every command — store, models, flows, orchestrator — built
+//! from [`Settings`]. `main` and the tests build the same thing.
+
+use crate::config::{LlmSettings, Settings, secret_from_env};
+use anyhow::Context;
+use kaiwa_core::admin::AdminSink;
+use kaiwa_core::flow::FlowRegistry;
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::llm::{ChatModel, ModelRouter};
+use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::store::sqlite::SqliteStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct App {
+    pub orchestrator: Arc<Orchestrator>,
+    pub store: Arc<SqliteStore>,
+}
+
+impl App {
+    pub async fn build(
+        settings: &Settings,
+        database_url: &str,
+        admin: Arc<dyn AdminSink>,
+    ) -> anyhow::Result<App> {
+        let store = Arc::new(open_store(database_url).await?);
+        let models = build_models(settings.llm.as_ref())?;
+        let mut flows = FlowRegistry::new(kaiwa_core::flows::builtin()).context("no flows")?;
+        if let Some(default) = &settings.flows.default {
+            flows = flows.with_default(default).context("[flows] default")?;
+        }
+        let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+        Ok(App {
+            orchestrator,
+            store,
+        })
+    }
+}
+
+pub async fn open_store(database_url: &str) -> anyhow::Result<SqliteStore> {
+    SqliteStore::connect(database_url)
+        .await
+        .with_context(|| format!("cannot open the database {}", redact_url(database_url)))
+}
+
+/// A URL as it may appear in messages: without a password.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The model router from `[llm]`; none configured means every agent uses its floor.
+pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
+    let Some(llm) = llm else {
+        return Ok(ModelRouter::none());
+    };
+    let client = |base_url: &str,
+                  model: &str,
+                  key_env: Option<&str>,
+                  timeout: u64|
+     -> anyhow::Result<Arc<dyn ChatModel>> {
+        let mut config = OpenAiConfig::new(base_url, model);
+        config.api_key = key_env.map(secret_from_env).transpose()?;
+        config.timeout = Duration::from_secs(timeout);
+        config.max_retries = llm.max_retries;
+        config.supports_required_tool_choice = llm.supports_required_tool_choice;
+        Ok(Arc::new(OpenAiClient::new(config)?))
+    };
+    let default = client(
+        &llm.base_url,
+        &llm.model,
+        llm.api_key_env.as_deref(),
+        llm.timeout_secs,
+    )
+    .context("[llm]")?;
+    let mut router = ModelRouter::new(Some(default));
+    for (agent, o) in &llm.agents {
+        let model = client(
+            o.base_url.as_deref().unwrap_or(&llm.base_url),
+            o.model.as_deref().unwrap_or(&llm.model),
+            o.api_key_env.as_deref().or(llm.api_key_env.as_deref()),
+            o.timeout_secs.unwrap_or(llm.timeout_secs),
+        )
+        .with_context(|| format!("[llm.agents.{agent}]"))?;
+        router = router.with_agent(agent.clone(), model);
+    }
+    Ok(router)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://kaiwa:secret@db/kaiwa"),
+            "postgres://***@db/kaiwa"
+        );
+        assert_eq!(
+            redact_url("sqlite://data/kaiwa.db"),
+            "sqlite://data/kaiwa.db"
+        );
+    }
+}

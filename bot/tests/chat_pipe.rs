@@ -1,0 +1,200 @@
+//! `kaiwa chat` driven through a pipe, as a user would script it: the real binary, a temporary
+//! SQLite file, and a fake OpenAI-compatible server on 127.0.0.1.
+
+use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+use std::path::Path;
+use std::process::Stdio;
+use tokio::io::AsyncWriteExt;
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: &str) -> Run {
+    let config_path = dir.join("kaiwa.toml");
+    std::fs::write(&config_path, config).expect("config written");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(args)
+        .env("KAIWA_CONFIG", &config_path)
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.display()),
+        )
+        .env("TEST_MODEL_KEY", "sk-pipe-secret")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kaiwa starts");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.as_bytes())
+        .await
+        .expect("stdin written");
+    drop(input);
+    let output = child.wait_with_output().await.expect("kaiwa exits");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn config_for(server: &FakeOpenAi) -> String {
+    format!(
+        "[llm]\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key_env = \"TEST_MODEL_KEY\"\ntimeout_secs = 5\n",
+        server.base_url()
+    )
+}
+
+#[tokio::test]
+async fn a_piped_conversation_with_a_model_runs_to_the_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = FakeOpenAi::start([Reply::text("元気です。あなたは？")])
+        .await
+        .expect("server");
+    let run = kaiwa(
+        dir.path(),
+        &config_for(&server),
+        &["chat", "assistant", "--user", "aiko"],
+        "2\nこんにちは\n/end\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("  1. English\n  2. 日本語\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("では日本語で話しましょう"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("元気です。あなたは？"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("さようなら"), "{}", run.stdout);
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    let messages = requests[0]["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        messages[0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Answer in Japanese")
+    );
+    assert_eq!(
+        messages.last().map(|m| m["content"].clone()),
+        Some("こんにちは".into())
+    );
+    assert_eq!(
+        server.authorizations()[0].as_deref(),
+        Some("Bearer sk-pipe-secret")
+    );
+    assert!(!run.stderr.contains("sk-pipe-secret"));
+}
+
+#[tokio::test]
+async fn a_second_run_resumes_the_same_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "assistant", "--user", "ken"],
+        "2\n",
+    )
+    .await;
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    assert!(first.stdout.contains("では日本語で話しましょう"));
+
+    let second = kaiwa(dir.path(), "", &["chat", "assistant", "--user", "ken"], "").await;
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+    assert!(
+        second.stdout.contains("おかえりなさい"),
+        "language and session were kept: {}",
+        second.stdout
+    );
+    assert!(!second.stdout.contains("Hello ken"));
+
+    let other = kaiwa(dir.path(), "", &["chat", "assistant", "--user", "mika"], "").await;
+    assert!(
+        other.stdout.contains("Hello mika"),
+        "another user gets their own session: {}",
+        other.stdout
+    );
+}
+
+#[tokio::test]
+async fn without_a_model_the_floor_answers_and_numbers_pick_options() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "assistant"],
+        "1\nwhat can you do?\n/nonsense\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("let's talk in English"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("running without a language model"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Unknown command /nonsense"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_flow_or_a_bad_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), "", &["chat", "nosuchflow"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr.contains("unknown flow \"nosuchflow\""),
+        "{}",
+        run.stderr
+    );
+
+    let run = kaiwa(dir.path(), "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"KAIWA_UNSET_KEY\"\n", &["check"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr.contains("KAIWA_UNSET_KEY is not set"),
+        "{}",
+        run.stderr
+    );
+
+    let run = kaiwa(dir.path(), "database_ur = 1\n", &["check"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr.contains("invalid configuration"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn migrate_creates_the_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), "", &["migrate"], "").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(dir.path().join("kaiwa.db").exists());
+}
