@@ -5,10 +5,13 @@ use crate::config::{LlmSettings, Settings, secret_from_env};
 use anyhow::Context;
 use kaiwa_core::admin::AdminSink;
 use kaiwa_core::flow::FlowRegistry;
+use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
+use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::orchestrator::Orchestrator;
 use kaiwa_core::store::sqlite::SqliteStore;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,16 +28,43 @@ impl App {
     ) -> anyhow::Result<App> {
         let store = Arc::new(open_store(database_url).await?);
         let models = build_models(settings.llm.as_ref())?;
-        let mut flows = FlowRegistry::new(kaiwa_core::flows::builtin()).context("no flows")?;
-        if let Some(default) = &settings.flows.default {
-            flows = flows.with_default(default).context("[flows] default")?;
-        }
+        let flows = build_flows(settings)?;
         let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
         Ok(App {
             orchestrator,
             store,
         })
     }
+}
+
+/// The forms of `[flows] forms_dir`; a missing folder means no forms.
+pub fn load_forms(settings: &Settings) -> anyhow::Result<Vec<Form>> {
+    let dir = Path::new(&settings.flows.forms_dir);
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    load_forms_dir(dir).map_err(anyhow::Error::msg)
+}
+
+/// The flows enabled by `settings`, with their default.
+pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
+    let config = FlowConfig {
+        forms: load_forms(settings)?,
+        default_form: settings.flows.default_form.clone(),
+    };
+    if let Some(form) = &config.default_form
+        && !config.forms.iter().any(|f| &f.id == form)
+    {
+        anyhow::bail!(
+            "[flows] default_form {form:?} is not a form in {}",
+            settings.flows.forms_dir
+        );
+    }
+    let mut flows = FlowRegistry::new(builtin(&config)).context("no flows")?;
+    if let Some(default) = &settings.flows.default {
+        flows = flows.with_default(default).context("[flows] default")?;
+    }
+    Ok(flows)
 }
 
 pub async fn open_store(database_url: &str) -> anyhow::Result<SqliteStore> {

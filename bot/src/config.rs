@@ -35,11 +35,30 @@ fn default_database_url() -> String {
     DEFAULT_DATABASE_URL.to_string()
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSettings {
     /// The flow a new conversation starts with when its place names none.
     pub default: Option<String>,
+    /// Folder of interview forms (`<id>.toml`), relative to the working directory.
+    #[serde(default = "default_forms_dir")]
+    pub forms_dir: String,
+    /// The form an interview uses when none is named.
+    pub default_form: Option<String>,
+}
+
+impl Default for FlowSettings {
+    fn default() -> Self {
+        FlowSettings {
+            default: None,
+            forms_dir: default_forms_dir(),
+            default_form: None,
+        }
+    }
+}
+
+fn default_forms_dir() -> String {
+    "config/forms".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,6 +3,7 @@
 
 mod app;
 mod config;
+mod export;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -48,8 +49,25 @@ enum Command {
     },
     /// Create or upgrade the database schema.
     Migrate,
-    /// Validate the configuration.
+    /// Validate the configuration and the forms.
     Check,
+    /// Write the stored submissions of a form as CSV or JSON.
+    Export {
+        /// The form id.
+        #[arg(long)]
+        form: String,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+        format: ExportFormat,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Csv,
+    Json,
 }
 
 #[tokio::main]
@@ -117,17 +135,62 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ),
                 None => println!("model: none configured; agents use their rule-based floor"),
             }
-            let flows = kaiwa_core::flow::FlowRegistry::new(kaiwa_core::flows::builtin())
-                .context("flows")?;
-            let flows = match &settings.flows.default {
-                Some(d) => flows.with_default(d).context("[flows] default")?,
-                None => flows,
-            };
+            let flows = app::build_flows(&settings)?;
             println!(
                 "flows: {} (default {})",
                 flows.ids().join(", "),
                 flows.default_flow()
             );
+            let forms = app::load_forms(&settings)?;
+            let mut failed = false;
+            for form in &forms {
+                let problems = form.validate();
+                if problems.is_empty() {
+                    println!(
+                        "form {}: ok ({} fields, {:?})",
+                        form.id,
+                        form.fields.len(),
+                        form.variant
+                    );
+                } else {
+                    failed = true;
+                    for p in problems {
+                        println!("form {}: error: {p}", form.id);
+                    }
+                }
+            }
+            if forms.is_empty() {
+                println!("forms: none in {}", settings.flows.forms_dir);
+            }
+            if failed {
+                bail!("some forms are invalid");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export {
+            form,
+            format,
+            output,
+        } => {
+            let store = app::open_store(&database_url).await?;
+            let records = store
+                .submissions(Some(&form))
+                .await
+                .context("reading submissions")?;
+            store.close().await;
+            let forms = app::load_forms(&settings)?;
+            let definition = forms.iter().find(|f| f.id == form);
+            let text = match format {
+                ExportFormat::Json => {
+                    serde_json::to_string_pretty(&records).context("encoding JSON")? + "\n"
+                }
+                ExportFormat::Csv => export::csv(definition, &records),
+            };
+            match output {
+                Some(path) => std::fs::write(&path, text)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+                None => print!("{text}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

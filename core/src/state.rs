@@ -6,7 +6,7 @@
 //! [`SessionRecord::apply`], so every store implementation applies them the same way.
 
 use crate::message::OptionsRequest;
-use crate::store::{SessionRecord, SessionStatus};
+use crate::store::{SessionRecord, SessionStatus, Submission};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,10 @@ pub enum StateChange {
     },
     /// The flow is over; the next message starts a new session.
     EndSession,
+    /// A finished form (interview flows).
+    SaveSubmission {
+        submission: Submission,
+    },
 }
 
 impl SessionRecord {
@@ -53,7 +57,9 @@ impl SessionRecord {
             StateChange::SetFlowState { state } => self.state = state.clone(),
             StateChange::SetPendingOptions { options } => self.pending_options = options.clone(),
             StateChange::EndSession => self.status = SessionStatus::Finished,
-            StateChange::AddUserMessage { .. } | StateChange::AddAssistantMessage { .. } => {}
+            StateChange::AddUserMessage { .. }
+            | StateChange::AddAssistantMessage { .. }
+            | StateChange::SaveSubmission { .. } => {}
         }
     }
 }

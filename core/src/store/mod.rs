@@ -126,6 +126,55 @@ pub struct LlmCallRecord {
     pub at: DateTime<Utc>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubmissionStatus {
+    /// Every required field is done.
+    Submitted,
+    /// A required field is missing: kept for the team, never final.
+    Incomplete,
+}
+
+impl SubmissionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubmissionStatus::Submitted => "submitted",
+            SubmissionStatus::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// A finished form as a flow hands it over (the session and user come from the turn).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Submission {
+    pub applicant: String,
+    pub form_id: String,
+    pub variant: String,
+    pub status: SubmissionStatus,
+    pub language: Option<String>,
+    pub country: Option<String>,
+    pub timezone: Option<String>,
+    /// field id → value
+    pub values: serde_json::Value,
+    /// field id → fact key → value
+    pub facts: serde_json::Value,
+    /// incomplete fields, blocked drafts, …
+    pub flags: serde_json::Value,
+    pub audit: Option<serde_json::Value>,
+}
+
+/// A stored submission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmissionRecord {
+    pub id: i64,
+    pub session_id: Option<i64>,
+    pub platform: String,
+    pub user_id: String,
+    pub created_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub submission: Submission,
+}
+
 /// A platform update marked as processed by the commit that handles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessedUpdate {
@@ -227,6 +276,9 @@ pub trait Store: Send + Sync {
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
     /// The ledger, optionally for one session, oldest first.
     async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError>;
+    /// Stored submissions, oldest first, optionally of one form.
+    async fn submissions(&self, form_id: Option<&str>)
+    -> Result<Vec<SubmissionRecord>, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).
     async fn close(&self);
 }

@@ -6,7 +6,7 @@
 
 use super::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
-    StoredMessage, TurnCommit,
+    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, TurnCommit,
 };
 use crate::message::{Platform, SessionKey};
 use crate::state::StateChange;
@@ -162,8 +162,92 @@ async fn insert_llm_calls(
     Ok(())
 }
 
+async fn insert_submission(
+    conn: &mut sqlx::SqliteConnection,
+    session_id: i64,
+    key: &SessionKey,
+    s: &Submission,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let json =
+        |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("submission", e));
+    sqlx::query(
+        "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
+         country, timezone, field_values, facts, flags, audit, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(session_id)
+    .bind(key.platform.as_str())
+    .bind(&key.user)
+    .bind(&s.applicant)
+    .bind(&s.form_id)
+    .bind(&s.variant)
+    .bind(s.status.as_str())
+    .bind(&s.language)
+    .bind(&s.country)
+    .bind(&s.timezone)
+    .bind(json(&s.values)?)
+    .bind(json(&s.facts)?)
+    .bind(json(&s.flags)?)
+    .bind(s.audit.as_ref().map(json).transpose()?)
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::db("saving the submission"))?;
+    Ok(())
+}
+
+fn submission_from_row(row: &SqliteRow) -> Result<SubmissionRecord, StoreError> {
+    let get = |e: sqlx::Error| corrupt("submission row", e);
+    let json = |col: &str| -> Result<serde_json::Value, StoreError> {
+        let text: String = row.try_get(col).map_err(get)?;
+        serde_json::from_str(&text).map_err(|e| corrupt("submission JSON", e))
+    };
+    let audit: Option<String> = row.try_get("audit").map_err(get)?;
+    let status: String = row.try_get("status").map_err(get)?;
+    Ok(SubmissionRecord {
+        id: row.try_get("id").map_err(get)?,
+        session_id: row.try_get("session_id").map_err(get)?,
+        platform: row.try_get("platform").map_err(get)?,
+        user_id: row.try_get("user_id").map_err(get)?,
+        created_at: from_ms(row.try_get("created_ms").map_err(get)?),
+        submission: Submission {
+            applicant: row.try_get("applicant").map_err(get)?,
+            form_id: row.try_get("form_id").map_err(get)?,
+            variant: row.try_get("variant").map_err(get)?,
+            status: if status == "submitted" {
+                SubmissionStatus::Submitted
+            } else {
+                SubmissionStatus::Incomplete
+            },
+            language: row.try_get("language").map_err(get)?,
+            country: row.try_get("country").map_err(get)?,
+            timezone: row.try_get("timezone").map_err(get)?,
+            values: json("field_values")?,
+            facts: json("facts")?,
+            flags: json("flags")?,
+            audit: audit
+                .map(|a| serde_json::from_str(&a).map_err(|e| corrupt("submission audit", e)))
+                .transpose()?,
+        },
+    })
+}
+
 #[async_trait]
 impl Store for SqliteStore {
+    async fn submissions(
+        &self,
+        form_id: Option<&str>,
+    ) -> Result<Vec<SubmissionRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM submissions WHERE (? IS NULL OR form_id = ?) ORDER BY id")
+                .bind(form_id)
+                .bind(form_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::db("reading submissions"))?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
     async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions \
@@ -377,6 +461,11 @@ impl Store for SqliteStore {
             }
         }
 
+        for change in &commit.changes {
+            if let StateChange::SaveSubmission { submission } = change {
+                insert_submission(&mut tx, session.id, &key, submission, now_ms).await?;
+            }
+        }
         insert_llm_calls(&mut tx, Some(session.id), &commit.llm_calls).await?;
         tx.commit()
             .await

@@ -1,0 +1,489 @@
+//! Forms as files: [`Form`] is one `config/forms/<id>.toml` — variant (`application` with
+//! QuickCheck and Auditor, or `plain`), title, languages, fields with their facts (seed 001's
+//! `SessionForm` / `FormField` / `FactDefinition`), prohibited topics and tone rules.
+//!
+//! [`load_forms`] reads a folder; [`Form::validate`] is what `kaiwa check` reports (unknown
+//! types, duplicate ids, a required field without a question, a template question that fails
+//! the deterministic QuickCheck). The default prohibited hiring topics live here, with
+//! trigger words in English and Japanese.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// Text in several languages, or one text for all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LocalText {
+    One(String),
+    Many(BTreeMap<String, String>),
+}
+
+impl LocalText {
+    /// The text in `lang`, else English, else any.
+    pub fn get(&self, lang: &str) -> &str {
+        match self {
+            LocalText::One(s) => s,
+            LocalText::Many(m) => m
+                .get(lang)
+                .or_else(|| m.get("en"))
+                .or_else(|| m.values().next())
+                .map(String::as_str)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether a text exists for `lang` (a single text counts for every language).
+    pub fn has(&self, lang: &str) -> bool {
+        match self {
+            LocalText::One(s) => !s.trim().is_empty(),
+            LocalText::Many(m) => m.get(lang).is_some_and(|s| !s.trim().is_empty()),
+        }
+    }
+}
+
+impl Default for LocalText {
+    fn default() -> Self {
+        LocalText::One(String::new())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// QuickCheck before every question, Auditor at the end (seed 000).
+    Application,
+    /// Reviewer extracts values and facts; a confirmation step at the end (seed 001).
+    Plain,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    Text,
+    Email,
+    Phone,
+    Number,
+    Date,
+    Url,
+    Choice,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChoiceOption {
+    pub value: String,
+    pub label: LocalText,
+}
+
+/// What a field must establish (seed 001's `FactDefinition`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactDefinition {
+    pub key: String,
+    pub fact: String,
+    pub done_criteria: String,
+    #[serde(default)]
+    pub questioning_hints: Option<LocalText>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormField {
+    pub id: String,
+    pub label: LocalText,
+    #[serde(default)]
+    pub intent: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+    #[serde(default)]
+    pub sort_order: i64,
+    #[serde(rename = "type", default = "default_type")]
+    pub field_type: String,
+    /// The template question (also the fallback after blocked drafts).
+    #[serde(default)]
+    pub question: Option<LocalText>,
+    /// An extra validation pattern (regular expression) for the value.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    #[serde(default)]
+    pub options: Vec<ChoiceOption>,
+    #[serde(default = "default_follow_ups")]
+    pub max_follow_ups: u32,
+    #[serde(default)]
+    pub facts: Vec<FactDefinition>,
+}
+
+fn default_type() -> String {
+    "text".into()
+}
+
+fn default_follow_ups() -> u32 {
+    3
+}
+
+impl FormField {
+    /// The field's type; unknown names are reported by [`Form::validate`] and read as text.
+    pub fn kind(&self) -> FieldType {
+        parse_type(&self.field_type).unwrap_or(FieldType::Text)
+    }
+
+    /// The template question in `lang`, or one made from the label.
+    pub fn template_question(&self, lang: &str) -> String {
+        match &self.question {
+            Some(q) if q.has(lang) || matches!(q, LocalText::Many(_)) => q.get(lang).to_string(),
+            Some(LocalText::One(q)) => q.clone(),
+            _ => {
+                let label = self.label.get(lang);
+                if lang == "ja" {
+                    format!("{label}を教えてください。")
+                } else {
+                    format!("Could you tell me your {}?", label.to_lowercase())
+                }
+            }
+        }
+    }
+}
+
+fn parse_type(name: &str) -> Option<FieldType> {
+    Some(match name {
+        "text" => FieldType::Text,
+        "email" => FieldType::Email,
+        "phone" => FieldType::Phone,
+        "number" => FieldType::Number,
+        "date" => FieldType::Date,
+        "url" => FieldType::Url,
+        "choice" => FieldType::Choice,
+        _ => return None,
+    })
+}
+
+/// A topic an interviewer must never ask about, with its trigger words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProhibitedTopic {
+    pub id: String,
+    pub label: String,
+    #[serde(default)]
+    pub triggers_en: Vec<String>,
+    #[serde(default)]
+    pub triggers_ja: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToneRules {
+    /// Phrases a question must not contain (rude, pressuring, …).
+    #[serde(default)]
+    pub banned_phrases: Vec<String>,
+    /// Guidance for the model (e.g. "polite, use です/ます").
+    #[serde(default)]
+    pub guidance: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Form {
+    /// Defaults to the file name.
+    #[serde(default)]
+    pub id: String,
+    pub title: LocalText,
+    pub variant: Variant,
+    #[serde(default = "default_languages")]
+    pub languages: Vec<String>,
+    pub fields: Vec<FormField>,
+    /// `None`: the default hiring list.
+    #[serde(default)]
+    pub prohibited_topics: Option<Vec<ProhibitedTopic>>,
+    #[serde(default)]
+    pub tone: ToneRules,
+}
+
+fn default_languages() -> Vec<String> {
+    vec!["en".into()]
+}
+
+impl Form {
+    pub fn parse(id: &str, text: &str) -> Result<Form, String> {
+        let mut form: Form = toml::from_str(text).map_err(|e| format!("form {id}: {e}"))?;
+        if form.id.is_empty() {
+            form.id = id.to_string();
+        }
+        Ok(form)
+    }
+
+    pub fn field(&self, id: &str) -> Option<&FormField> {
+        self.fields.iter().find(|f| f.id == id)
+    }
+
+    /// The topics in force: the form's own, or the default hiring list.
+    pub fn topics(&self) -> Vec<ProhibitedTopic> {
+        self.prohibited_topics
+            .clone()
+            .unwrap_or_else(default_prohibited_topics)
+    }
+
+    /// Fields by `sort_order` (then file order).
+    pub fn sorted_field_ids(&self) -> Vec<String> {
+        let mut fields: Vec<(usize, &FormField)> = self.fields.iter().enumerate().collect();
+        fields.sort_by_key(|(i, f)| (f.sort_order, *i));
+        fields.into_iter().map(|(_, f)| f.id.clone()).collect()
+    }
+
+    /// Every problem `kaiwa check` reports for this form; empty when it is valid.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.fields.is_empty() {
+            problems.push("the form has no fields".to_string());
+        }
+        if self.languages.is_empty() {
+            problems.push("the form names no language".to_string());
+        }
+        for lang in &self.languages {
+            if lang != "en" && lang != "ja" {
+                problems.push(format!("language {lang:?} is not supported (en, ja)"));
+            }
+        }
+        let mut seen = HashSet::new();
+        for field in &self.fields {
+            if !seen.insert(field.id.as_str()) {
+                problems.push(format!("duplicate field id {:?}", field.id));
+            }
+            if field.id.trim().is_empty() {
+                problems.push("a field has an empty id".into());
+            }
+            let Some(kind) = parse_type(&field.field_type) else {
+                problems.push(format!(
+                    "field {:?} has unknown type {:?} (text, email, phone, number, date, url, choice)",
+                    field.id, field.field_type
+                ));
+                continue;
+            };
+            if kind == FieldType::Choice && field.options.is_empty() {
+                problems.push(format!("choice field {:?} has no options", field.id));
+            }
+            if let Some(p) = &field.pattern
+                && let Err(e) = regex::Regex::new(p)
+            {
+                problems.push(format!("field {:?} has an invalid pattern: {e}", field.id));
+            }
+            let mut fact_keys = HashSet::new();
+            for fact in &field.facts {
+                if !fact_keys.insert(fact.key.as_str()) {
+                    problems.push(format!(
+                        "field {:?} has duplicate fact key {:?}",
+                        field.id, fact.key
+                    ));
+                }
+            }
+            for lang in &self.languages {
+                if field.required && !field.question.as_ref().is_some_and(|q| q.has(lang)) {
+                    problems.push(format!(
+                        "required field {:?} has no question in {lang}",
+                        field.id
+                    ));
+                    continue;
+                }
+                if self.variant == Variant::Application {
+                    let question = field.template_question(lang);
+                    let violations =
+                        super::quick_check::deterministic(self, &field.id, &question, &[], &[]);
+                    for v in violations {
+                        problems.push(format!(
+                            "the {lang} question of field {:?} fails QuickCheck: {}",
+                            field.id, v.message
+                        ));
+                    }
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// Reads every `*.toml` in `dir` (sorted by name); an unreadable or invalid file is an error.
+pub fn load_forms(dir: &Path) -> Result<Vec<Form>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut paths: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    let mut forms = Vec::new();
+    for path in paths {
+        let id = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        forms.push(Form::parse(&id, &text)?);
+    }
+    Ok(forms)
+}
+
+fn topic(id: &str, label: &str, en: &[&str], ja: &[&str]) -> ProhibitedTopic {
+    ProhibitedTopic {
+        id: id.into(),
+        label: label.into(),
+        triggers_en: en.iter().map(|s| s.to_string()).collect(),
+        triggers_ja: ja.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Topics a hiring interview must not ask about (equal-opportunity rules in Japan, the US
+/// and the EU agree on these), with trigger words in English and Japanese.
+pub fn default_prohibited_topics() -> Vec<ProhibitedTopic> {
+    vec![
+        topic(
+            "age",
+            "age",
+            &["how old", "your age", "age?", "year of birth", "born in"],
+            &["年齢", "何歳", "おいくつ", "生まれ年"],
+        ),
+        topic(
+            "date_of_birth",
+            "date of birth",
+            &["date of birth", "birthday", "birth date"],
+            &["生年月日", "誕生日"],
+        ),
+        topic(
+            "marital_status",
+            "marital status",
+            &[
+                "married", "marital", "spouse", "husband", "wife", "divorced", "single?",
+            ],
+            &["結婚", "既婚", "未婚", "配偶者", "離婚", "独身"],
+        ),
+        topic(
+            "family_plans",
+            "pregnancy and family plans",
+            &[
+                "pregnan",
+                "children",
+                "kids",
+                "family plans",
+                "maternity",
+                "childcare",
+            ],
+            &[
+                "妊娠",
+                "出産",
+                "子供",
+                "子ども",
+                "お子さん",
+                "家族計画",
+                "育児",
+            ],
+        ),
+        topic(
+            "religion",
+            "religion",
+            &["religio", "church", "mosque", "temple", "pray", "faith"],
+            &["宗教", "信仰", "教会", "寺院", "宗派"],
+        ),
+        topic(
+            "ethnicity",
+            "ethnicity and race",
+            &["ethnic", "race", "racial", "skin colo"],
+            &["人種", "民族", "肌の色"],
+        ),
+        topic(
+            "national_origin",
+            "national origin",
+            &[
+                "national origin",
+                "where were you born",
+                "your parents from",
+                "native country",
+                "ancestry",
+            ],
+            &["出身国", "本籍", "出生地", "国籍", "ご両親の出身"],
+        ),
+        topic(
+            "health",
+            "health and disability",
+            &[
+                "disabilit",
+                "health condition",
+                "illness",
+                "medical",
+                "medication",
+                "sick leave history",
+            ],
+            &["障害", "病気", "持病", "健康状態", "病歴", "通院"],
+        ),
+        topic(
+            "sexual_orientation",
+            "sexual orientation",
+            &[
+                "sexual orientation",
+                "gay",
+                "lesbian",
+                "straight?",
+                "boyfriend",
+                "girlfriend",
+                "partner's gender",
+            ],
+            &["性的指向", "恋人", "同性愛"],
+        ),
+        topic(
+            "political_views",
+            "political views",
+            &["politic", "vote for", "party member"],
+            &["政治", "支持政党", "投票"],
+        ),
+        topic(
+            "union_membership",
+            "union membership",
+            &["union member", "labor union", "trade union"],
+            &["労働組合", "組合員"],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORM: &str = r#"
+        title = { en = "Test", ja = "テスト" }
+        variant = "application"
+        languages = ["en", "ja"]
+        [[fields]]
+        id = "email"
+        label = { en = "Email", ja = "メール" }
+        required = true
+        type = "email"
+        question = { en = "What is your email address?", ja = "メールアドレスを教えてください。" }
+    "#;
+
+    #[test]
+    fn a_good_form_validates() {
+        let form = Form::parse("t", FORM).expect("parses");
+        assert_eq!(form.id, "t");
+        assert!(form.validate().is_empty(), "{:?}", form.validate());
+    }
+
+    #[test]
+    fn problems_are_reported() {
+        let text = FORM.replace("type = \"email\"", "type = \"colour\"")
+            + r#"
+        [[fields]]
+        id = "email"
+        label = "Age"
+        required = true
+        question = { en = "How old are you?" }
+        "#;
+        let form = Form::parse("t", &text).expect("parses");
+        let problems = form.validate().join("\n");
+        assert!(problems.contains("unknown type \"colour\""), "{problems}");
+        assert!(
+            problems.contains("duplicate field id \"email\""),
+            "{problems}"
+        );
+        assert!(problems.contains("has no question in ja"), "{problems}");
+        assert!(problems.contains("fails QuickCheck"), "{problems}");
+    }
+}

@@ -1,0 +1,490 @@
+//! Greeter (seed 000 / 001): greets, then sets language, country and time zone with the
+//! tools `set_language`, `set_country`, `set_timezone`. The section is derived from the state
+//! ([`section`], the seed's `getSection`), never stored.
+//!
+//! The language is always offered as options (buttons). The country is resolved against a
+//! built-in table (English and Japanese names, ISO codes); the time zone is inferred from it
+//! and validated with chrono-tz — a country with several zones asks which one, an unknown one
+//! falls back to `Asia/Tokyo` as the seed says. With a model, the Greeter agent reads the
+//! applicant's free text; without one, the same tools are applied by rules.
+
+use super::state::InterviewState;
+use crate::agent::{Agent, AgentLoopResult, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::llm::{ChatMessage, ChatModel};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::str::FromStr;
+
+pub const AGENT: &str = "greeter";
+pub const FALLBACK_TIMEZONE: &str = "Asia/Tokyo";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Language,
+    Country,
+    Timezone,
+    Completed,
+}
+
+/// The seed's `getSection`.
+pub fn section(state: &InterviewState) -> Section {
+    if state.language.is_none() {
+        Section::Language
+    } else if state.country.is_none() {
+        Section::Country
+    } else if state.timezone.is_none() {
+        Section::Timezone
+    } else {
+        Section::Completed
+    }
+}
+
+/// (ISO code, English name, Japanese name, IANA zones)
+const COUNTRIES: &[(&str, &str, &str, &[&str])] = &[
+    ("JP", "Japan", "日本", &["Asia/Tokyo"]),
+    (
+        "US",
+        "United States",
+        "アメリカ",
+        &[
+            "America/New_York",
+            "America/Chicago",
+            "America/Denver",
+            "America/Los_Angeles",
+            "America/Anchorage",
+            "Pacific/Honolulu",
+        ],
+    ),
+    ("GB", "United Kingdom", "イギリス", &["Europe/London"]),
+    (
+        "CA",
+        "Canada",
+        "カナダ",
+        &[
+            "America/Toronto",
+            "America/Winnipeg",
+            "America/Edmonton",
+            "America/Vancouver",
+            "America/Halifax",
+        ],
+    ),
+    (
+        "AU",
+        "Australia",
+        "オーストラリア",
+        &[
+            "Australia/Sydney",
+            "Australia/Brisbane",
+            "Australia/Adelaide",
+            "Australia/Perth",
+        ],
+    ),
+    (
+        "NZ",
+        "New Zealand",
+        "ニュージーランド",
+        &["Pacific/Auckland"],
+    ),
+    ("DE", "Germany", "ドイツ", &["Europe/Berlin"]),
+    ("FR", "France", "フランス", &["Europe/Paris"]),
+    ("ES", "Spain", "スペイン", &["Europe/Madrid"]),
+    ("IT", "Italy", "イタリア", &["Europe/Rome"]),
+    ("NL", "Netherlands", "オランダ", &["Europe/Amsterdam"]),
+    ("SE", "Sweden", "スウェーデン", &["Europe/Stockholm"]),
+    ("CH", "Switzerland", "スイス", &["Europe/Zurich"]),
+    ("IE", "Ireland", "アイルランド", &["Europe/Dublin"]),
+    ("PL", "Poland", "ポーランド", &["Europe/Warsaw"]),
+    ("PT", "Portugal", "ポルトガル", &["Europe/Lisbon"]),
+    ("CN", "China", "中国", &["Asia/Shanghai"]),
+    ("KR", "South Korea", "韓国", &["Asia/Seoul"]),
+    ("TW", "Taiwan", "台湾", &["Asia/Taipei"]),
+    ("HK", "Hong Kong", "香港", &["Asia/Hong_Kong"]),
+    ("SG", "Singapore", "シンガポール", &["Asia/Singapore"]),
+    ("TH", "Thailand", "タイ", &["Asia/Bangkok"]),
+    ("VN", "Vietnam", "ベトナム", &["Asia/Ho_Chi_Minh"]),
+    ("PH", "Philippines", "フィリピン", &["Asia/Manila"]),
+    ("MY", "Malaysia", "マレーシア", &["Asia/Kuala_Lumpur"]),
+    (
+        "ID",
+        "Indonesia",
+        "インドネシア",
+        &["Asia/Jakarta", "Asia/Makassar", "Asia/Jayapura"],
+    ),
+    ("IN", "India", "インド", &["Asia/Kolkata"]),
+    (
+        "BR",
+        "Brazil",
+        "ブラジル",
+        &["America/Sao_Paulo", "America/Manaus", "America/Fortaleza"],
+    ),
+    (
+        "MX",
+        "Mexico",
+        "メキシコ",
+        &["America/Mexico_City", "America/Tijuana", "America/Cancun"],
+    ),
+    (
+        "AR",
+        "Argentina",
+        "アルゼンチン",
+        &["America/Argentina/Buenos_Aires"],
+    ),
+    (
+        "RU",
+        "Russia",
+        "ロシア",
+        &[
+            "Europe/Moscow",
+            "Asia/Yekaterinburg",
+            "Asia/Novosibirsk",
+            "Asia/Vladivostok",
+        ],
+    ),
+    ("TR", "Turkey", "トルコ", &["Europe/Istanbul"]),
+    (
+        "AE",
+        "United Arab Emirates",
+        "アラブ首長国連邦",
+        &["Asia/Dubai"],
+    ),
+    ("IL", "Israel", "イスラエル", &["Asia/Jerusalem"]),
+    ("EG", "Egypt", "エジプト", &["Africa/Cairo"]),
+    ("ZA", "South Africa", "南アフリカ", &["Africa/Johannesburg"]),
+    ("NG", "Nigeria", "ナイジェリア", &["Africa/Lagos"]),
+    ("KE", "Kenya", "ケニア", &["Africa/Nairobi"]),
+    ("UA", "Ukraine", "ウクライナ", &["Europe/Kyiv"]),
+    ("FI", "Finland", "フィンランド", &["Europe/Helsinki"]),
+    ("NO", "Norway", "ノルウェー", &["Europe/Oslo"]),
+    ("DK", "Denmark", "デンマーク", &["Europe/Copenhagen"]),
+];
+
+const ALIASES: &[(&str, &str)] = &[
+    ("usa", "US"),
+    ("america", "US"),
+    ("united states of america", "US"),
+    ("米国", "US"),
+    ("uk", "GB"),
+    ("england", "GB"),
+    ("britain", "GB"),
+    ("英国", "GB"),
+    ("korea", "KR"),
+    ("にほん", "JP"),
+    ("にっぽん", "JP"),
+    ("日本国", "JP"),
+    ("holland", "NL"),
+    ("uae", "AE"),
+    ("中華人民共和国", "CN"),
+    ("大韓民国", "KR"),
+];
+
+/// Resolves a country name (English, Japanese) or ISO code to its code.
+pub fn resolve_country(input: &str) -> Option<&'static str> {
+    let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
+    let lower = t.to_lowercase();
+    if let Some((code, ..)) = COUNTRIES.iter().find(|(code, en, ja, _)| {
+        code.eq_ignore_ascii_case(t) || en.to_lowercase() == lower || *ja == t
+    }) {
+        return Some(code);
+    }
+    if let Some((_, code)) = ALIASES.iter().find(|(alias, _)| *alias == lower) {
+        return COUNTRIES.iter().find(|c| c.0 == *code).map(|c| c.0);
+    }
+    // "I live in Japan", "日本に住んでいます"
+    COUNTRIES
+        .iter()
+        .find(|(_, en, ja, _)| contains_word(&lower, &en.to_lowercase()) || t.contains(ja))
+        .map(|c| c.0)
+}
+
+fn contains_word(hay: &str, word: &str) -> bool {
+    hay.match_indices(word).any(|(i, _)| {
+        let before = hay[..i].chars().next_back();
+        let after = hay[i + word.len()..].chars().next();
+        before.is_none_or(|c| !c.is_alphanumeric()) && after.is_none_or(|c| !c.is_alphanumeric())
+    })
+}
+
+pub fn country_name(code: &str, lang: &str) -> String {
+    COUNTRIES
+        .iter()
+        .find(|c| c.0 == code)
+        .map(|c| if lang == "ja" { c.2 } else { c.1 }.to_string())
+        .unwrap_or_else(|| code.to_string())
+}
+
+/// The zones of a known country (empty for an unknown one).
+pub fn zones_of(code: &str) -> Vec<&'static str> {
+    COUNTRIES
+        .iter()
+        .find(|c| c.0 == code)
+        .map(|c| c.3.to_vec())
+        .unwrap_or_default()
+}
+
+/// Whether `name` is a valid IANA zone (chrono-tz).
+pub fn is_valid_zone(name: &str) -> bool {
+    chrono_tz::Tz::from_str(name).is_ok()
+}
+
+/// Detects a language choice in free text.
+pub fn detect_language(text: &str) -> Option<&'static str> {
+    let t = text.trim().to_lowercase();
+    if ["ja", "jp", "japanese", "日本語", "にほんご", "2"].contains(&t.as_str()) {
+        return Some("ja");
+    }
+    if ["en", "english", "英語", "1"].contains(&t.as_str()) {
+        return Some("en");
+    }
+    if t.chars()
+        .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
+    {
+        return Some("ja");
+    }
+    None
+}
+
+/// The outcome of one greeter step for the caller to apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GreeterWork {
+    pub state: InterviewState,
+    /// A question the agent asked (sent by the caller).
+    pub asked: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SetLanguage {
+    /// ISO 639-1 code: "en" or "ja".
+    language: String,
+}
+struct SetLanguageTool;
+impl TypedTool<GreeterWork> for SetLanguageTool {
+    type Args = SetLanguage;
+    const NAME: &'static str = "set_language";
+    fn description(&self) -> String {
+        "Set the applicant's language (en or ja).".into()
+    }
+    async fn run(&self, w: &mut GreeterWork, args: SetLanguage) -> Result<ToolOutput, ToolError> {
+        match args.language.as_str() {
+            "en" | "ja" => {
+                w.state.language = Some(args.language);
+                Ok(ToolOutput::ok("language set"))
+            }
+            other => Err(ToolError::Rejected(format!(
+                "unsupported language {other:?}; use en or ja"
+            ))),
+        }
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SetCountry {
+    /// The country the applicant lives in: ISO 3166 alpha-2 code or its name.
+    country: String,
+}
+struct SetCountryTool;
+impl TypedTool<GreeterWork> for SetCountryTool {
+    type Args = SetCountry;
+    const NAME: &'static str = "set_country";
+    fn description(&self) -> String {
+        "Set the country the applicant lives in.".into()
+    }
+    async fn run(&self, w: &mut GreeterWork, args: SetCountry) -> Result<ToolOutput, ToolError> {
+        let code = resolve_country(&args.country)
+            .map(str::to_string)
+            .unwrap_or_else(|| args.country.trim().to_string());
+        if code.is_empty() {
+            return Err(ToolError::InvalidArguments("country is empty".into()));
+        }
+        w.state.country = Some(code.clone());
+        Ok(ToolOutput::ok(format!(
+            "country set to {code}; now call set_timezone"
+        )))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SetTimezone {
+    /// An IANA zone; omit it to infer the zone from the country.
+    #[serde(default)]
+    timezone: Option<String>,
+}
+struct SetTimezoneTool;
+impl TypedTool<GreeterWork> for SetTimezoneTool {
+    type Args = SetTimezone;
+    const NAME: &'static str = "set_timezone";
+    fn description(&self) -> String {
+        "Set the applicant's time zone; without an argument it is inferred from the country.".into()
+    }
+    async fn run(&self, w: &mut GreeterWork, args: SetTimezone) -> Result<ToolOutput, ToolError> {
+        let zone = match args.timezone {
+            Some(z) if is_valid_zone(&z) => z,
+            Some(z) => {
+                return Err(ToolError::Rejected(format!(
+                    "{z:?} is not an IANA time zone"
+                )));
+            }
+            None => {
+                let zones = zones_of(w.state.country.as_deref().unwrap_or_default());
+                match zones.as_slice() {
+                    [] => FALLBACK_TIMEZONE.to_string(),
+                    [one] => one.to_string(),
+                    many => {
+                        return Err(ToolError::Rejected(format!(
+                            "this country has several time zones ({}); ask the applicant which one, then call set_timezone with it",
+                            many.join(", ")
+                        )));
+                    }
+                }
+            }
+        };
+        w.state.timezone = Some(zone.clone());
+        Ok(ToolOutput::ok(format!("time zone set to {zone}")))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Ask {
+    /// The message for the applicant.
+    question: String,
+}
+struct AskTool;
+impl TypedTool<GreeterWork> for AskTool {
+    type Args = Ask;
+    const NAME: &'static str = "ask";
+    fn description(&self) -> String {
+        "Send a question or message to the applicant and wait for the answer.".into()
+    }
+    async fn run(&self, w: &mut GreeterWork, args: Ask) -> Result<ToolOutput, ToolError> {
+        if args.question.trim().is_empty() {
+            return Err(ToolError::InvalidArguments("the question is empty".into()));
+        }
+        w.asked = Some(args.question.clone());
+        Ok(ToolOutput::ask(args.question))
+    }
+}
+
+fn remaining(w: &GreeterWork) -> Vec<String> {
+    let mut tasks = Vec::new();
+    if w.state.language.is_none() {
+        tasks.push("Set the user language using set_language".to_string());
+    }
+    if w.state.country.is_none() {
+        tasks.push("Set the user country using set_country".to_string());
+    }
+    if w.state.timezone.is_none() {
+        tasks.push("Set the timezone using set_timezone".to_string());
+    }
+    tasks
+}
+
+/// Runs the Greeter agent on the applicant's message. The loop ends at `ask` or once
+/// everything is set (the caller then moves on to the Architect).
+pub async fn run_model(
+    model: &dyn ChatModel,
+    state: InterviewState,
+    form_title: &str,
+    user_text: &str,
+    ledger: &LlmLedger,
+) -> Result<AgentLoopResult<GreeterWork>, crate::agent::AgentError> {
+    let agent = Agent::new(
+        AGENT,
+        vec![
+            typed(AskTool),
+            typed(SetLanguageTool),
+            typed(SetCountryTool),
+            typed(SetTimezoneTool),
+        ],
+    )
+    .with_remaining_tasks(|w: &GreeterWork| {
+        // once everything is set the greeter is done even without a final text
+        remaining(w)
+    });
+    let lang = state.language.clone().unwrap_or_else(|| "en".into());
+    let system = format!(
+        "You are the Greeter of the application {form_title:?}. Greet the applicant, then establish their \
+         language (set_language), the country they live in (set_country) and their time zone (set_timezone, \
+         inferred from the country). Speak {}. Use `ask` to ask the applicant something. Known so far: \
+         language={:?}, country={:?}, timezone={:?}.",
+        if lang == "ja" { "Japanese" } else { "English" },
+        state.language,
+        state.country,
+        state.timezone
+    );
+    let messages = vec![ChatMessage::system(system), ChatMessage::user(user_text)];
+    let work = GreeterWork { state, asked: None };
+    agent.run(model, messages, work, ledger).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn countries_resolve_in_both_languages() {
+        assert_eq!(resolve_country("Japan"), Some("JP"));
+        assert_eq!(resolve_country("日本"), Some("JP"));
+        assert_eq!(resolve_country("日本に住んでいます。"), Some("JP"));
+        assert_eq!(resolve_country("I live in the United States"), Some("US"));
+        assert_eq!(resolve_country("usa"), Some("US"));
+        assert_eq!(resolve_country("de"), Some("DE"));
+        assert_eq!(resolve_country("Atlantis"), None);
+    }
+
+    #[test]
+    fn every_zone_in_the_table_is_a_real_zone() {
+        for (code, _, _, zones) in COUNTRIES {
+            assert!(!zones.is_empty(), "{code}");
+            for z in *zones {
+                assert!(is_valid_zone(z), "{code}: {z}");
+            }
+        }
+        assert!(is_valid_zone(FALLBACK_TIMEZONE));
+    }
+
+    #[test]
+    fn the_section_is_derived_from_state() {
+        let mut s = InterviewState::default();
+        assert_eq!(section(&s), Section::Language);
+        s.language = Some("ja".into());
+        assert_eq!(section(&s), Section::Country);
+        s.country = Some("JP".into());
+        assert_eq!(section(&s), Section::Timezone);
+        s.timezone = Some("Asia/Tokyo".into());
+        assert_eq!(section(&s), Section::Completed);
+    }
+
+    #[tokio::test]
+    async fn set_timezone_infers_asks_or_falls_back() {
+        let mut w = GreeterWork::default();
+        w.state.country = Some("JP".into());
+        SetTimezoneTool
+            .run(&mut w, SetTimezone { timezone: None })
+            .await
+            .expect("inferred");
+        assert_eq!(w.state.timezone.as_deref(), Some("Asia/Tokyo"));
+        w.state.country = Some("US".into());
+        w.state.timezone = None;
+        let err = SetTimezoneTool
+            .run(&mut w, SetTimezone { timezone: None })
+            .await
+            .err();
+        assert!(matches!(err, Some(ToolError::Rejected(m)) if m.contains("America/Chicago")));
+        w.state.country = Some("Atlantis".into());
+        SetTimezoneTool
+            .run(&mut w, SetTimezone { timezone: None })
+            .await
+            .expect("fallback");
+        assert_eq!(w.state.timezone.as_deref(), Some(FALLBACK_TIMEZONE));
+        assert!(
+            SetTimezoneTool
+                .run(
+                    &mut w,
+                    SetTimezone {
+                        timezone: Some("Mars/Olympus".into())
+                    }
+                )
+                .await
+                .is_err()
+        );
+    }
+}

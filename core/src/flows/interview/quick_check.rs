@@ -1,0 +1,365 @@
+//! QuickCheck (seed 000): the compliance check every outgoing question passes before it
+//! reaches the applicant, follow-ups included.
+//!
+//! [`deterministic`] runs first and cannot be overruled: prohibited-topic trigger words in
+//! the form's languages, a question about a field already answered or a repeat of an
+//! answered question, no binding to a known field, banned tone phrases. Then, when a model
+//! is configured, the model's own check ([`model_check`], tool `result`). A violation from
+//! either blocks the question; a model failure leaves the deterministic verdict.
+
+use super::form::Form;
+use crate::agent::subtask::{SubtaskContext, subtask};
+use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::llm::ChatModel;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const AGENT: &str = "quick_check";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationType {
+    ProhibitedTopic,
+    DuplicateQuestion,
+    ToneViolation,
+    NoIntentBinding,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Violation {
+    #[serde(rename = "type")]
+    pub kind: ViolationType,
+    pub message: String,
+}
+
+/// The seed's `QuickCheckResultSchema`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QuickCheckResult {
+    pub passed: bool,
+    #[serde(default)]
+    pub violations: Vec<Violation>,
+}
+
+/// Phrases that are never acceptable in a question, whatever the form says.
+const DEFAULT_BANNED: &[&str] = &[
+    "stupid",
+    "idiot",
+    "hurry up",
+    "shut up",
+    "バカ",
+    "馬鹿",
+    "早くしろ",
+    "さっさと",
+];
+
+/// Whether `needle` (lowercase) occurs in `hay` (lowercase) at a word start.
+fn contains_word(hay: &str, needle: &str) -> bool {
+    let needle = needle.to_lowercase();
+    if needle.is_empty() {
+        return false;
+    }
+    hay.match_indices(&needle).any(|(i, _)| {
+        hay[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_alphanumeric())
+    })
+}
+
+fn normalize(q: &str) -> String {
+    q.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
+/// Character-bigram similarity (Dice), 0.0 – 1.0; works for Japanese and English alike.
+fn similarity(a: &str, b: &str) -> f64 {
+    let grams = |s: &str| -> Vec<(char, char)> {
+        let chars: Vec<char> = s.chars().collect();
+        chars.windows(2).map(|w| (w[0], w[1])).collect()
+    };
+    let (ga, gb) = (grams(a), grams(b));
+    if ga.is_empty() || gb.is_empty() {
+        return if a == b { 1.0 } else { 0.0 };
+    }
+    let mut rest = gb.clone();
+    let mut common = 0usize;
+    for g in &ga {
+        if let Some(pos) = rest.iter().position(|x| x == g) {
+            rest.swap_remove(pos);
+            common += 1;
+        }
+    }
+    (2 * common) as f64 / (ga.len() + gb.len()) as f64
+}
+
+/// Prohibited topics and tone only: for any text sent to an applicant (greetings too).
+pub fn screen(form: &Form, text: &str) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let lower = text.to_lowercase();
+    for topic in form.topics() {
+        let hit = topic
+            .triggers_en
+            .iter()
+            .find(|t| contains_word(&lower, t))
+            .or_else(|| topic.triggers_ja.iter().find(|t| text.contains(t.as_str())));
+        if let Some(word) = hit {
+            violations.push(Violation {
+                kind: ViolationType::ProhibitedTopic,
+                message: format!("asks about a prohibited topic ({}): {word:?}", topic.label),
+            });
+        }
+    }
+    let banned = DEFAULT_BANNED
+        .iter()
+        .map(|s| s.to_string())
+        .chain(form.tone.banned_phrases.iter().cloned());
+    for phrase in banned {
+        if lower.contains(&phrase.to_lowercase()) {
+            violations.push(Violation {
+                kind: ViolationType::ToneViolation,
+                message: format!("uses a phrase the tone rules forbid: {phrase:?}"),
+            });
+        }
+    }
+    violations
+}
+
+/// The rule-based layer. `answered_questions` are questions whose answers were accepted;
+/// `done_fields` are fields already answered.
+pub fn deterministic(
+    form: &Form,
+    field_id: &str,
+    question: &str,
+    answered_questions: &[String],
+    done_fields: &[String],
+) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    if form.field(field_id).is_none() {
+        violations.push(Violation {
+            kind: ViolationType::NoIntentBinding,
+            message: format!(
+                "the question is not bound to a field of this form (got {field_id:?})"
+            ),
+        });
+    }
+    violations.extend(screen(form, question));
+    if done_fields.iter().any(|f| f == field_id) {
+        violations.push(Violation {
+            kind: ViolationType::DuplicateQuestion,
+            message: format!("field {field_id:?} is already answered"),
+        });
+    }
+    let norm = normalize(question);
+    if let Some(prev) = answered_questions
+        .iter()
+        .find(|q| similarity(&normalize(q), &norm) >= 0.85)
+    {
+        violations.push(Violation {
+            kind: ViolationType::DuplicateQuestion,
+            message: format!("repeats a question already answered: {prev:?}"),
+        });
+    }
+    violations
+}
+
+struct ResultTool;
+
+impl TypedTool<Option<QuickCheckResult>> for ResultTool {
+    type Args = QuickCheckResult;
+    const NAME: &'static str = "result";
+    fn description(&self) -> String {
+        "Return the compliance check result for the drafted question.".into()
+    }
+    async fn run(
+        &self,
+        state: &mut Option<QuickCheckResult>,
+        args: QuickCheckResult,
+    ) -> Result<ToolOutput, ToolError> {
+        if !args.passed && args.violations.is_empty() {
+            return Err(ToolError::Rejected(
+                "a failed check must list its violations".into(),
+            ));
+        }
+        *state = Some(args);
+        Ok(ToolOutput::finish("recorded"))
+    }
+}
+
+fn prompt(form: &Form) -> String {
+    let topics: Vec<String> = form.topics().into_iter().map(|t| t.label).collect();
+    format!(
+        "You are QuickCheck, a compliance checker for a job-application interview. Before a question is sent \
+         to the applicant, check that: it is bound to the current field and its intent; it does not touch a \
+         prohibited topic ({}); it does not ask again for a fact already collected; its tone is polite and \
+         respectful{}. Call the `result` tool exactly once with passed and any violations \
+         (type: prohibited_topic, duplicate_question, tone_violation, no_intent_binding).",
+        topics.join(", "),
+        form.tone
+            .guidance
+            .as_deref()
+            .map(|g| format!(" ({g})"))
+            .unwrap_or_default()
+    )
+}
+
+/// The model's check of `question`; `None` when the model failed (the deterministic verdict stands).
+pub async fn model_check(
+    model: &dyn ChatModel,
+    form: &Form,
+    context: &SubtaskContext,
+    question: &str,
+    ledger: &LlmLedger,
+) -> Option<QuickCheckResult> {
+    let agent = Agent::new(AGENT, vec![typed(ResultTool)])
+        .with_max_iterations(3)
+        .with_remaining_tasks(|s: &Option<QuickCheckResult>| {
+            if s.is_none() {
+                vec!["Return the check with the result tool".into()]
+            } else {
+                Vec::new()
+            }
+        });
+    let instruction = format!("Check this drafted question:\n{question}");
+    match subtask(
+        &agent,
+        model,
+        &prompt(form),
+        context,
+        &instruction,
+        None,
+        ledger,
+    )
+    .await
+    {
+        Ok(result) => result.state,
+        Err(e) => {
+            tracing::warn!(error = %e, "model QuickCheck failed; the deterministic check stands");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows::interview::form::Form;
+
+    fn form() -> Form {
+        Form::parse(
+            "t",
+            r#"
+            title = "T"
+            variant = "application"
+            languages = ["en", "ja"]
+            [tone]
+            banned_phrases = ["be quick"]
+            [[fields]]
+            id = "motivation"
+            label = "Motivation"
+            question = "Why do you want to join us?"
+            "#,
+        )
+        .expect("form")
+    }
+
+    fn kinds(v: &[Violation]) -> Vec<ViolationType> {
+        v.iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn prohibited_topics_are_caught_in_both_languages() {
+        let f = form();
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "Are you married?",
+                &[],
+                &[]
+            )),
+            [ViolationType::ProhibitedTopic]
+        );
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "ご結婚はされていますか？",
+                &[],
+                &[]
+            )),
+            [ViolationType::ProhibitedTopic]
+        );
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "How old are you?",
+                &[],
+                &[]
+            )),
+            [ViolationType::ProhibitedTopic]
+        );
+        // word starts only: "embrace" is not "race"
+        assert!(
+            deterministic(
+                &f,
+                "motivation",
+                "Which values do you embrace at work?",
+                &[],
+                &[]
+            )
+            .is_empty()
+        );
+        assert!(
+            deterministic(&f, "motivation", "Why do you want to join us?", &[], &[]).is_empty()
+        );
+    }
+
+    #[test]
+    fn duplicates_bindings_and_tone() {
+        let f = form();
+        let answered = vec!["Why do you want to join us?".to_string()];
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "Why do you want to join us ?",
+                &answered,
+                &[]
+            )),
+            [ViolationType::DuplicateQuestion]
+        );
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "Tell me more.",
+                &[],
+                &["motivation".into()]
+            )),
+            [ViolationType::DuplicateQuestion]
+        );
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "salary",
+                "What salary do you expect?",
+                &[],
+                &[]
+            )),
+            [ViolationType::NoIntentBinding]
+        );
+        assert_eq!(
+            kinds(&deterministic(
+                &f,
+                "motivation",
+                "Be quick: why us?",
+                &[],
+                &[]
+            )),
+            [ViolationType::ToneViolation]
+        );
+    }
+}

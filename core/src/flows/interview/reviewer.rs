@@ -1,0 +1,367 @@
+//! Reviewer (seeds 000 / 001): decides whether an answer completes its field.
+//!
+//! Type validation runs in code first ([`validate`]: email, phone, number, date, url, choice,
+//! the field's pattern) and its verdict cannot be overruled. Then, with a model, the `review`
+//! tool returns `passed`, `feedback`, `missing_facts`, and (seed 001) `extracted_facts` and
+//! `field_value`. The rule-based floor passes a valid answer and records it as every fact of
+//! the field. [`extract_for_other_fields`] finds unambiguous values (emails, URLs, phone
+//! numbers) for later fields in any answer, so nothing is asked twice.
+
+use super::form::{FieldType, Form, FormField};
+use crate::agent::subtask::{SubtaskContext, subtask};
+use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::llm::ChatModel;
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+pub const AGENT: &str = "reviewer";
+
+/// A value the answer gave for another field (or a fact of this one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExtractedFact {
+    /// The field the value belongs to.
+    pub field_id: String,
+    /// The fact key within that field, if it is a fact rather than the field's value.
+    #[serde(default)]
+    pub fact_key: Option<String>,
+    pub value: String,
+}
+
+/// The seed's `ReviewResultSchema` (seed 001's extraction included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReviewResult {
+    pub passed: bool,
+    #[serde(default)]
+    pub feedback: Option<String>,
+    /// Facts of this field the answer does not establish yet.
+    #[serde(default)]
+    pub missing_facts: Vec<String>,
+    /// Facts for this or other fields found in the answer.
+    #[serde(default)]
+    pub extracted_facts: Vec<ExtractedFact>,
+    /// The field's value, normalised.
+    #[serde(default)]
+    pub field_value: Option<String>,
+}
+
+static EMAIL: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}").ok());
+static URL: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"https?://[^\s<>、。]+").ok());
+static PHONE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\+?[0-9][0-9 ()\-]{6,18}[0-9]").ok());
+static NUMBER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"-?[0-9]+(?:\.[0-9]+)?").ok());
+
+fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
+    re.as_ref()?.find(text).map(|m| m.as_str().to_string())
+}
+
+fn msg(lang: &str, en: &str, ja: &str) -> String {
+    if lang == "ja" { ja } else { en }.to_string()
+}
+
+fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
+    let cleaned: String = text
+        .trim()
+        .replace(['年', '月', '/', '.'], "-")
+        .replace('日', "");
+    let cleaned = cleaned.trim_end_matches('-');
+    chrono::NaiveDate::parse_from_str(cleaned, "%Y-%m-%d").ok()
+}
+
+/// Checks and normalises `answer` for `field`; the error is a message for the applicant.
+pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, String> {
+    let answer = answer.trim();
+    if answer.is_empty() {
+        return Err(msg(lang, "The answer is empty.", "回答が空です。"));
+    }
+    let value = match field.kind() {
+        FieldType::Text => answer.to_string(),
+        FieldType::Email => find(&EMAIL, answer).ok_or_else(|| {
+            msg(
+                lang,
+                "That doesn't look like an email address (for example name@example.com).",
+                "メールアドレスの形式ではないようです（例: name@example.com）。",
+            )
+        })?,
+        FieldType::Url => find(&URL, answer).ok_or_else(|| {
+            msg(
+                lang,
+                "Please give a full web address starting with https://.",
+                "https:// から始まるURLを入力してください。",
+            )
+        })?,
+        FieldType::Phone => {
+            let found = find(&PHONE, answer).filter(|p| {
+                let digits = p.chars().filter(char::is_ascii_digit).count();
+                (7..=15).contains(&digits)
+            });
+            found.ok_or_else(|| {
+                msg(
+                    lang,
+                    "That doesn't look like a phone number.",
+                    "電話番号の形式ではないようです。",
+                )
+            })?
+        }
+        FieldType::Number => {
+            let normalized: String = answer
+                .chars()
+                .map(|c| match c {
+                    '０'..='９' => {
+                        char::from_u32(c as u32 - '０' as u32 + '0' as u32).unwrap_or(c)
+                    }
+                    other => other,
+                })
+                .collect::<String>()
+                .replace(',', "");
+            find(&NUMBER, &normalized).ok_or_else(|| {
+                msg(
+                    lang,
+                    "Please answer with a number.",
+                    "数字で答えてください。",
+                )
+            })?
+        }
+        FieldType::Date => parse_date(answer)
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .ok_or_else(|| {
+                msg(
+                    lang,
+                    "Please give a date like 2025-04-01.",
+                    "2025-04-01 のような形式で日付を入力してください。",
+                )
+            })?,
+        FieldType::Choice => {
+            let lower = answer.to_lowercase();
+            let by_index = lower
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| field.options.get(n.checked_sub(1)?));
+            by_index
+                .or_else(|| {
+                    field.options.iter().find(|o| {
+                        o.value.to_lowercase() == lower
+                            || ["en", "ja"]
+                                .iter()
+                                .any(|l| o.label.get(l).to_lowercase() == lower)
+                    })
+                })
+                .map(|o| o.value.clone())
+                .ok_or_else(|| {
+                    let labels: Vec<&str> =
+                        field.options.iter().map(|o| o.label.get(lang)).collect();
+                    msg(lang, "Please pick one of: ", "次から選んでください: ")
+                        + &labels.join(" / ")
+                })?
+        }
+    };
+    if let Some(pattern) = &field.pattern {
+        let ok = Regex::new(pattern)
+            .map(|re| re.is_match(&value))
+            .unwrap_or(false);
+        if !ok {
+            return Err(msg(
+                lang,
+                "The answer is not in the expected format.",
+                "回答の形式が正しくありません。",
+            ));
+        }
+    }
+    Ok(value)
+}
+
+/// Unambiguous values for *other* open fields found in `answer` (emails, URLs, phones).
+pub fn extract_for_other_fields(
+    form: &Form,
+    current: &str,
+    open_fields: &[String],
+    answer: &str,
+) -> Vec<ExtractedFact> {
+    let mut out = Vec::new();
+    for id in open_fields.iter().filter(|id| id.as_str() != current) {
+        let Some(field) = form.field(id) else {
+            continue;
+        };
+        let value = match field.kind() {
+            FieldType::Email => find(&EMAIL, answer),
+            FieldType::Url => find(&URL, answer),
+            FieldType::Phone => {
+                find(&PHONE, answer).filter(|p| p.chars().filter(char::is_ascii_digit).count() >= 9)
+            }
+            _ => None,
+        };
+        if let Some(value) = value {
+            out.push(ExtractedFact {
+                field_id: id.clone(),
+                fact_key: None,
+                value,
+            });
+        }
+    }
+    out
+}
+
+/// The rule-based review of a valid answer.
+pub fn floor_review(field: &FormField, value: &str) -> ReviewResult {
+    ReviewResult {
+        passed: true,
+        feedback: None,
+        missing_facts: Vec::new(),
+        extracted_facts: field
+            .facts
+            .iter()
+            .map(|f| ExtractedFact {
+                field_id: field.id.clone(),
+                fact_key: Some(f.key.clone()),
+                value: value.to_string(),
+            })
+            .collect(),
+        field_value: Some(value.to_string()),
+    }
+}
+
+struct ReviewTool;
+
+impl TypedTool<Option<ReviewResult>> for ReviewTool {
+    type Args = ReviewResult;
+    const NAME: &'static str = "review";
+    fn description(&self) -> String {
+        "Return whether the answer completes the current field: passed, feedback, missing_facts (fact keys \
+         still missing), extracted_facts (values for this or other fields found in the answer) and field_value."
+            .into()
+    }
+    async fn run(
+        &self,
+        state: &mut Option<ReviewResult>,
+        args: ReviewResult,
+    ) -> Result<ToolOutput, ToolError> {
+        if args.passed
+            && args
+                .field_value
+                .as_deref()
+                .is_none_or(|v| v.trim().is_empty())
+        {
+            return Err(ToolError::Rejected(
+                "a passed review needs the field_value".into(),
+            ));
+        }
+        *state = Some(args);
+        Ok(ToolOutput::finish("recorded"))
+    }
+}
+
+fn prompt(form: &Form, field: &FormField) -> String {
+    let facts: Vec<String> = field
+        .facts
+        .iter()
+        .map(|f| format!("- {}: {} (done when: {})", f.key, f.fact, f.done_criteria))
+        .collect();
+    let others: Vec<String> = form
+        .fields
+        .iter()
+        .filter(|f| f.id != field.id)
+        .map(|f| format!("{} ({})", f.id, f.label.get("en")))
+        .collect();
+    format!(
+        "You are the Reviewer of an interview that fills the form {:?}. Check whether the applicant's answer \
+         completes the current field {:?} ({}; intent: {}). Required facts:\n{}\n\
+         If a fact is missing, set passed=false and list the missing fact keys in missing_facts with short \
+         feedback. Put the normalised value in field_value. If the answer also gives values for other fields \
+         ({}), add them to extracted_facts with their field_id. Call the `review` tool exactly once.",
+        form.id,
+        field.id,
+        field.label.get("en"),
+        field.intent.as_deref().unwrap_or("-"),
+        if facts.is_empty() {
+            "(none: a clear answer suffices)".to_string()
+        } else {
+            facts.join("\n")
+        },
+        others.join(", ")
+    )
+}
+
+/// The model's review; `None` when the model failed (the caller uses the floor).
+pub async fn model_review(
+    model: &dyn ChatModel,
+    form: &Form,
+    field: &FormField,
+    context: &SubtaskContext,
+    answer: &str,
+    ledger: &LlmLedger,
+) -> Option<ReviewResult> {
+    let agent = Agent::new(AGENT, vec![typed(ReviewTool)])
+        .with_max_iterations(3)
+        .with_remaining_tasks(|s: &Option<ReviewResult>| {
+            if s.is_none() {
+                vec!["Return the review with the review tool".into()]
+            } else {
+                Vec::new()
+            }
+        });
+    let instruction = format!("The applicant answered:\n{answer}");
+    match subtask(
+        &agent,
+        model,
+        &prompt(form, field),
+        context,
+        &instruction,
+        None,
+        ledger,
+    )
+    .await
+    {
+        Ok(result) => result.state,
+        Err(e) => {
+            tracing::warn!(error = %e, "model review failed; using the rule-based review");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(kind: &str) -> FormField {
+        let text = format!(
+            "title = \"t\"\nvariant = \"plain\"\n[[fields]]\nid = \"f\"\nlabel = \"F\"\ntype = \"{kind}\"\n\
+             [[fields.options]]\nvalue = \"remote\"\nlabel = {{ en = \"Remote\", ja = \"リモート\" }}\n"
+        );
+        Form::parse("t", &text).expect("form").fields.remove(0)
+    }
+
+    #[test]
+    fn values_are_validated_and_normalised_by_type() {
+        assert_eq!(
+            validate(&field("email"), "it's aiko@example.com thanks", "en"),
+            Ok("aiko@example.com".into())
+        );
+        assert!(validate(&field("email"), "aiko at example", "en").is_err());
+        assert_eq!(
+            validate(&field("date"), "2025年4月1日", "ja"),
+            Ok("2025-04-01".into())
+        );
+        assert!(validate(&field("date"), "next spring", "en").is_err());
+        assert_eq!(
+            validate(&field("number"), "about ５ years", "en"),
+            Ok("5".into())
+        );
+        assert_eq!(
+            validate(&field("choice"), "リモート", "ja"),
+            Ok("remote".into())
+        );
+        assert_eq!(validate(&field("choice"), "1", "ja"), Ok("remote".into()));
+        assert!(validate(&field("choice"), "office", "en").is_err());
+        assert!(validate(&field("phone"), "12", "en").is_err());
+        assert_eq!(
+            validate(&field("phone"), "+81 90-1234-5678", "en"),
+            Ok("+81 90-1234-5678".into())
+        );
+        assert!(validate(&field("url"), "my site", "en").is_err());
+        assert!(validate(&field("text"), "   ", "en").is_err());
+    }
+}
