@@ -198,3 +198,109 @@ async fn migrate_creates_the_database() {
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     assert!(dir.path().join("kaiwa.db").exists());
 }
+
+fn forms_config() -> String {
+    format!(
+        "[flows]\nforms_dir = \"{}/../config/forms\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[tokio::test]
+async fn a_whole_interview_runs_through_a_pipe_without_a_model_and_exports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = forms_config();
+    let answers = "1\nJapan\nAiko Sato\naiko@example.com\n2\n0\nRust, databases\n1\n";
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &[
+            "chat",
+            "interview",
+            "--form",
+            "event_signup",
+            "--user",
+            "aiko",
+        ],
+        answers,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("What name should we put on your badge?"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("- Email: aiko@example.com"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("Your answers have been submitted"),
+        "{}",
+        run.stdout
+    );
+
+    let csv = kaiwa(
+        dir.path(),
+        &config,
+        &["export", "--form", "event_signup", "--format", "csv"],
+        "",
+    )
+    .await;
+    assert_eq!(csv.code, Some(0), "stderr: {}", csv.stderr);
+    let lines: Vec<&str> = csv.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", csv.stdout);
+    assert!(lines[0].starts_with("id,created_at,status,applicant,platform,user_id,language,country,timezone,audit_passed,name,email,attendance,guests,topics,flags"), "{}", lines[0]);
+    assert!(lines[1].contains(",submitted,aiko,console,aiko,en,JP,Asia/Tokyo,,Aiko Sato,aiko@example.com,online,0,\"Rust, databases\","), "{}", lines[1]);
+
+    let json = kaiwa(
+        dir.path(),
+        &config,
+        &["export", "--form", "event_signup", "--format", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(json.code, Some(0), "stderr: {}", json.stderr);
+    let value: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
+    assert_eq!(value[0]["values"]["email"], "aiko@example.com");
+    assert_eq!(value[0]["status"], "submitted");
+}
+
+#[tokio::test]
+async fn check_validates_the_forms() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), &forms_config(), &["check"], "").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(run.stdout.contains("form engineer: ok"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("form event_signup: ok"),
+        "{}",
+        run.stdout
+    );
+
+    let forms = dir.path().join("forms");
+    std::fs::create_dir_all(&forms).expect("forms dir");
+    std::fs::write(
+        forms.join("bad.toml"),
+        "title = \"Bad\"\nvariant = \"application\"\n[[fields]]\nid = \"age\"\nlabel = \"Age\"\nrequired = true\ntype = \"colour\"\n[[fields]]\nid = \"q\"\nlabel = \"Q\"\nrequired = true\nquestion = \"How old are you?\"\n",
+    )
+    .expect("form written");
+    let config = format!("[flows]\nforms_dir = \"{}\"\n", forms.display());
+    let run = kaiwa(dir.path(), &config, &["check"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stdout.contains("unknown type \"colour\""),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("required field \"age\" has no question"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("fails QuickCheck"), "{}", run.stdout);
+}

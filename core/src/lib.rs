@@ -23,3 +23,5 @@ pub mod message;
 pub mod orchestrator;
 pub mod state;
 pub mod store;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testing;

@@ -86,33 +86,7 @@ impl Flow for Probe {
     }
 }
 
-#[derive(Default)]
-struct Collect {
-    items: std::sync::Mutex<Vec<(SessionKey, Outgoing)>>,
-}
-
-impl Collect {
-    fn texts(&self) -> Vec<String> {
-        self.items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter_map(|(_, o)| match o {
-                Outgoing::Text { text } => Some(text.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl Outbox for Collect {
-    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
-        let mut all = self.items.lock().unwrap_or_else(|p| p.into_inner());
-        all.extend(items.iter().map(|o| (key.clone(), o.clone())));
-        Ok(())
-    }
-}
+type Collect = crate::testing::RecordingOutbox;
 
 async fn setup(probe: Arc<Probe>) -> (Orchestrator, Arc<SqliteStore>) {
     let store = Arc::new(

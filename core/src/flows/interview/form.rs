@@ -252,15 +252,15 @@ impl Form {
             if field.id.trim().is_empty() {
                 problems.push("a field has an empty id".into());
             }
-            let Some(kind) = parse_type(&field.field_type) else {
-                problems.push(format!(
+            match parse_type(&field.field_type) {
+                None => problems.push(format!(
                     "field {:?} has unknown type {:?} (text, email, phone, number, date, url, choice)",
                     field.id, field.field_type
-                ));
-                continue;
-            };
-            if kind == FieldType::Choice && field.options.is_empty() {
-                problems.push(format!("choice field {:?} has no options", field.id));
+                )),
+                Some(FieldType::Choice) if field.options.is_empty() => {
+                    problems.push(format!("choice field {:?} has no options", field.id));
+                }
+                Some(_) => {}
             }
             if let Some(p) = &field.pattern
                 && let Err(e) = regex::Regex::new(p)

@@ -1,1 +1,696 @@
-//! Interview flow tests.
+//! Whole interviews through the orchestrator, with the rule-based floor and with a fake
+//! model that plays each agent (and, in the invariant tests, tries to break the rules).
+
+use super::*;
+use crate::admin::CollectingAdminSink;
+use crate::flow::FlowRegistry;
+use crate::llm::scripted::ScriptedModel;
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, ModelRouter};
+use crate::message::{Body, Incoming, Platform, UserRef};
+use crate::orchestrator::Orchestrator;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Store, SubmissionStatus};
+use crate::testing::RecordingOutbox;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const ENGINEER: &str = include_str!("../../../../config/forms/engineer.toml");
+const SIGNUP: &str = include_str!("../../../../config/forms/event_signup.toml");
+
+fn forms() -> Vec<Form> {
+    vec![
+        Form::parse("engineer", ENGINEER).expect("engineer form"),
+        Form::parse("event_signup", SIGNUP).expect("signup form"),
+    ]
+}
+
+struct Harness {
+    orchestrator: Orchestrator,
+    store: Arc<SqliteStore>,
+    outbox: RecordingOutbox,
+    admin: Arc<CollectingAdminSink>,
+    n: AtomicUsize,
+    form: String,
+}
+
+impl Harness {
+    async fn new(url: &str, models: ModelRouter, form: &str) -> Harness {
+        let store = Arc::new(SqliteStore::connect(url).await.expect("store"));
+        let admin = Arc::new(CollectingAdminSink::default());
+        let flows =
+            FlowRegistry::new(vec![Arc::new(InterviewFlow::new(forms(), None))]).expect("flows");
+        Harness {
+            orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
+            store,
+            outbox: RecordingOutbox::default(),
+            admin,
+            n: AtomicUsize::new(0),
+            form: form.to_string(),
+        }
+    }
+
+    async fn send(&self, body: Body) -> Vec<String> {
+        self.outbox.clear();
+        let n = self.n.fetch_add(1, Ordering::SeqCst);
+        let incoming = Incoming {
+            platform: Platform::Console,
+            chat: "c".into(),
+            thread: String::new(),
+            user: UserRef {
+                id: "applicant".into(),
+                display_name: "Hanako".into(),
+            },
+            message_id: format!("m{n}"),
+            body,
+            flow: Some(ID.into()),
+            flow_arg: Some(self.form.clone()),
+        };
+        self.orchestrator
+            .handle(incoming, &self.outbox)
+            .await
+            .expect("turn");
+        self.outbox.texts()
+    }
+
+    async fn open(&self) -> Vec<String> {
+        self.send(Body::Open).await
+    }
+
+    async fn say(&self, text: &str) -> Vec<String> {
+        self.send(Body::Text { text: text.into() }).await
+    }
+
+    async fn choose(&self, value: &str) -> Vec<String> {
+        let key = crate::message::SessionKey {
+            platform: Platform::Console,
+            chat: "c".into(),
+            thread: String::new(),
+            user: "applicant".into(),
+        };
+        let session = self
+            .store
+            .active_session(&key)
+            .await
+            .expect("loads")
+            .expect("active session");
+        let request = session.pending_options.expect("options are pending");
+        self.send(Body::Choice {
+            request_id: request.request_id,
+            values: vec![value.into()],
+        })
+        .await
+    }
+
+    async fn state(&self) -> InterviewState {
+        let key = crate::message::SessionKey {
+            platform: Platform::Console,
+            chat: "c".into(),
+            thread: String::new(),
+            user: "applicant".into(),
+        };
+        let session = match self.store.active_session(&key).await.expect("loads") {
+            Some(s) => s,
+            None => {
+                let sub = self.store.submissions(None).await.expect("subs");
+                let id = sub
+                    .last()
+                    .and_then(|s| s.session_id)
+                    .expect("a finished session");
+                self.store
+                    .session(id)
+                    .await
+                    .expect("loads")
+                    .expect("exists")
+            }
+        };
+        serde_json::from_value(session.state).expect("state")
+    }
+}
+
+fn last(texts: &[String]) -> String {
+    texts.last().cloned().unwrap_or_default()
+}
+
+// ---- a fake model that plays every agent ----
+
+fn system_of(req: &ChatRequest) -> String {
+    match req.messages.first() {
+        Some(ChatMessage::System { content }) => content.clone(),
+        _ => String::new(),
+    }
+}
+
+fn last_user(req: &ChatRequest) -> String {
+    req.messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ChatMessage::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn last_tool_result(req: &ChatRequest) -> Option<String> {
+    match req.messages.last() {
+        Some(ChatMessage::Tool { content, .. }) => Some(content.clone()),
+        _ => None,
+    }
+}
+
+fn current_field(req: &ChatRequest) -> String {
+    let system = system_of(req);
+    system
+        .split("id=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn has_tool(req: &ChatRequest, name: &str) -> bool {
+    req.tools.iter().any(|t| t.name == name)
+}
+
+type Rule = dyn Fn(&ChatRequest) -> Option<ChatResponse> + Send + Sync;
+
+/// Plays each agent sensibly; `special` answers first when it returns something.
+fn fake_model(special: Arc<Rule>) -> ScriptedModel {
+    ScriptedModel::repeating(move |req| {
+        if let Some(r) = special(req) {
+            return r;
+        }
+        if has_tool(req, "set_language") {
+            return match last_tool_result(req) {
+                None => ChatResponse::tool_call("set_country", json!({"country": "Japan"})),
+                Some(r) if r.starts_with("country set") => {
+                    ChatResponse::tool_call("set_timezone", json!({}))
+                }
+                Some(_) => ChatResponse::text("Thank you!"),
+            };
+        }
+        if has_tool(req, "create_plan") {
+            // a valid plan in a custom order: the motivation first
+            let order = [
+                "motivation",
+                "full_name",
+                "email",
+                "experience_years",
+                "skills",
+                "work_style",
+                "start_date",
+                "portfolio",
+            ];
+            let fields: Vec<Value> = order
+                .iter()
+                .map(|id| json!({"field_id": id, "label": id, "intent": "-", "required": true}))
+                .collect();
+            return ChatResponse::tool_call("create_plan", json!({ "fields": fields }));
+        }
+        if has_tool(req, "review") {
+            let answer = last_user(req)
+                .rsplit("The applicant answered:\n")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            return ChatResponse::tool_call(
+                "review",
+                json!({"passed": true, "field_value": answer}),
+            );
+        }
+        if has_tool(req, "result") && system_of(req).starts_with("You are QuickCheck") {
+            return ChatResponse::tool_call("result", json!({"passed": true}));
+        }
+        if has_tool(req, "result") {
+            return ChatResponse::tool_call(
+                "result",
+                json!({"passed": true, "summary": "Strong candidate, model audit."}),
+            );
+        }
+        if has_tool(req, "ask") {
+            let field = current_field(req);
+            return ChatResponse::tool_call(
+                "ask",
+                json!({"field_id": field, "question": format!("[model] Tell me about {field}?")}),
+            );
+        }
+        ChatResponse::text("?")
+    })
+}
+
+fn router(model: &ScriptedModel) -> ModelRouter {
+    ModelRouter::new(Some(Arc::new(model.clone())))
+}
+
+fn agents_called(model: &ScriptedModel) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .map(|r| {
+            if has_tool(r, "set_language") {
+                "greeter"
+            } else if has_tool(r, "create_plan") {
+                "architect"
+            } else if has_tool(r, "review") {
+                "reviewer"
+            } else if has_tool(r, "result") && system_of(r).starts_with("You are QuickCheck") {
+                "quick_check"
+            } else if has_tool(r, "result") {
+                "auditor"
+            } else {
+                "interviewer"
+            }
+            .to_string()
+        })
+        .collect()
+}
+
+// ---- whole interviews ----
+
+#[tokio::test]
+async fn an_application_in_english_with_a_model_runs_every_agent() {
+    let model = fake_model(Arc::new(|_| None));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    let opened = h.open().await;
+    assert!(opened[0].contains("Software Engineer application"));
+    assert!(last(&opened).contains("Which language"));
+    assert_eq!(last(&h.choose("en").await), "Which country do you live in?");
+    let first = h.say("I live in Japan").await;
+    assert_eq!(
+        last(&first),
+        "[model] Tell me about motivation?",
+        "the Architect's order is used"
+    );
+    for answer in [
+        "I love building tools",
+        "Hanako Yamada",
+        "hanako@example.com",
+        "7",
+        "Rust, Go",
+    ] {
+        h.say(answer).await;
+    }
+    // work_style is a choice: the model's question comes with the options
+    let options = h
+        .outbox
+        .last_options()
+        .expect("options for the choice field");
+    assert_eq!(options.prompt, "[model] Tell me about work_style?");
+    h.choose("hybrid").await;
+    h.say("2026-04-01").await;
+    let end = h.say("https://github.com/hanako").await;
+    assert!(last(&end).contains("submitted"), "{end:?}");
+
+    let st = h.state().await;
+    assert_eq!(st.country.as_deref(), Some("JP"));
+    assert_eq!(st.timezone.as_deref(), Some("Asia/Tokyo"));
+    assert_eq!(st.field("work_style").value.as_deref(), Some("hybrid"));
+    assert_eq!(st.field("experience_years").value.as_deref(), Some("7"));
+    let subs = h.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Submitted);
+    assert_eq!(subs[0].submission.values["email"], "hanako@example.com");
+    let notices = h.admin.notices();
+    assert_eq!(notices.len(), 1);
+    assert!(notices[0].body.contains("Strong candidate, model audit."));
+
+    let agents = agents_called(&model);
+    for agent in [
+        "greeter",
+        "architect",
+        "interviewer",
+        "quick_check",
+        "reviewer",
+        "auditor",
+    ] {
+        assert!(agents.iter().any(|a| a == agent), "{agent} ran: {agents:?}");
+    }
+    assert_eq!(
+        agents.last().map(String::as_str),
+        Some("auditor"),
+        "the Auditor runs last"
+    );
+    // every question was checked: one QuickCheck per interviewer draft
+    let drafts = agents.iter().filter(|a| *a == "interviewer").count();
+    let checks = agents.iter().filter(|a| *a == "quick_check").count();
+    assert_eq!(drafts, 8);
+    assert_eq!(checks, 8);
+    let ledger = h.store.llm_calls(None).await.expect("ledger");
+    assert_eq!(
+        ledger.len(),
+        agents.len(),
+        "every model call is in the ledger"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_signup_in_japanese_without_a_model_confirms_and_can_change_an_answer() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "event_signup").await;
+    h.open().await;
+    assert_eq!(
+        last(&h.choose("ja").await),
+        "お住まいの国を教えてください。"
+    );
+    let q = h.say("日本").await;
+    assert_eq!(last(&q), "名札に記載するお名前を教えてください。");
+    assert_eq!(
+        last(&h.say("山田 花子").await),
+        "詳細をお送りするメールアドレスを教えてください。"
+    );
+    let invalid = h.say("メールはまだありません").await;
+    assert!(
+        last(&invalid).contains("メールアドレスの形式ではないようです"),
+        "{invalid:?}"
+    );
+    h.say("hanako@example.com").await;
+    assert_eq!(h.outbox.last_options().map(|o| o.options.len()), Some(2));
+    h.choose("online").await;
+    h.say("2").await;
+    let confirm = h.say("Rust").await;
+    assert!(
+        confirm
+            .iter()
+            .any(|t| t.contains("- メールアドレス: hanako@example.com")),
+        "{confirm:?}"
+    );
+    assert_eq!(last(&confirm), "この内容でよろしいですか？");
+
+    h.choose("change").await;
+    let asked = h.choose("email").await;
+    assert_eq!(
+        last(&asked),
+        "詳細をお送りするメールアドレスを教えてください。"
+    );
+    let confirm = h.say("h.yamada@example.org").await;
+    assert!(
+        confirm.iter().any(|t| t.contains("h.yamada@example.org")),
+        "{confirm:?}"
+    );
+    let done = h.choose("confirm").await;
+    assert!(last(&done).contains("送信しました"), "{done:?}");
+
+    let subs = h
+        .store
+        .submissions(Some("event_signup"))
+        .await
+        .expect("subs");
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Submitted);
+    assert_eq!(subs[0].submission.values["email"], "h.yamada@example.org");
+    assert_eq!(subs[0].submission.values["attendance"], "online");
+    assert_eq!(subs[0].submission.values["guests"], "2");
+    assert!(
+        subs[0].submission.audit.is_none(),
+        "no Auditor in the plain variant"
+    );
+    assert!(h.admin.notices().is_empty());
+}
+
+#[tokio::test]
+async fn a_country_with_several_time_zones_asks_which_one() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "event_signup").await;
+    h.open().await;
+    h.choose("en").await;
+    h.say("United States").await;
+    let options = h.outbox.last_options().expect("zone options");
+    assert!(options.options.iter().any(|o| o.value == "America/Chicago"));
+    let next = h.choose("America/Chicago").await;
+    assert_eq!(last(&next), "What name should we put on your badge?");
+    assert_eq!(h.state().await.timezone.as_deref(), Some("America/Chicago"));
+}
+
+// ---- invariants ----
+
+#[tokio::test]
+async fn a_prohibited_question_never_reaches_the_applicant_even_when_the_model_check_passes_it() {
+    let model = fake_model(Arc::new(|req| {
+        (has_tool(req, "ask") && !has_tool(req, "set_language") && current_field(req) == "motivation").then(|| {
+            ChatResponse::tool_call("ask", json!({"field_id": "motivation", "question": "Are you married, and do you plan to have children?"}))
+        })
+    }));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let asked = h.say("Japan").await;
+    assert_eq!(
+        last(&asked),
+        "What draws you to this position?",
+        "the template replaces the blocked drafts"
+    );
+    let everything: Vec<String> = h
+        .store
+        .recent_messages(1, 100)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert!(
+        !everything.iter().any(|t| t.contains("married")),
+        "{everything:?}"
+    );
+    let st = h.state().await;
+    assert_eq!(st.blocked_drafts, interviewer::MAX_BLOCKED_DRAFTS);
+    // the deterministic check blocked them before the model's QuickCheck was even asked
+    assert!(!agents_called(&model).iter().any(|a| a == "quick_check"));
+}
+
+#[tokio::test]
+async fn the_model_quick_check_blocks_a_draft_and_the_interviewer_redrafts() {
+    let model = fake_model(Arc::new(|req| {
+        if has_tool(req, "result")
+            && system_of(req).starts_with("You are QuickCheck")
+            && last_user(req).contains("salary")
+        {
+            return Some(ChatResponse::tool_call(
+                "result",
+                json!({"passed": false, "violations": [{"type": "tone_violation", "message": "too pushy"}]}),
+            ));
+        }
+        if has_tool(req, "ask")
+            && !has_tool(req, "set_language")
+            && current_field(req) == "motivation"
+        {
+            let question = if last_tool_result(req).is_some() {
+                "What draws you to us?"
+            } else {
+                "What salary would make you join right now?"
+            };
+            return Some(ChatResponse::tool_call(
+                "ask",
+                json!({"field_id": "motivation", "question": question}),
+            ));
+        }
+        None
+    }));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let asked = h.say("Japan").await;
+    assert_eq!(last(&asked), "What draws you to us?");
+    assert_eq!(h.state().await.blocked_drafts, 1);
+}
+
+#[tokio::test]
+async fn a_question_for_another_field_is_refused() {
+    let model = fake_model(Arc::new(|req| {
+        (has_tool(req, "ask")
+            && !has_tool(req, "set_language")
+            && current_field(req) == "motivation"
+            && last_tool_result(req).is_none())
+        .then(|| {
+            ChatResponse::tool_call(
+                "ask",
+                json!({"field_id": "email", "question": "What is your email?"}),
+            )
+        })
+    }));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let asked = h.say("Japan").await;
+    assert_eq!(last(&asked), "[model] Tell me about motivation?");
+    assert!(!asked.iter().any(|t| t.contains("email")));
+}
+
+#[tokio::test]
+async fn no_field_advances_without_the_reviewer_and_exhausted_follow_ups_block_the_submission() {
+    // the Reviewer never accepts the motivation; the interviewer model keeps trying
+    let model = fake_model(Arc::new(|req| {
+        (has_tool(req, "review") && system_of(req).contains("\"motivation\"")).then(|| {
+            ChatResponse::tool_call(
+                "review",
+                json!({"passed": false, "missing_facts": ["reason"], "feedback": "too vague"}),
+            )
+        })
+    }));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    h.say("Japan").await;
+    for i in 0..3 {
+        let follow = h.say(&format!("vague answer {i}")).await;
+        assert_eq!(
+            last(&follow),
+            "[model] Tell me about motivation?",
+            "still on the field after review {i}"
+        );
+        assert_eq!(
+            h.state().await.field("motivation").status,
+            FieldStatus::Interviewing
+        );
+    }
+    let moved = h.say("vague answer 3").await;
+    assert_eq!(last(&moved), "[model] Tell me about full_name?");
+    assert_eq!(
+        h.state().await.field("motivation").status,
+        FieldStatus::Incomplete
+    );
+    for answer in ["Hanako", "h@example.com", "3", "Rust"] {
+        h.say(answer).await;
+    }
+    h.choose("remote").await;
+    h.say("2026-04-01").await;
+    let end = h.say("https://example.com").await;
+    assert!(last(&end).contains("not submitted"), "{end:?}");
+    let subs = h.store.submissions(None).await.expect("subs");
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Incomplete);
+    assert_eq!(
+        subs[0].submission.flags["missing_required"],
+        json!(["motivation"])
+    );
+    let notice = &h.admin.notices()[0];
+    assert!(
+        notice
+            .fields
+            .iter()
+            .any(|(k, v)| k == "Audit" && v == "FAILED"),
+        "{notice:?}"
+    );
+    assert!(
+        notice
+            .fields
+            .iter()
+            .any(|(k, v)| k == "Violations" && v.contains("incomplete_field"))
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_plan_goes_back_to_the_model_then_falls_back_to_sort_order() {
+    let model = fake_model(Arc::new(|req| {
+        has_tool(req, "create_plan").then(|| {
+            ChatResponse::tool_call("create_plan", json!({"fields": [{"field_id": "nope", "label": "x", "intent": "x", "required": true}]}))
+        })
+    }));
+    let h = Harness::new("sqlite::memory:", router(&model), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let asked = h.say("Japan").await;
+    assert_eq!(
+        last(&asked),
+        "[model] Tell me about full_name?",
+        "sort_order after the Architect failed"
+    );
+    let architect_calls: Vec<ChatRequest> = model
+        .requests()
+        .into_iter()
+        .filter(|r| has_tool(r, "create_plan"))
+        .collect();
+    assert_eq!(architect_calls.len(), 4);
+    let feedback = last_tool_result(&architect_calls[1]).unwrap_or_default();
+    assert!(
+        feedback.contains("unknown field id \"nope\"")
+            && feedback.contains("required field \"email\" is missing"),
+        "{feedback}"
+    );
+}
+
+#[tokio::test]
+async fn the_floor_runs_a_whole_application_and_uses_an_answer_that_covers_two_fields() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    h.say("Japan").await;
+    let next = h
+        .say("Hanako Yamada, you can reach me at hanako@example.com")
+        .await;
+    assert_eq!(
+        last(&next),
+        "How many years of professional software development experience do you have?",
+        "email was not asked"
+    );
+    assert_eq!(
+        h.state().await.field("email").value.as_deref(),
+        Some("hanako@example.com")
+    );
+    h.say("five").await; // not a number: a follow-up
+    assert!(
+        h.outbox
+            .texts()
+            .iter()
+            .any(|t| t.contains("Please answer with a number"))
+    );
+    h.say("5").await;
+    h.say("Rust").await;
+    h.say("I want to build developer tools").await;
+    h.choose("remote").await;
+    h.say("2026-04-01").await;
+    let end = h.say("https://github.com/hanako").await;
+    assert!(last(&end).contains("submitted"));
+    let notice = &h.admin.notices()[0];
+    assert!(
+        notice.body.contains("- Email address: hanako@example.com"),
+        "{}",
+        notice.body
+    );
+    assert!(
+        notice
+            .fields
+            .iter()
+            .any(|(k, v)| k == "Audit" && v == "passed")
+    );
+    let st = h.state().await;
+    assert_eq!(st.asked.iter().filter(|a| a.field_id == "email").count(), 0);
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_resumes_at_the_same_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    {
+        let h = Harness::new(&url, ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose("ja").await;
+        h.say("日本").await;
+        h.say("山田 花子").await;
+        let q = h.say("hanako@example.com").await;
+        assert_eq!(last(&q), "ソフトウェア開発の実務経験は何年ですか？");
+        h.store.close().await;
+    }
+    let h = Harness::new(&url, ModelRouter::none(), "engineer").await;
+    h.n.store(100, Ordering::SeqCst);
+    let resumed = h.open().await;
+    assert_eq!(
+        resumed,
+        [
+            "おかえりなさい。前回の続きから再開します。",
+            "ソフトウェア開発の実務経験は何年ですか？"
+        ]
+    );
+    let next = h.say("5").await;
+    assert_eq!(
+        last(&next),
+        "よく使うプログラミング言語や技術を教えてください。"
+    );
+    let st = h.state().await;
+    assert_eq!(st.field("full_name").value.as_deref(), Some("山田 花子"));
+    assert_eq!(st.field("experience_years").value.as_deref(), Some("5"));
+    assert_eq!(
+        st.asked
+            .iter()
+            .filter(|a| a.field_id == "experience_years")
+            .count(),
+        1,
+        "nothing asked twice"
+    );
+}
