@@ -7,6 +7,7 @@ use kaiwa_core::admin::AdminSink;
 use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
 use kaiwa_core::flows::{FlowConfig, builtin};
+use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::orchestrator::Orchestrator;
@@ -46,11 +47,22 @@ pub fn load_forms(settings: &Settings) -> anyhow::Result<Vec<Form>> {
     load_forms_dir(dir).map_err(anyhow::Error::msg)
 }
 
+/// The knowledge base of `[flows] kb_dir` (a missing folder is an empty base).
+pub fn open_kb(settings: &Settings) -> anyhow::Result<KnowledgeBase> {
+    KnowledgeBase::open(&settings.flows.kb_dir).with_context(|| {
+        format!(
+            "cannot index the knowledge base in {}",
+            settings.flows.kb_dir
+        )
+    })
+}
+
 /// The flows enabled by `settings`, with their default.
 pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
     let config = FlowConfig {
         forms: load_forms(settings)?,
         default_form: settings.flows.default_form.clone(),
+        kb: Some(Arc::new(open_kb(settings)?)),
     };
     if let Some(form) = &config.default_form
         && !config.forms.iter().any(|f| &f.id == form)

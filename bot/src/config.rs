@@ -45,6 +45,9 @@ pub struct FlowSettings {
     pub forms_dir: String,
     /// The form an interview uses when none is named.
     pub default_form: Option<String>,
+    /// The help-desk knowledge base: `*.md` and `*.txt` files under this folder.
+    #[serde(default = "default_kb_dir")]
+    pub kb_dir: String,
 }
 
 impl Default for FlowSettings {
@@ -53,8 +56,13 @@ impl Default for FlowSettings {
             default: None,
             forms_dir: default_forms_dir(),
             default_form: None,
+            kb_dir: default_kb_dir(),
         }
     }
+}
+
+fn default_kb_dir() -> String {
+    "config/kb".into()
 }
 
 fn default_forms_dir() -> String {

@@ -51,6 +51,11 @@ enum Command {
     Migrate,
     /// Validate the configuration and the forms.
     Check,
+    /// Knowledge-base maintenance.
+    Kb {
+        #[command(subcommand)]
+        command: KbCommand,
+    },
     /// Write the stored submissions of a form as CSV or JSON.
     Export {
         /// The form id.
@@ -61,6 +66,18 @@ enum Command {
         /// Output file (default: stdout).
         #[arg(long)]
         output: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KbCommand {
+    /// Index the knowledge base and report what it holds.
+    Index,
+    /// Search the knowledge base (to check what the help-desk will find).
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 3)]
+        k: usize,
     },
 }
 
@@ -141,6 +158,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 flows.ids().join(", "),
                 flows.default_flow()
             );
+            let (files, passages) = app::open_kb(&settings)?.stats();
+            println!(
+                "knowledge base: {files} files, {passages} passages ({})",
+                settings.flows.kb_dir
+            );
             let forms = app::load_forms(&settings)?;
             let mut failed = false;
             for form in &forms {
@@ -164,6 +186,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if failed {
                 bail!("some forms are invalid");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kb { command } => {
+            let kb = app::open_kb(&settings)?;
+            match command {
+                KbCommand::Index => {
+                    let (files, passages) = kb.stats();
+                    println!(
+                        "knowledge base {}: {files} files, {passages} passages indexed",
+                        settings.flows.kb_dir
+                    );
+                }
+                KbCommand::Search { query, k } => {
+                    for (i, p) in kb
+                        .search(&query, k)
+                        .context("search failed")?
+                        .iter()
+                        .enumerate()
+                    {
+                        println!("[{}] {} (score {:.2})", i + 1, p.citation(), p.score);
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -6,7 +6,7 @@
 //! [`SessionRecord::apply`], so every store implementation applies them the same way.
 
 use crate::message::OptionsRequest;
-use crate::store::{SessionRecord, SessionStatus, Submission};
+use crate::store::{SessionRecord, SessionStatus, Submission, Ticket};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +44,15 @@ pub enum StateChange {
     SaveSubmission {
         submission: Submission,
     },
+    /// A help-desk question and its answer.
+    SaveTicket {
+        ticket: Ticket,
+    },
+    /// The user's verdict on a ticket's answer: `solved`, `not_solved` or `human`.
+    SetTicketFeedback {
+        ticket_no: i64,
+        feedback: String,
+    },
 }
 
 impl SessionRecord {
@@ -59,7 +68,9 @@ impl SessionRecord {
             StateChange::EndSession => self.status = SessionStatus::Finished,
             StateChange::AddUserMessage { .. }
             | StateChange::AddAssistantMessage { .. }
-            | StateChange::SaveSubmission { .. } => {}
+            | StateChange::SaveSubmission { .. }
+            | StateChange::SaveTicket { .. }
+            | StateChange::SetTicketFeedback { .. } => {}
         }
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod subtask;
 pub mod tool;
+pub mod workflow;
 
 pub use tool::{Control, Tool, ToolError, ToolOutput, TypedTool, typed};
 

@@ -1,27 +1,35 @@
-//! The flows Kaiwa runs, one folder (or file) per seed family. [`builtin`] lists those that
-//! are ready; the binary enables them per configuration.
+//! The flows Kaiwa runs, one folder per seed family. [`builtin`] builds them from the
+//! [`FlowConfig`] the binary loads (forms, knowledge base).
 
 pub mod assistant;
+pub mod helpdesk;
 pub mod interview;
 
 use crate::flow::Flow;
+use crate::kb::KnowledgeBase;
 use interview::form::Form;
 use std::sync::Arc;
 
 /// What the built-in flows are configured with (loaded by the binary).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct FlowConfig {
     pub forms: Vec<Form>,
     pub default_form: Option<String>,
+    /// The help-desk's knowledge base; without one the help-desk flow is not offered.
+    pub kb: Option<Arc<KnowledgeBase>>,
 }
 
 /// Every built-in flow, the default first.
 pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
-    vec![
+    let mut flows: Vec<Arc<dyn Flow>> = vec![
         Arc::new(assistant::AssistantFlow),
         Arc::new(interview::InterviewFlow::new(
             config.forms.clone(),
             config.default_form.clone(),
         )),
-    ]
+    ];
+    if let Some(kb) = &config.kb {
+        flows.push(Arc::new(helpdesk::HelpdeskFlow::new(kb.clone())));
+    }
+    flows
 }

@@ -175,6 +175,21 @@ pub struct SubmissionRecord {
     pub submission: Submission,
 }
 
+/// A help-desk question answered in a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ticket {
+    /// 1, 2, … within the session.
+    pub ticket_no: i64,
+    pub question: String,
+    pub plan: Vec<String>,
+    /// sub-task → its answer, tries and completion
+    pub sub_answers: serde_json::Value,
+    pub answer: String,
+    /// `path#heading` of every passage cited, in citation order.
+    pub sources: Vec<String>,
+    pub feedback: Option<String>,
+}
+
 /// A platform update marked as processed by the commit that handles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessedUpdate {
@@ -279,6 +294,8 @@ pub trait Store: Send + Sync {
     /// Stored submissions, oldest first, optionally of one form.
     async fn submissions(&self, form_id: Option<&str>)
     -> Result<Vec<SubmissionRecord>, StoreError>;
+    /// The help-desk tickets of a session, in order.
+    async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).
     async fn close(&self);
 }

@@ -6,7 +6,7 @@
 
 use super::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
-    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, TurnCommit,
+    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit,
 };
 use crate::message::{Platform, SessionKey};
 use crate::state::StateChange;
@@ -234,6 +234,35 @@ fn submission_from_row(row: &SqliteRow) -> Result<SubmissionRecord, StoreError> 
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM helpdesk_tickets WHERE session_id = ? ORDER BY ticket_no")
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::db("reading tickets"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("ticket row", e);
+                let json = |col: &str| -> Result<serde_json::Value, StoreError> {
+                    let text: String = row.try_get(col).map_err(get)?;
+                    serde_json::from_str(&text).map_err(|e| corrupt("ticket JSON", e))
+                };
+                Ok(Ticket {
+                    ticket_no: row.try_get("ticket_no").map_err(get)?,
+                    question: row.try_get("question").map_err(get)?,
+                    plan: serde_json::from_value(json("plan")?)
+                        .map_err(|e| corrupt("ticket plan", e))?,
+                    sub_answers: json("sub_answers")?,
+                    answer: row.try_get("answer").map_err(get)?,
+                    sources: serde_json::from_value(json("sources")?)
+                        .map_err(|e| corrupt("ticket sources", e))?,
+                    feedback: row.try_get("feedback").map_err(get)?,
+                })
+            })
+            .collect()
+    }
+
     async fn submissions(
         &self,
         form_id: Option<&str>,
@@ -462,8 +491,46 @@ impl Store for SqliteStore {
         }
 
         for change in &commit.changes {
-            if let StateChange::SaveSubmission { submission } = change {
-                insert_submission(&mut tx, session.id, &key, submission, now_ms).await?;
+            match change {
+                StateChange::SaveSubmission { submission } => {
+                    insert_submission(&mut tx, session.id, &key, submission, now_ms).await?;
+                }
+                StateChange::SaveTicket { ticket } => {
+                    let json = |v: &serde_json::Value| {
+                        serde_json::to_string(v).map_err(|e| corrupt("ticket", e))
+                    };
+                    sqlx::query(
+                        "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
+                         feedback, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(session.id)
+                    .bind(ticket.ticket_no)
+                    .bind(&ticket.question)
+                    .bind(json(&serde_json::json!(ticket.plan))?)
+                    .bind(json(&ticket.sub_answers)?)
+                    .bind(&ticket.answer)
+                    .bind(json(&serde_json::json!(ticket.sources))?)
+                    .bind(&ticket.feedback)
+                    .bind(now_ms)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db("saving the ticket"))?;
+                }
+                StateChange::SetTicketFeedback {
+                    ticket_no,
+                    feedback,
+                } => {
+                    sqlx::query("UPDATE helpdesk_tickets SET feedback = ?, updated_ms = ? WHERE session_id = ? AND ticket_no = ?")
+                        .bind(feedback)
+                        .bind(now_ms)
+                        .bind(session.id)
+                        .bind(ticket_no)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(StoreError::db("saving the feedback"))?;
+                }
+                _ => {}
             }
         }
         insert_llm_calls(&mut tx, Some(session.id), &commit.llm_calls).await?;

@@ -1,0 +1,485 @@
+//! [`Desk`]: one help-desk question as a [`PlanExecuteReflect`] workflow — the seed 003 nodes
+//! `create_plan`, `select_tools` / `execute_tools` / `create_subtask_answer` (one agent loop
+//! over the knowledge-base tools), `reflect_subtask` and `create_answer`, each with its
+//! rule-based floor.
+
+use crate::agent::workflow::{
+    PlanExecuteReflect, Reflection, ReflectionLike, TaskOutcome, structured,
+};
+use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::kb::{KnowledgeBase, Passage};
+use crate::llm::{ChatMessage, ModelRouter};
+use async_trait::async_trait;
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::{Arc, LazyLock};
+
+pub const PLANNER: &str = "helpdesk_planner";
+pub const EXECUTOR: &str = "helpdesk_executor";
+pub const REFLECTOR: &str = "helpdesk_reflector";
+pub const ANSWERER: &str = "helpdesk_answer";
+/// Sub-tasks a plan may have.
+pub const MAX_SUBTASKS: usize = 5;
+
+pub struct Desk<'a> {
+    pub question: String,
+    /// The previous question and answer of this session (follow-ups build on it).
+    pub previous: Option<(String, String)>,
+    pub kb: &'a Arc<KnowledgeBase>,
+    pub models: &'a ModelRouter,
+    pub ledger: &'a LlmLedger,
+    pub lang: String,
+}
+
+/// The seed's `Plan`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PlanOut {
+    /// Sub-tasks that together answer the question (1 to 5).
+    pub subtasks: Vec<String>,
+}
+
+/// The help-desk's reflection: the shared base plus queries worth trying next.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct DeskReflection {
+    #[serde(flatten)]
+    pub base: Reflection,
+    #[serde(default)]
+    pub additional_queries: Vec<String>,
+}
+
+impl ReflectionLike for DeskReflection {
+    fn base(&self) -> &Reflection {
+        &self.base
+    }
+}
+
+/// One try at a sub-task.
+#[derive(Debug, Clone, Default)]
+pub struct SubAnswer {
+    pub text: String,
+    pub passages: Vec<Passage>,
+}
+
+/// The integrated answer.
+#[derive(Debug, Clone)]
+pub struct DeskAnswer {
+    pub text: String,
+    pub plan: Vec<String>,
+    pub sources: Vec<Passage>,
+    pub sub_answers: Value,
+}
+
+#[derive(Default)]
+pub struct DeskWork {
+    pub passages: Vec<Passage>,
+    pub searched: bool,
+}
+
+fn render(passages: &[Passage]) -> String {
+    if passages.is_empty() {
+        return "No passage matched.".into();
+    }
+    passages
+        .iter()
+        .map(|p| format!("[{}]\n{}", p.citation(), p.text))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn remember(work: &mut DeskWork, found: &[Passage]) {
+    for p in found {
+        if !work.passages.iter().any(|q| q.citation() == p.citation()) {
+            work.passages.push(p.clone());
+        }
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct SearchArgs {
+    /// What to look for (words or a sentence, any language).
+    pub query: String,
+    /// How many passages (default 3, at most 10).
+    #[serde(default)]
+    pub k: Option<usize>,
+}
+
+/// `search_kb(query, k)`: passages with their file and heading.
+pub struct SearchKb(pub Arc<KnowledgeBase>);
+
+impl TypedTool<DeskWork> for SearchKb {
+    type Args = SearchArgs;
+    const NAME: &'static str = "search_kb";
+    fn description(&self) -> String {
+        "Search the team's knowledge base; returns passages with their [path#heading].".into()
+    }
+    async fn run(&self, work: &mut DeskWork, args: SearchArgs) -> Result<ToolOutput, ToolError> {
+        let found = self
+            .0
+            .search(&args.query, args.k.unwrap_or(3).clamp(1, 10))
+            .map_err(|e| ToolError::Rejected(e.to_string()))?;
+        work.searched = true;
+        remember(work, &found);
+        Ok(ToolOutput::ok(render(&found)))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct DocumentArgs {
+    /// A path from a search result (before the #).
+    pub path: String,
+}
+
+/// `get_kb_document(path)`: a whole document of the knowledge base.
+pub struct GetKbDocument(pub Arc<KnowledgeBase>);
+
+impl TypedTool<DeskWork> for GetKbDocument {
+    type Args = DocumentArgs;
+    const NAME: &'static str = "get_kb_document";
+    fn description(&self) -> String {
+        "Read a whole knowledge-base document by the path shown in search results.".into()
+    }
+    async fn run(&self, work: &mut DeskWork, args: DocumentArgs) -> Result<ToolOutput, ToolError> {
+        work.searched = true;
+        self.0
+            .document(&args.path)
+            .map(ToolOutput::ok)
+            .ok_or_else(|| {
+                ToolError::Rejected(format!(
+                    "no document {:?}; use a path from search_kb results",
+                    args.path
+                ))
+            })
+    }
+}
+
+fn excerpt(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    }
+}
+
+static CITATION: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\[(\d+)\]").ok());
+
+/// Removes `[n]` citations that name no source.
+pub fn check_citations(text: &str, sources: usize) -> String {
+    let Some(re) = CITATION.as_ref() else {
+        return text.to_string();
+    };
+    re.replace_all(text, |c: &regex::Captures<'_>| {
+        let n: usize = c[1].parse().unwrap_or(0);
+        if (1..=sources).contains(&n) {
+            c[0].to_string()
+        } else {
+            String::new()
+        }
+    })
+    .into_owned()
+}
+
+fn sources_block(sources: &[Passage], lang: &str) -> String {
+    let mut out = if lang == "ja" {
+        "出典:\n".to_string()
+    } else {
+        "Sources:\n".to_string()
+    };
+    for (i, p) in sources.iter().enumerate() {
+        out.push_str(&format!("[{}] {}\n", i + 1, p.citation()));
+    }
+    out.trim_end().to_string()
+}
+
+impl Desk<'_> {
+    fn floor_attempt(&self, task: &str) -> SubAnswer {
+        let mut passages = self.kb.search(task, 3).unwrap_or_default();
+        // weak matches next to a strong one are noise, not sources
+        let best = passages.first().map_or(0.0, |p| p.score);
+        passages.retain(|p| p.score >= best * 0.4);
+        SubAnswer {
+            text: passages
+                .iter()
+                .map(|p| excerpt(&p.text, 300))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            passages,
+        }
+    }
+
+    fn floor_answer(&self, sources: &[Passage]) -> String {
+        if sources.is_empty() {
+            return if self.lang == "ja" {
+                "ナレッジベースにはこのご質問に関する情報が見つかりませんでした。担当者にお繋ぎすることもできます。".into()
+            } else {
+                "I found nothing in the knowledge base about this. I can pass your question to a person if you like.".into()
+            };
+        }
+        let mut ranked: Vec<(usize, &Passage)> = sources.iter().enumerate().collect();
+        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+        let mut out = if self.lang == "ja" {
+            "ナレッジベースから関連する情報が見つかりました:\n\n".to_string()
+        } else {
+            "Here is what I found in the knowledge base:\n\n".to_string()
+        };
+        for (i, p) in ranked.into_iter().take(3) {
+            out.push_str(&format!(
+                "[{}] {}: {}\n\n",
+                i + 1,
+                p.heading,
+                excerpt(&p.text, 400)
+            ));
+        }
+        out.push_str(&sources_block(sources, &self.lang));
+        out
+    }
+}
+
+#[async_trait]
+impl PlanExecuteReflect for Desk<'_> {
+    type Task = String;
+    type Attempt = SubAnswer;
+    type Reflection = DeskReflection;
+    type Output = DeskAnswer;
+
+    async fn plan(&self) -> Vec<String> {
+        let Some(model) = self.models.for_agent(PLANNER) else {
+            return vec![self.question.clone()];
+        };
+        let previous = self
+            .previous
+            .as_ref()
+            .map(|(q, a)| format!("\nEarlier in this conversation:\nQ: {q}\nA: {a}\n"))
+            .unwrap_or_default();
+        let system = "You plan help-desk answers. Split the user's question into 1 to 5 self-contained sub-tasks, \
+                      each answerable by searching the team's knowledge base. A simple question is one sub-task."
+            .to_string();
+        match structured::<PlanOut>(
+            model.as_ref(),
+            PLANNER,
+            system,
+            format!("{previous}Question: {}", self.question),
+            self.ledger,
+        )
+        .await
+        {
+            Ok(plan) => {
+                let tasks: Vec<String> = plan
+                    .subtasks
+                    .into_iter()
+                    .filter(|t| !t.trim().is_empty())
+                    .take(MAX_SUBTASKS)
+                    .collect();
+                if tasks.is_empty() {
+                    vec![self.question.clone()]
+                } else {
+                    tasks
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "planner failed; one sub-task");
+                vec![self.question.clone()]
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        task: &String,
+        previous: Option<(&SubAnswer, &DeskReflection)>,
+        _try_no: u32,
+    ) -> SubAnswer {
+        let Some(model) = self.models.for_agent(EXECUTOR) else {
+            return self.floor_attempt(task);
+        };
+        let agent = Agent::new(
+            EXECUTOR,
+            vec![
+                typed(SearchKb(self.kb.clone())),
+                typed(GetKbDocument(self.kb.clone())),
+            ],
+        )
+        .with_max_iterations(5)
+        .with_remaining_tasks(|w: &DeskWork| {
+            if w.searched {
+                Vec::new()
+            } else {
+                vec!["Search the knowledge base with search_kb before answering".into()]
+            }
+        });
+        let system = format!(
+            "You are a help-desk assistant. Use search_kb (and get_kb_document when a passage is not enough) to \
+             find the answer in the team's knowledge base, then answer the sub-task in {} using only what you \
+             found, citing passages as [path#heading]. Say so plainly if the knowledge base has no answer.",
+            if self.lang == "ja" {
+                "Japanese"
+            } else {
+                "English"
+            }
+        );
+        let mut user = format!("User question: {}\nSub-task: {task}", self.question);
+        // a retry carries the last answer and the advice, not the earlier tool messages
+        if let Some((last, reflection)) = previous {
+            user.push_str(&format!(
+                "\n\nA previous attempt answered:\n{}\n\nAdvice for this attempt: {}",
+                last.text, reflection.base.feedback
+            ));
+            if !reflection.additional_queries.is_empty() {
+                user.push_str(&format!(
+                    "\nQueries worth trying: {}",
+                    reflection.additional_queries.join("; ")
+                ));
+            }
+        }
+        match agent
+            .run(
+                model.as_ref(),
+                vec![ChatMessage::system(system), ChatMessage::user(user)],
+                DeskWork::default(),
+                self.ledger,
+            )
+            .await
+        {
+            Ok(result) => SubAnswer {
+                text: result.response_text,
+                passages: result.state.passages,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "sub-task failed; using the search floor");
+                self.floor_attempt(task)
+            }
+        }
+    }
+
+    async fn reflect(&self, task: &String, attempt: &SubAnswer) -> DeskReflection {
+        let floor = DeskReflection {
+            base: Reflection {
+                // retrying the same search cannot find more
+                is_sufficient: true,
+                feedback: String::new(),
+            },
+            additional_queries: Vec::new(),
+        };
+        let Some(model) = self.models.for_agent(REFLECTOR) else {
+            return floor;
+        };
+        let system = "You check a help-desk sub-answer. Is it complete, correct with respect to the cited passages, \
+                      and does it answer the sub-task? If not, give concrete advice and queries to try."
+            .to_string();
+        let user = format!(
+            "Sub-task: {task}\n\nAnswer:\n{}\n\nPassages used:\n{}",
+            attempt.text,
+            attempt
+                .passages
+                .iter()
+                .map(|p| p.citation())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        structured::<DeskReflection>(model.as_ref(), REFLECTOR, system, user, self.ledger)
+            .await
+            .unwrap_or(floor)
+    }
+
+    async fn integrate(
+        &self,
+        outcomes: Vec<TaskOutcome<String, SubAnswer, DeskReflection>>,
+    ) -> DeskAnswer {
+        let mut sources: Vec<Passage> = Vec::new();
+        for o in &outcomes {
+            for p in &o.attempt.passages {
+                if !sources.iter().any(|s| s.citation() == p.citation()) {
+                    sources.push(p.clone());
+                }
+            }
+        }
+        let plan: Vec<String> = outcomes.iter().map(|o| o.task.clone()).collect();
+        let sub_answers = json!(outcomes
+            .iter()
+            .map(|o| json!({
+                "task": o.task,
+                "answer": o.attempt.text,
+                "tries": o.tries,
+                "completed": o.completed,
+                "advice": o.reflections.iter().map(|r| r.base.feedback.clone()).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>());
+        let model = self.models.for_agent(ANSWERER);
+        let text = match model {
+            Some(model) if !sources.is_empty() => {
+                let numbered = sources
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        format!("[{}] {}\n{}", i + 1, p.citation(), excerpt(&p.text, 600))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                let subs = outcomes
+                    .iter()
+                    .map(|o| format!("Sub-task: {}\nAnswer: {}", o.task, o.attempt.text))
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                let previous = self
+                    .previous
+                    .as_ref()
+                    .map(|(q, a)| format!("Earlier: Q: {q}\nA: {a}\n\n"))
+                    .unwrap_or_default();
+                let system = format!(
+                    "Write the final help-desk answer in {}: integrate the sub-answers into one clear reply and cite \
+                     the numbered sources as [n]. Use only the sources.",
+                    if self.lang == "ja" {
+                        "Japanese"
+                    } else {
+                        "English"
+                    }
+                );
+                let user = format!(
+                    "{previous}Question: {}\n\n{subs}\n\nSources:\n{numbered}",
+                    self.question
+                );
+                let agent: Agent<()> = Agent::new(ANSWERER, Vec::new()).with_max_iterations(1);
+                match agent
+                    .run(
+                        model.as_ref(),
+                        vec![ChatMessage::system(system), ChatMessage::user(user)],
+                        (),
+                        self.ledger,
+                    )
+                    .await
+                {
+                    Ok(r) if !r.response_text.trim().is_empty() => {
+                        format!(
+                            "{}\n\n{}",
+                            check_citations(r.response_text.trim(), sources.len()),
+                            sources_block(&sources, &self.lang)
+                        )
+                    }
+                    _ => self.floor_answer(&sources),
+                }
+            }
+            _ => self.floor_answer(&sources),
+        };
+        DeskAnswer {
+            text,
+            plan,
+            sources,
+            sub_answers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_citations;
+
+    #[test]
+    fn citations_to_missing_sources_are_removed() {
+        assert_eq!(
+            check_citations("See [1] and [3], not [0].", 2),
+            "See [1] and , not ."
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! The help-desk flow (seed 003) on the plan–execute–reflect framework of seed 002.
+//!
+//! A question is planned into sub-tasks ([`Desk::plan`]); each runs concurrently (bounded):
+//! `select_tools` → `execute_tools` → `create_subtask_answer` as one agent loop over the
+//! knowledge-base tools `search_kb` and `get_kb_document`, then `reflect_subtask`, retried
+//! with the reflection's advice (and without the earlier tool messages) until sufficient or 3
+//! tries; `create_answer` integrates the sub-answers and cites the passages used as
+//! `[n] path#heading`. Citations are checked in code: a number that names no passage is
+//! removed. Without a model the answer is the best passages with their citations, or a clear
+//! "nothing found" and an offer to reach a human. After each answer the user rates it
+//! (Solved / Not solved / Talk to a human); a handoff goes to the admin sink.
+
+pub mod desk;
+
+use crate::admin::AdminNotice;
+use crate::agent::workflow::run_workflow;
+use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::kb::KnowledgeBase;
+use crate::message::OptionItem;
+use crate::state::StateChange;
+use crate::store::Ticket;
+use async_trait::async_trait;
+use desk::Desk;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+pub const ID: &str = "helpdesk";
+/// Tries per sub-task (seed 003: 3).
+pub const MAX_TRIES: u32 = 3;
+/// Sub-tasks running at once.
+pub const CONCURRENCY: usize = 4;
+
+pub struct HelpdeskFlow {
+    kb: Arc<KnowledgeBase>,
+}
+
+impl HelpdeskFlow {
+    pub fn new(kb: Arc<KnowledgeBase>) -> Self {
+        HelpdeskFlow { kb }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct DeskState {
+    tickets: i64,
+    last_question: Option<String>,
+    last_answer: Option<String>,
+    /// The ticket whose feedback buttons are showing.
+    rating: Option<i64>,
+}
+
+fn pick(lang: &str, en: &str, ja: &str) -> String {
+    if lang == "ja" { ja } else { en }.to_string()
+}
+
+fn looks_japanese(text: &str) -> bool {
+    text.chars()
+        .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+fn rating_options(lang: &str) -> Vec<OptionItem> {
+    vec![
+        OptionItem::new("solved", pick(lang, "Solved", "解決した")),
+        OptionItem::new("not_solved", pick(lang, "Not solved", "解決しない")),
+        OptionItem::new("human", pick(lang, "Talk to a human", "担当者と話す")),
+    ]
+}
+
+impl HelpdeskFlow {
+    async fn answer(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut DeskState,
+        question: &str,
+        out: &mut TurnOutput,
+    ) {
+        if let Err(e) = self.kb.refresh_if_changed() {
+            tracing::warn!(error = %e, "knowledge base refresh failed; searching the previous index");
+        }
+        let lang = if looks_japanese(question) {
+            "ja"
+        } else {
+            ctx.language()
+        }
+        .to_string();
+        let desk = Desk {
+            question: question.to_string(),
+            previous: st.last_question.clone().zip(st.last_answer.clone()),
+            kb: &self.kb,
+            models: ctx.models,
+            ledger: ctx.ledger,
+            lang: lang.clone(),
+        };
+        let result = run_workflow(&desk, MAX_TRIES, CONCURRENCY).await;
+        st.tickets += 1;
+        let ticket_no = st.tickets;
+        out.change(StateChange::SaveTicket {
+            ticket: Ticket {
+                ticket_no,
+                question: question.to_string(),
+                plan: result.plan.clone(),
+                sub_answers: result.sub_answers.clone(),
+                answer: result.text.clone(),
+                sources: result.sources.iter().map(|p| p.citation()).collect(),
+                feedback: None,
+            },
+        });
+        st.last_question = Some(question.to_string());
+        st.last_answer = Some(result.text.clone());
+        st.rating = Some(ticket_no);
+        out.say(result.text);
+        if result.sources.is_empty() {
+            out.options(
+                pick(
+                    &lang,
+                    "Would you like to ask a person?",
+                    "担当者に問い合わせますか？",
+                ),
+                vec![OptionItem::new(
+                    "human",
+                    pick(&lang, "Talk to a human", "担当者と話す"),
+                )],
+                false,
+            );
+        } else {
+            out.options(
+                pick(
+                    &lang,
+                    "Did this answer your question?",
+                    "この回答で解決しましたか？",
+                ),
+                rating_options(&lang),
+                false,
+            );
+        }
+    }
+
+    fn feedback(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut DeskState,
+        value: &str,
+        out: &mut TurnOutput,
+    ) {
+        let lang = st
+            .last_question
+            .as_deref()
+            .filter(|q| looks_japanese(q))
+            .map_or(ctx.language().to_string(), |_| "ja".into());
+        let Some(ticket_no) = st.rating.take() else {
+            return;
+        };
+        out.change(StateChange::SetTicketFeedback {
+            ticket_no,
+            feedback: value.to_string(),
+        });
+        match value {
+            "solved" => {
+                out.say(pick(
+                    &lang,
+                    "Glad it helped! Ask me anything else here.",
+                    "お役に立ててよかったです。ほかにも質問があればどうぞ。",
+                ));
+            }
+            "not_solved" => {
+                out.say(pick(
+                    &lang,
+                    "Sorry about that. Tell me more about the problem, or choose to talk to a human.",
+                    "申し訳ありません。状況をもう少し詳しく教えていただくか、担当者にご相談ください。",
+                ));
+                st.rating = Some(ticket_no);
+                out.options(
+                    pick(
+                        &lang,
+                        "Would you like to ask a person?",
+                        "担当者に問い合わせますか？",
+                    ),
+                    vec![OptionItem::new(
+                        "human",
+                        pick(&lang, "Talk to a human", "担当者と話す"),
+                    )],
+                    false,
+                );
+            }
+            _ => {
+                let key = &ctx.session.key;
+                out.admin.push(AdminNotice {
+                    kind: "handoff".into(),
+                    title: format!("Help-desk handoff from {}", ctx.user.display_name),
+                    body: format!(
+                        "Question:\n{}\n\nBot's answer:\n{}",
+                        st.last_question.clone().unwrap_or_default(),
+                        st.last_answer.clone().unwrap_or_default()
+                    ),
+                    fields: vec![
+                        ("User".into(), ctx.user.display_name.clone()),
+                        ("Ticket".into(), ticket_no.to_string()),
+                        (
+                            "Link".into(),
+                            format!(
+                                "{}:{}/{} (session {})",
+                                key.platform, key.chat, key.thread, ctx.session.id
+                            ),
+                        ),
+                    ],
+                    session_id: None,
+                });
+                out.say(pick(
+                    &lang,
+                    "I've passed your question to the team; a person will get back to you here.",
+                    "ご質問を担当者に引き継ぎました。こちらで担当者からご連絡します。",
+                ));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Flow for HelpdeskFlow {
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn description(&self) -> &str {
+        "answers questions from the team's knowledge base, with citations"
+    }
+
+    fn start_commands(&self) -> Vec<CommandInfo> {
+        vec![CommandInfo {
+            name: "ask",
+            description_en: "ask the help-desk a question (/ask QUESTION)",
+            description_ja: "ヘルプデスクに質問する（/ask 質問）",
+        }]
+    }
+
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
+        let mut out = TurnOutput::default();
+        let mut st: DeskState = ctx.state()?;
+        let lang = ctx.language().to_string();
+        match input {
+            TurnInput::Start => match ctx.start_arg.filter(|a| !a.trim().is_empty()) {
+                Some(question) => self.answer(&ctx, &mut st, question, &mut out).await,
+                None => {
+                    out.say(pick(
+                        &lang,
+                        "Hello! What can I help you with? Ask your question.",
+                        "こんにちは。どのようなご用件でしょうか？ご質問をどうぞ。",
+                    ));
+                }
+            },
+            TurnInput::Resume => {
+                out.say(pick(
+                    &lang,
+                    "Welcome back! Ask your next question.",
+                    "おかえりなさい。次のご質問をどうぞ。",
+                ));
+            }
+            TurnInput::Text(text) => self.answer(&ctx, &mut st, &text, &mut out).await,
+            TurnInput::Choice { values, .. } => {
+                let value = values.first().cloned().unwrap_or_default();
+                self.feedback(&ctx, &mut st, &value, &mut out);
+            }
+            TurnInput::Command { name, .. } if name == "end" => {
+                out.say(pick(
+                    &lang,
+                    "Closed. Send a new message to ask again.",
+                    "終了しました。新しいメッセージで再度質問できます。",
+                ));
+                out.end();
+            }
+            TurnInput::Command { .. } => out.unknown_command = true,
+        }
+        out.set_state(&st)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;
