@@ -147,28 +147,28 @@ async fn run_task<W: PlanExecuteReflect>(
     max_retries: u32,
 ) -> TaskOutcome<W::Task, W::Attempt, W::Reflection> {
     let mut reflections: Vec<W::Reflection> = Vec::new();
-    let mut tries = 0;
-    let mut last: Option<W::Attempt> = None;
+    let mut tries = 1;
+    let mut attempt = workflow.attempt(&task, None, tries).await;
     loop {
-        tries += 1;
-        let previous = last.as_ref().zip(reflections.last());
-        let attempt = workflow.attempt(&task, previous, tries).await;
         let reflection = workflow.reflect(&task, &attempt).await;
         let go_on = should_continue(&reflection, tries, max_retries);
-        let completed = reflection.base().is_sufficient;
         reflections.push(reflection);
-        last = Some(attempt);
         if !go_on {
-            if let Some(attempt) = last {
-                return TaskOutcome {
-                    task,
-                    attempt,
-                    reflections,
-                    tries,
-                    completed,
-                };
-            }
+            break;
         }
+        tries += 1;
+        let next = workflow
+            .attempt(&task, reflections.last().map(|r| (&attempt, r)), tries)
+            .await;
+        attempt = next;
+    }
+    let completed = reflections.last().is_some_and(|r| r.base().is_sufficient);
+    TaskOutcome {
+        task,
+        attempt,
+        reflections,
+        tries,
+        completed,
     }
 }
 
