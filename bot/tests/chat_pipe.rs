@@ -304,3 +304,32 @@ async fn check_validates_the_forms() {
     );
     assert!(run.stdout.contains("fails QuickCheck"), "{}", run.stdout);
 }
+
+#[tokio::test]
+async fn the_helpdesk_answers_from_the_sample_knowledge_base_through_a_pipe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "[flows]\nkb_dir = \"{}/../config/kb\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "helpdesk"],
+        "How do I change an answer in a sign-up form?\n1\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("[1] Changing an answer:"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("Sources:\n[1] en/user-guide.md#Changing an answer"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("Glad it helped"), "{}", run.stdout);
+}

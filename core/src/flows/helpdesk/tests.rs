@@ -1,1 +1,367 @@
-//! Help-desk tests.
+//! Help-desk tests through the orchestrator: concurrency of sub-tasks, the 3-try limit,
+//! advice flowing into the next try, citations, the floor in English and Japanese, feedback
+//! and handoff.
+
+use super::*;
+use crate::admin::CollectingAdminSink;
+use crate::flow::FlowRegistry;
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
+use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
+use crate::orchestrator::Orchestrator;
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+use crate::testing::RecordingOutbox;
+use serde_json::json;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn sample_kb() -> Arc<KnowledgeBase> {
+    Arc::new(
+        KnowledgeBase::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb"))
+            .expect("sample kb"),
+    )
+}
+
+const TASKS: [&str; 3] = [
+    "How do I change an answer?",
+    "How do I export submissions?",
+    "How do I delete my data?",
+];
+
+/// Plays the help-desk agents; the first tool selection of every sub-task waits at a barrier
+/// that only opens when all three sub-tasks are selecting tools at the same time.
+struct DeskModel {
+    barrier: tokio::sync::Barrier,
+    sufficient: bool,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+fn schema_text(req: &ChatRequest) -> String {
+    req.tools.iter().map(|t| t.parameters.to_string()).collect()
+}
+
+fn user_text(req: &ChatRequest) -> String {
+    req.messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn subtask_of(req: &ChatRequest) -> String {
+    user_text(req)
+        .lines()
+        .find_map(|l| l.strip_prefix("Sub-task: ").map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl ChatModel for DeskModel {
+    fn name(&self) -> &str {
+        "desk-fake"
+    }
+
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(req.clone());
+        let schema = schema_text(&req);
+        if schema.contains("subtasks") {
+            return Ok(ChatResponse::tool_call(
+                "respond",
+                json!({ "subtasks": TASKS }),
+            ));
+        }
+        if schema.contains("is_sufficient") {
+            return Ok(ChatResponse::tool_call(
+                "respond",
+                json!({"is_sufficient": self.sufficient, "feedback": "Name the exact button.", "additional_queries": ["button name"]}),
+            ));
+        }
+        if req.tools.iter().any(|t| t.name == "search_kb") {
+            let task = subtask_of(&req);
+            let searched = req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }));
+            if !searched {
+                if !user_text(&req).contains("Advice for this attempt") {
+                    self.barrier.wait().await;
+                }
+                return Ok(ChatResponse::tool_call(
+                    "search_kb",
+                    json!({"query": task, "k": 1}),
+                ));
+            }
+            return Ok(ChatResponse::text(format!("Answer to {task}")));
+        }
+        Ok(ChatResponse::text(
+            "Combined answer [1] [2] [3], and a bogus [9].",
+        ))
+    }
+}
+
+struct Harness {
+    orchestrator: Orchestrator,
+    store: Arc<SqliteStore>,
+    outbox: RecordingOutbox,
+    admin: Arc<CollectingAdminSink>,
+    n: AtomicUsize,
+}
+
+impl Harness {
+    async fn new(models: ModelRouter, kb: Arc<KnowledgeBase>) -> Harness {
+        let store = Arc::new(
+            SqliteStore::connect("sqlite::memory:")
+                .await
+                .expect("store"),
+        );
+        let admin = Arc::new(CollectingAdminSink::default());
+        let flows = FlowRegistry::new(vec![Arc::new(HelpdeskFlow::new(kb))]).expect("flows");
+        Harness {
+            orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
+            store,
+            outbox: RecordingOutbox::default(),
+            admin,
+            n: AtomicUsize::new(0),
+        }
+    }
+
+    async fn send(&self, body: Body) -> Vec<String> {
+        self.outbox.clear();
+        let n = self.n.fetch_add(1, Ordering::SeqCst);
+        let incoming = Incoming {
+            platform: Platform::Discord,
+            chat: "support".into(),
+            thread: "t1".into(),
+            user: UserRef {
+                id: "u1".into(),
+                display_name: "Ken".into(),
+            },
+            message_id: format!("m{n}"),
+            body,
+            flow: Some(ID.into()),
+            flow_arg: None,
+        };
+        self.orchestrator
+            .handle(incoming, &self.outbox)
+            .await
+            .expect("turn");
+        self.outbox.texts()
+    }
+
+    async fn ask(&self, text: &str) -> Vec<String> {
+        self.send(Body::Text { text: text.into() }).await
+    }
+
+    async fn choose(&self, value: &str) -> Vec<String> {
+        let request = self.outbox.last_options().expect("options shown");
+        self.send(Body::Choice {
+            request_id: request.request_id,
+            values: vec![value.into()],
+        })
+        .await
+    }
+
+    async fn session_id(&self) -> i64 {
+        let key = SessionKey {
+            platform: Platform::Discord,
+            chat: "support".into(),
+            thread: "t1".into(),
+            user: "u1".into(),
+        };
+        self.store
+            .active_session(&key)
+            .await
+            .expect("loads")
+            .expect("active")
+            .id
+    }
+}
+
+fn router(model: Arc<DeskModel>) -> ModelRouter {
+    ModelRouter::new(Some(model))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sub_tasks_run_at_once_and_the_answer_cites_what_they_used() {
+    let model = Arc::new(DeskModel {
+        barrier: tokio::sync::Barrier::new(3),
+        sufficient: true,
+        requests: Mutex::new(Vec::new()),
+    });
+    let h = Harness::new(router(model.clone()), sample_kb()).await;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(30),
+        h.ask("Three questions about Kaiwa"),
+    )
+    .await
+    .expect("the three sub-tasks met at the barrier: they ran concurrently");
+    let answer = &reply[0];
+    assert!(
+        answer.starts_with("Combined answer [1] [2] [3], and a bogus ."),
+        "an unknown citation is removed: {answer}"
+    );
+    let tickets = h
+        .store
+        .tickets(h.session_id().await)
+        .await
+        .expect("tickets");
+    assert_eq!(tickets.len(), 1);
+    assert_eq!(tickets[0].plan, TASKS);
+    // the sources are exactly the passages the searches returned, in order
+    let kb = sample_kb();
+    let searched: Vec<String> = TASKS
+        .iter()
+        .map(|t| kb.search(t, 1).expect("search")[0].citation())
+        .collect();
+    assert_eq!(tickets[0].sources, searched);
+    for (i, source) in searched.iter().enumerate() {
+        assert!(
+            answer.contains(&format!("[{}] {source}", i + 1)),
+            "{answer}"
+        );
+    }
+    assert_eq!(last_options_prompt(&h), "Did this answer your question?");
+}
+
+fn last_options_prompt(h: &Harness) -> String {
+    h.outbox
+        .last_options()
+        .map(|o| o.prompt)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insufficient_answer_is_retried_with_advice_at_most_three_times() {
+    let model = Arc::new(DeskModel {
+        barrier: tokio::sync::Barrier::new(3),
+        sufficient: false,
+        requests: Mutex::new(Vec::new()),
+    });
+    let h = Harness::new(router(model.clone()), sample_kb()).await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        h.ask("Three questions about Kaiwa"),
+    )
+    .await
+    .expect("answered");
+    let requests = model
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let first_steps: Vec<&ChatRequest> = requests
+        .iter()
+        .filter(|r| r.tools.iter().any(|t| t.name == "search_kb") && r.messages.len() == 2)
+        .collect();
+    assert_eq!(first_steps.len(), 9, "3 sub-tasks × 3 tries");
+    let retries: Vec<&&ChatRequest> = first_steps
+        .iter()
+        .filter(|r| user_text(r).contains("Advice for this attempt: Name the exact button."))
+        .collect();
+    assert_eq!(retries.len(), 6, "every retry carries the advice");
+    for r in &retries {
+        assert!(
+            user_text(r).contains("A previous attempt answered:\nAnswer to"),
+            "and the last answer"
+        );
+        assert!(user_text(r).contains("Queries worth trying: button name"));
+        assert!(
+            !r.messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. })),
+            "tool messages are dropped on a retry"
+        );
+    }
+    let tickets = h
+        .store
+        .tickets(h.session_id().await)
+        .await
+        .expect("tickets");
+    let subs = tickets[0]
+        .sub_answers
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(subs.len(), 3);
+    assert!(
+        subs.iter()
+            .all(|s| s["tries"] == 3 && s["completed"] == false)
+    );
+}
+
+#[tokio::test]
+async fn without_a_model_the_floor_answers_from_the_knowledge_base_in_both_languages() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    let en = h.ask("How do I change an answer in a sign-up form?").await;
+    assert!(
+        en[0].starts_with("Here is what I found in the knowledge base:"),
+        "{en:?}"
+    );
+    assert!(en[0].contains("[1] Changing an answer:"));
+    assert!(en[0].contains("Sources:\n[1] en/user-guide.md#Changing an answer"));
+    let ja = h.ask("パスワードを忘れました").await;
+    assert!(ja[0].contains("[1] パスワードの再設定:"), "{ja:?}");
+    assert!(ja[0].contains("出典:\n[1] ja/user-guide.md#パスワードの再設定"));
+    assert_eq!(last_options_prompt(&h), "この回答で解決しましたか？");
+    let tickets = h
+        .store
+        .tickets(h.session_id().await)
+        .await
+        .expect("tickets");
+    assert_eq!(
+        tickets.len(),
+        2,
+        "a follow-up question continues the same session"
+    );
+}
+
+#[tokio::test]
+async fn nothing_found_says_so_and_offers_a_human() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    let reply = h.ask("zyxwv quantum flux capacitor").await;
+    assert!(
+        reply[0].contains("I found nothing in the knowledge base"),
+        "{reply:?}"
+    );
+    assert_eq!(h.outbox.last_options().map(|o| o.options.len()), Some(1));
+}
+
+#[tokio::test]
+async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("How do I export submissions?").await;
+    let solved = h.choose("solved").await;
+    assert!(solved[0].starts_with("Glad it helped"));
+    h.ask("How do I delete my data?").await;
+    h.choose("not_solved").await;
+    let handed = h.choose("human").await;
+    assert!(handed[0].contains("passed your question to the team"));
+    let tickets = h
+        .store
+        .tickets(h.session_id().await)
+        .await
+        .expect("tickets");
+    assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
+    assert_eq!(tickets[1].feedback.as_deref(), Some("human"));
+    let notices = h.admin.notices();
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].kind, "handoff");
+    assert!(notices[0].body.contains("How do I delete my data?"));
+    assert!(
+        notices[0].body.contains("Deleting your data"),
+        "the bot's answer goes along"
+    );
+    assert!(
+        notices[0]
+            .fields
+            .iter()
+            .any(|(k, v)| k == "Link" && v.contains("discord:support/t1"))
+    );
+}
