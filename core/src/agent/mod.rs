@@ -9,6 +9,7 @@
 //! [`subtask`] runs a child agent on a summary context instead of the whole history.
 //! The loop knows no flow: prompts, tools and state come from the caller.
 
+pub mod research;
 pub mod subtask;
 pub mod tool;
 pub mod workflow;

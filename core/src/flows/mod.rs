@@ -4,6 +4,7 @@
 pub mod assistant;
 pub mod helpdesk;
 pub mod interview;
+pub mod reading;
 
 use crate::flow::Flow;
 use crate::kb::KnowledgeBase;

@@ -10,9 +10,8 @@
 //! "nothing found" and an offer to reach a human. After each answer the user rates it
 //! (Solved / Not solved / Talk to a human); a handoff goes to the admin sink.
 
-pub mod desk;
-
 use crate::admin::AdminNotice;
+use crate::agent::research::{Library, Research};
 use crate::agent::workflow::run_workflow;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::kb::KnowledgeBase;
@@ -20,7 +19,6 @@ use crate::message::OptionItem;
 use crate::state::StateChange;
 use crate::store::Ticket;
 use async_trait::async_trait;
-use desk::Desk;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -32,11 +30,13 @@ pub const CONCURRENCY: usize = 4;
 
 pub struct HelpdeskFlow {
     kb: Arc<KnowledgeBase>,
+    library: Library,
 }
 
 impl HelpdeskFlow {
     pub fn new(kb: Arc<KnowledgeBase>) -> Self {
-        HelpdeskFlow { kb }
+        let library = Library::knowledge_base(ID, "a help-desk assistant for the team", kb.clone());
+        HelpdeskFlow { kb, library }
     }
 }
 
@@ -83,10 +83,10 @@ impl HelpdeskFlow {
             ctx.language()
         }
         .to_string();
-        let desk = Desk {
+        let desk = Research {
             question: question.to_string(),
             previous: st.last_question.clone().zip(st.last_answer.clone()),
-            kb: &self.kb,
+            library: &self.library,
             models: ctx.models,
             ledger: ctx.ledger,
             lang: lang.clone(),

@@ -1,12 +1,13 @@
-//! [`Desk`]: one help-desk question as a [`PlanExecuteReflect`] workflow — the seed 003 nodes
-//! `create_plan`, `select_tools` / `execute_tools` / `create_subtask_answer` (one agent loop
-//! over the knowledge-base tools), `reflect_subtask` and `create_answer`, each with its
-//! rule-based floor.
+//! [`Research`]: a question answered from a [`Library`] as a [`PlanExecuteReflect`] workflow —
+//! seed 003's nodes `create_plan`, `select_tools` / `execute_tools` / `create_subtask_answer`
+//! (one agent loop over the library's tools), `reflect_subtask` and `create_answer`, each with
+//! its rule-based floor. The help-desk (knowledge base) and the reading flow's book guide
+//! (catalogue + knowledge base) are two libraries on this one implementation.
 
 use crate::agent::workflow::{
     PlanExecuteReflect, Reflection, ReflectionLike, TaskOutcome, structured,
 };
-use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::agent::{Agent, LlmLedger, Tool, ToolError, ToolOutput, TypedTool, typed};
 use crate::kb::{KnowledgeBase, Passage};
 use crate::llm::{ChatMessage, ModelRouter};
 use async_trait::async_trait;
@@ -16,18 +17,67 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::{Arc, LazyLock};
 
-pub const PLANNER: &str = "helpdesk_planner";
-pub const EXECUTOR: &str = "helpdesk_executor";
-pub const REFLECTOR: &str = "helpdesk_reflector";
-pub const ANSWERER: &str = "helpdesk_answer";
 /// Sub-tasks a plan may have.
 pub const MAX_SUBTASKS: usize = 5;
 
-pub struct Desk<'a> {
+type FloorSearch = Arc<dyn Fn(&str, usize) -> Vec<Passage> + Send + Sync>;
+
+/// What a research agent consults, and who it is.
+pub struct Library {
+    /// Agent names are `{name}_planner`, `{name}_executor`, `{name}_reflector`, `{name}_answer`.
+    pub planner: String,
+    pub executor: String,
+    pub reflector: String,
+    pub answerer: String,
+    /// Who answers, for the prompts ("a help-desk assistant for the team").
+    pub role: String,
+    /// "the knowledge base" / "ナレッジベース", for the floor's answers.
+    pub source_en: String,
+    pub source_ja: String,
+    pub tools: Vec<Arc<dyn Tool<ResearchWork>>>,
+    /// The rule-based search used without a model.
+    pub search: FloorSearch,
+}
+
+impl Library {
+    pub fn new(
+        name: &str,
+        role: &str,
+        sources: (&str, &str),
+        tools: Vec<Arc<dyn Tool<ResearchWork>>>,
+        search: FloorSearch,
+    ) -> Self {
+        Library {
+            planner: format!("{name}_planner"),
+            executor: format!("{name}_executor"),
+            reflector: format!("{name}_reflector"),
+            answerer: format!("{name}_answer"),
+            role: role.to_string(),
+            source_en: sources.0.to_string(),
+            source_ja: sources.1.to_string(),
+            tools,
+            search,
+        }
+    }
+
+    /// The team's knowledge base with `search_kb` and `get_kb_document`.
+    pub fn knowledge_base(name: &str, role: &str, kb: Arc<KnowledgeBase>) -> Self {
+        let search_kb = kb.clone();
+        Library::new(
+            name,
+            role,
+            ("the knowledge base", "ナレッジベース"),
+            vec![typed(SearchKb(kb.clone())), typed(GetKbDocument(kb))],
+            Arc::new(move |q: &str, k: usize| search_kb.search(q, k).unwrap_or_default()),
+        )
+    }
+}
+
+pub struct Research<'a> {
     pub question: String,
     /// The previous question and answer of this session (follow-ups build on it).
     pub previous: Option<(String, String)>,
-    pub kb: &'a Arc<KnowledgeBase>,
+    pub library: &'a Library,
     pub models: &'a ModelRouter,
     pub ledger: &'a LlmLedger,
     pub lang: String,
@@ -40,16 +90,16 @@ pub struct PlanOut {
     pub subtasks: Vec<String>,
 }
 
-/// The help-desk's reflection: the shared base plus queries worth trying next.
+/// The research reflection: the shared base plus queries worth trying next.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-pub struct DeskReflection {
+pub struct ResearchReflection {
     #[serde(flatten)]
     pub base: Reflection,
     #[serde(default)]
     pub additional_queries: Vec<String>,
 }
 
-impl ReflectionLike for DeskReflection {
+impl ReflectionLike for ResearchReflection {
     fn base(&self) -> &Reflection {
         &self.base
     }
@@ -64,7 +114,7 @@ pub struct SubAnswer {
 
 /// The integrated answer.
 #[derive(Debug, Clone)]
-pub struct DeskAnswer {
+pub struct ResearchAnswer {
     pub text: String,
     pub plan: Vec<String>,
     pub sources: Vec<Passage>,
@@ -72,7 +122,7 @@ pub struct DeskAnswer {
 }
 
 #[derive(Default)]
-pub struct DeskWork {
+pub struct ResearchWork {
     pub passages: Vec<Passage>,
     pub searched: bool,
 }
@@ -88,7 +138,7 @@ fn render(passages: &[Passage]) -> String {
         .join("\n\n")
 }
 
-fn remember(work: &mut DeskWork, found: &[Passage]) {
+fn remember(work: &mut ResearchWork, found: &[Passage]) {
     for p in found {
         if !work.passages.iter().any(|q| q.citation() == p.citation()) {
             work.passages.push(p.clone());
@@ -108,13 +158,17 @@ pub struct SearchArgs {
 /// `search_kb(query, k)`: passages with their file and heading.
 pub struct SearchKb(pub Arc<KnowledgeBase>);
 
-impl TypedTool<DeskWork> for SearchKb {
+impl TypedTool<ResearchWork> for SearchKb {
     type Args = SearchArgs;
     const NAME: &'static str = "search_kb";
     fn description(&self) -> String {
         "Search the team's knowledge base; returns passages with their [path#heading].".into()
     }
-    async fn run(&self, work: &mut DeskWork, args: SearchArgs) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        work: &mut ResearchWork,
+        args: SearchArgs,
+    ) -> Result<ToolOutput, ToolError> {
         let found = self
             .0
             .search(&args.query, args.k.unwrap_or(3).clamp(1, 10))
@@ -134,13 +188,17 @@ pub struct DocumentArgs {
 /// `get_kb_document(path)`: a whole document of the knowledge base.
 pub struct GetKbDocument(pub Arc<KnowledgeBase>);
 
-impl TypedTool<DeskWork> for GetKbDocument {
+impl TypedTool<ResearchWork> for GetKbDocument {
     type Args = DocumentArgs;
     const NAME: &'static str = "get_kb_document";
     fn description(&self) -> String {
         "Read a whole knowledge-base document by the path shown in search results.".into()
     }
-    async fn run(&self, work: &mut DeskWork, args: DocumentArgs) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        work: &mut ResearchWork,
+        args: DocumentArgs,
+    ) -> Result<ToolOutput, ToolError> {
         work.searched = true;
         self.0
             .document(&args.path)
@@ -193,9 +251,9 @@ fn sources_block(sources: &[Passage], lang: &str) -> String {
     out.trim_end().to_string()
 }
 
-impl Desk<'_> {
+impl Research<'_> {
     fn floor_attempt(&self, task: &str) -> SubAnswer {
-        let mut passages = self.kb.search(task, 3).unwrap_or_default();
+        let mut passages = (self.library.search)(task, 3);
         // weak matches next to a strong one are noise, not sources
         let best = passages.first().map_or(0.0, |p| p.score);
         passages.retain(|p| p.score >= best * 0.4);
@@ -212,17 +270,26 @@ impl Desk<'_> {
     fn floor_answer(&self, sources: &[Passage]) -> String {
         if sources.is_empty() {
             return if self.lang == "ja" {
-                "ナレッジベースにはこのご質問に関する情報が見つかりませんでした。担当者にお繋ぎすることもできます。".into()
+                format!(
+                    "{}にはこのご質問に関する情報が見つかりませんでした。担当者にお繋ぎすることもできます。",
+                    self.library.source_ja
+                )
             } else {
-                "I found nothing in the knowledge base about this. I can pass your question to a person if you like.".into()
+                format!(
+                    "I found nothing in {} about this. I can pass your question to a person if you like.",
+                    self.library.source_en
+                )
             };
         }
         let mut ranked: Vec<(usize, &Passage)> = sources.iter().enumerate().collect();
         ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
         let mut out = if self.lang == "ja" {
-            "ナレッジベースから関連する情報が見つかりました:\n\n".to_string()
+            format!(
+                "{}から関連する情報が見つかりました:\n\n",
+                self.library.source_ja
+            )
         } else {
-            "Here is what I found in the knowledge base:\n\n".to_string()
+            format!("Here is what I found in {}:\n\n", self.library.source_en)
         };
         for (i, p) in ranked.into_iter().take(3) {
             out.push_str(&format!(
@@ -238,14 +305,14 @@ impl Desk<'_> {
 }
 
 #[async_trait]
-impl PlanExecuteReflect for Desk<'_> {
+impl PlanExecuteReflect for Research<'_> {
     type Task = String;
     type Attempt = SubAnswer;
-    type Reflection = DeskReflection;
-    type Output = DeskAnswer;
+    type Reflection = ResearchReflection;
+    type Output = ResearchAnswer;
 
     async fn plan(&self) -> Vec<String> {
-        let Some(model) = self.models.for_agent(PLANNER) else {
+        let Some(model) = self.models.for_agent(&self.library.planner) else {
             return vec![self.question.clone()];
         };
         let previous = self
@@ -253,12 +320,14 @@ impl PlanExecuteReflect for Desk<'_> {
             .as_ref()
             .map(|(q, a)| format!("\nEarlier in this conversation:\nQ: {q}\nA: {a}\n"))
             .unwrap_or_default();
-        let system = "You plan help-desk answers. Split the user's question into 1 to 5 self-contained sub-tasks, \
-                      each answerable by searching the team's knowledge base. A simple question is one sub-task."
-            .to_string();
+        let system = format!(
+            "You plan the answers of {}. Split the user's question into 1 to 5 self-contained sub-tasks, each \
+             answerable by searching {}. A simple question is one sub-task.",
+            self.library.role, self.library.source_en
+        );
         match structured::<PlanOut>(
             model.as_ref(),
-            PLANNER,
+            &self.library.planner,
             system,
             format!("{previous}Question: {}", self.question),
             self.ledger,
@@ -288,31 +357,26 @@ impl PlanExecuteReflect for Desk<'_> {
     async fn attempt(
         &self,
         task: &String,
-        previous: Option<(&SubAnswer, &DeskReflection)>,
+        previous: Option<(&SubAnswer, &ResearchReflection)>,
         _try_no: u32,
     ) -> SubAnswer {
-        let Some(model) = self.models.for_agent(EXECUTOR) else {
+        let Some(model) = self.models.for_agent(&self.library.executor) else {
             return self.floor_attempt(task);
         };
-        let agent = Agent::new(
-            EXECUTOR,
-            vec![
-                typed(SearchKb(self.kb.clone())),
-                typed(GetKbDocument(self.kb.clone())),
-            ],
-        )
-        .with_max_iterations(5)
-        .with_remaining_tasks(|w: &DeskWork| {
-            if w.searched {
-                Vec::new()
-            } else {
-                vec!["Search the knowledge base with search_kb before answering".into()]
-            }
-        });
+        let agent = Agent::new(self.library.executor.clone(), self.library.tools.clone())
+            .with_max_iterations(5)
+            .with_remaining_tasks(|w: &ResearchWork| {
+                if w.searched {
+                    Vec::new()
+                } else {
+                    vec!["Search with the tools before answering".into()]
+                }
+            });
         let system = format!(
-            "You are a help-desk assistant. Use search_kb (and get_kb_document when a passage is not enough) to \
-             find the answer in the team's knowledge base, then answer the sub-task in {} using only what you \
-             found, citing passages as [path#heading]. Say so plainly if the knowledge base has no answer.",
+            "You are {}. Use the tools to find the answer in {}, then answer the sub-task in {} using only what \
+             you found, citing passages as [path#heading]. Say so plainly if nothing answers it.",
+            self.library.role,
+            self.library.source_en,
             if self.lang == "ja" {
                 "Japanese"
             } else {
@@ -337,7 +401,7 @@ impl PlanExecuteReflect for Desk<'_> {
             .run(
                 model.as_ref(),
                 vec![ChatMessage::system(system), ChatMessage::user(user)],
-                DeskWork::default(),
+                ResearchWork::default(),
                 self.ledger,
             )
             .await
@@ -353,8 +417,8 @@ impl PlanExecuteReflect for Desk<'_> {
         }
     }
 
-    async fn reflect(&self, task: &String, attempt: &SubAnswer) -> DeskReflection {
-        let floor = DeskReflection {
+    async fn reflect(&self, task: &String, attempt: &SubAnswer) -> ResearchReflection {
+        let floor = ResearchReflection {
             base: Reflection {
                 // retrying the same search cannot find more
                 is_sufficient: true,
@@ -362,12 +426,14 @@ impl PlanExecuteReflect for Desk<'_> {
             },
             additional_queries: Vec::new(),
         };
-        let Some(model) = self.models.for_agent(REFLECTOR) else {
+        let Some(model) = self.models.for_agent(&self.library.reflector) else {
             return floor;
         };
-        let system = "You check a help-desk sub-answer. Is it complete, correct with respect to the cited passages, \
-                      and does it answer the sub-task? If not, give concrete advice and queries to try."
-            .to_string();
+        let system = format!(
+            "You check a sub-answer written by {}. Is it complete, correct with respect to the cited passages, \
+             and does it answer the sub-task? If not, give concrete advice and queries to try.",
+            self.library.role
+        );
         let user = format!(
             "Sub-task: {task}\n\nAnswer:\n{}\n\nPassages used:\n{}",
             attempt.text,
@@ -378,15 +444,21 @@ impl PlanExecuteReflect for Desk<'_> {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
-        structured::<DeskReflection>(model.as_ref(), REFLECTOR, system, user, self.ledger)
-            .await
-            .unwrap_or(floor)
+        structured::<ResearchReflection>(
+            model.as_ref(),
+            &self.library.reflector,
+            system,
+            user,
+            self.ledger,
+        )
+        .await
+        .unwrap_or(floor)
     }
 
     async fn integrate(
         &self,
-        outcomes: Vec<TaskOutcome<String, SubAnswer, DeskReflection>>,
-    ) -> DeskAnswer {
+        outcomes: Vec<TaskOutcome<String, SubAnswer, ResearchReflection>>,
+    ) -> ResearchAnswer {
         let mut sources: Vec<Passage> = Vec::new();
         for o in &outcomes {
             for p in &o.attempt.passages {
@@ -406,7 +478,7 @@ impl PlanExecuteReflect for Desk<'_> {
                 "advice": o.reflections.iter().map(|r| r.base.feedback.clone()).collect::<Vec<_>>(),
             }))
             .collect::<Vec<_>>());
-        let model = self.models.for_agent(ANSWERER);
+        let model = self.models.for_agent(&self.library.answerer);
         let text = match model {
             Some(model) if !sources.is_empty() => {
                 let numbered = sources
@@ -428,8 +500,9 @@ impl PlanExecuteReflect for Desk<'_> {
                     .map(|(q, a)| format!("Earlier: Q: {q}\nA: {a}\n\n"))
                     .unwrap_or_default();
                 let system = format!(
-                    "Write the final help-desk answer in {}: integrate the sub-answers into one clear reply and cite \
+                    "You are {}. Write the final answer in {}: integrate the sub-answers into one clear reply and cite \
                      the numbered sources as [n]. Use only the sources.",
+                    self.library.role,
                     if self.lang == "ja" {
                         "Japanese"
                     } else {
@@ -440,7 +513,8 @@ impl PlanExecuteReflect for Desk<'_> {
                     "{previous}Question: {}\n\n{subs}\n\nSources:\n{numbered}",
                     self.question
                 );
-                let agent: Agent<()> = Agent::new(ANSWERER, Vec::new()).with_max_iterations(1);
+                let agent: Agent<()> =
+                    Agent::new(self.library.answerer.clone(), Vec::new()).with_max_iterations(1);
                 match agent
                     .run(
                         model.as_ref(),
@@ -462,7 +536,7 @@ impl PlanExecuteReflect for Desk<'_> {
             }
             _ => self.floor_answer(&sources),
         };
-        DeskAnswer {
+        ResearchAnswer {
             text,
             plan,
             sources,
