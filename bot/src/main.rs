@@ -2,6 +2,7 @@
 //! runs the chosen command. Everything else lives in the libraries.
 
 mod app;
+mod bench;
 mod config;
 mod export;
 
@@ -51,6 +52,29 @@ enum Command {
     Migrate,
     /// Validate the configuration and the forms.
     Check,
+    /// Load-test the bot: simulated users through the real orchestrator, flows and SQLite.
+    Bench {
+        /// interview or assistant
+        #[arg(long, default_value = "interview")]
+        flow: String,
+        /// The form the interview uses.
+        #[arg(long, default_value = "engineer")]
+        form: String,
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        /// Turns per simulated user.
+        #[arg(long, default_value_t = 11)]
+        turns: usize,
+        /// Users active at once (default: all).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Simulated model latency per call.
+        #[arg(long, default_value_t = 0)]
+        model_latency_ms: u64,
+        /// Database URL (default: a temporary file).
+        #[arg(long)]
+        database: Option<String>,
+    },
     /// Knowledge-base maintenance.
     Kb {
         #[command(subcommand)]
@@ -187,6 +211,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if failed {
                 bail!("some forms are invalid");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            flow,
+            form,
+            sessions,
+            turns,
+            concurrency,
+            model_latency_ms,
+            database,
+        } => {
+            let flows = app::build_flows(&settings)?;
+            let options = bench::BenchOptions {
+                flow,
+                form,
+                sessions,
+                turns,
+                concurrency: concurrency.unwrap_or(sessions),
+                model_latency: std::time::Duration::from_millis(model_latency_ms),
+                database,
+            };
+            let report = bench::run(options, flows).await?;
+            println!("{report}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Kb { command } => {

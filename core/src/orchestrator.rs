@@ -105,12 +105,8 @@ impl Orchestrator {
         key: SessionKey,
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
-        if !incoming.message_id.is_empty()
-            && self
-                .store
-                .is_processed(incoming.platform, &incoming.chat, &incoming.message_id)
-                .await?
-        {
+        let (duplicate, active) = self.store.load_for_turn(&key, &incoming.message_id).await?;
+        if duplicate {
             tracing::info!("duplicate update ignored");
             return Ok(TurnReport {
                 session_id: 0,
@@ -119,7 +115,6 @@ impl Orchestrator {
                 duplicate: true,
             });
         }
-        let active = self.store.active_session(&key).await?;
         let plan = self.plan(&incoming, active)?;
         let (session, finish_session, input) = match plan {
             Plan::Reply { session, text } => {

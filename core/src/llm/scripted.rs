@@ -21,6 +21,7 @@ pub struct ScriptedModel {
     name: String,
     inner: Arc<Mutex<Inner>>,
     latency: Duration,
+    record: bool,
 }
 
 struct Inner {
@@ -37,7 +38,14 @@ impl ScriptedModel {
                 requests: Vec::new(),
             })),
             latency: Duration::ZERO,
+            record: true,
         }
+    }
+
+    /// Does not keep the requests (long benchmark runs).
+    pub fn unrecorded(mut self) -> Self {
+        self.record = false;
+        self
     }
 
     /// A script of plain responses.
@@ -97,7 +105,9 @@ impl ChatModel for ScriptedModel {
         let step = match inner.script.front() {
             Some(Step::Repeat(f)) => {
                 let response = f(&request);
-                inner.requests.push(request);
+                if self.record {
+                    inner.requests.push(request);
+                }
                 return Ok(response);
             }
             Some(_) => inner.script.pop_front(),

@@ -274,6 +274,13 @@ pub trait Store: Send + Sync {
         chat: &str,
         message_id: &str,
     ) -> Result<bool, StoreError>;
+    /// What a turn needs first: whether `message_id` was processed in the key's chat, and
+    /// the key's active session. Implementations answer it in one round trip.
+    async fn load_for_turn(
+        &self,
+        key: &SessionKey,
+        message_id: &str,
+    ) -> Result<(bool, Option<SessionRecord>), StoreError>;
     /// The last `limit` messages of a session, oldest first.
     async fn recent_messages(
         &self,

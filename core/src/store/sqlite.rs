@@ -20,7 +20,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub struct SqliteStore {
+    /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
+    /// The one writer connection: writes queue here, in tokio, instead of spinning in
+    /// SQLite's busy handler (which sleeps whole milliseconds between tries).
+    writer: SqlitePool,
 }
 
 const SESSION_COLUMNS: &str = "id, platform, chat, thread, user_id, flow, current_agent, language, country, \
@@ -52,23 +56,29 @@ impl SqliteStore {
                 ))
             })?;
         }
-        let pool = if in_memory {
+        let single = || {
             SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None)
-                .connect_with(options)
-                .await
+        };
+        let writer = single()
+            .connect_with(options.clone())
+            .await
+            .map_err(StoreError::db("opening the database"))?;
+        sqlx::migrate!("../migrations").run(&writer).await?;
+        let pool = if in_memory {
+            // every connection to :memory: is its own database: share the one
+            writer.clone()
         } else {
             SqlitePoolOptions::new()
                 .max_connections(8)
                 .connect_with(options)
                 .await
-        }
-        .map_err(StoreError::db("opening the database"))?;
-        sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(SqliteStore { pool })
+                .map_err(StoreError::db("opening the database"))?
+        };
+        Ok(SqliteStore { pool, writer })
     }
 
     /// The pool, for other stores of the same database (flows' own tables).
@@ -137,28 +147,33 @@ fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
     })
 }
 
+/// The model calls of a turn, in one statement.
 async fn insert_llm_calls(
     conn: &mut sqlx::SqliteConnection,
     session_id: Option<i64>,
     calls: &[LlmCallRecord],
 ) -> Result<(), StoreError> {
-    for call in calls {
-        sqlx::query(
-            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(call.session_id.or(session_id))
-        .bind(&call.agent)
-        .bind(&call.model)
-        .bind(call.prompt_tokens as i64)
-        .bind(call.completion_tokens as i64)
-        .bind(call.latency_ms as i64)
-        .bind(&call.error)
-        .bind(ms(call.at))
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
+    );
+    insert.push_values(calls, |mut row, call| {
+        row.push_bind(call.session_id.or(session_id))
+            .push_bind(call.agent.as_str())
+            .push_bind(call.model.as_str())
+            .push_bind(call.prompt_tokens as i64)
+            .push_bind(call.completion_tokens as i64)
+            .push_bind(call.latency_ms as i64)
+            .push_bind(call.error.as_deref())
+            .push_bind(ms(call.at));
+    });
+    insert
+        .build()
         .execute(&mut *conn)
         .await
         .map_err(StoreError::db("recording model calls"))?;
-    }
     Ok(())
 }
 
@@ -338,49 +353,48 @@ impl Store for SqliteStore {
         rows.iter().map(message_from_row).collect()
     }
 
+    async fn load_for_turn(
+        &self,
+        key: &SessionKey,
+        message_id: &str,
+    ) -> Result<(bool, Option<SessionRecord>), StoreError> {
+        // one round trip: the dedupe check and the active session together
+        let row = sqlx::query(&format!(
+            "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = ?1 AND chat = ?2 AND message_id = ?3) AS dup, \
+             {} FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
+             AND s.user_id = ?5 AND s.status = 'active'",
+            SESSION_COLUMNS
+                .split(", ")
+                .map(|c| format!("s.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .bind(key.platform.as_str())
+        .bind(&key.chat)
+        .bind(message_id)
+        .bind(&key.thread)
+        .bind(&key.user)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::db("loading the session"))?;
+        let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
+        let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
+        let session = match id {
+            Some(_) => Some(session_from_row(&row)?),
+            None => None,
+        };
+        Ok((dup && !message_id.is_empty(), session))
+    }
+
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
-        let now = Utc::now();
-        let now_ms = ms(now);
+        let now_ms = ms(Utc::now());
         let mut tx = self
-            .pool
+            .writer
             .begin()
             .await
             .map_err(StoreError::db("starting a turn"))?;
         let mut session = commit.session;
         let key = session.key.clone();
-
-        if let Some(p) = &commit.processed {
-            let inserted = sqlx::query(
-                "INSERT INTO processed_updates (platform, chat, message_id, created_ms) VALUES (?, ?, ?, ?) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(p.platform.as_str())
-            .bind(&p.chat)
-            .bind(&p.message_id)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("marking the update processed"))?;
-            if inserted.rows_affected() == 0 {
-                return Err(StoreError::Duplicate {
-                    chat: p.chat.clone(),
-                    message_id: p.message_id.clone(),
-                });
-            }
-        }
-
-        sqlx::query(
-            "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
-        )
-        .bind(key.platform.as_str())
-        .bind(&commit.user.id)
-        .bind(&commit.user.display_name)
-        .bind(now_ms)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("saving the user"))?;
 
         if let Some(previous) = commit.finish_session {
             sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
@@ -404,6 +418,19 @@ impl Store for SqliteStore {
             .map_err(|e| corrupt("pending options", e))?;
 
         if session.is_new() {
+            // the user row is written when a session starts (sessions reference it)
+            sqlx::query(
+                "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
+            )
+            .bind(key.platform.as_str())
+            .bind(&commit.user.id)
+            .bind(&commit.user.display_name)
+            .bind(now_ms)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving the user"))?;
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO sessions (platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
                  state, pending_options, status, version, created_ms, updated_ms) \
@@ -457,37 +484,66 @@ impl Store for SqliteStore {
         session.updated_at = from_ms(now_ms);
 
         if let Some(p) = &commit.processed {
-            sqlx::query("UPDATE processed_updates SET session_id = ? WHERE platform = ? AND chat = ? AND message_id = ?")
-                .bind(session.id)
-                .bind(p.platform.as_str())
-                .bind(&p.chat)
-                .bind(&p.message_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("linking the update to its session"))?;
+            let inserted = sqlx::query(
+                "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(p.platform.as_str())
+            .bind(&p.chat)
+            .bind(&p.message_id)
+            .bind(session.id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("marking the update processed"))?;
+            if inserted.rows_affected() == 0 {
+                // dropping the transaction rolls everything back
+                return Err(StoreError::Duplicate {
+                    chat: p.chat.clone(),
+                    message_id: p.message_id.clone(),
+                });
+            }
         }
 
+        // all of the turn's messages in one statement
+        let messages: Vec<(Role, &String)> = commit
+            .changes
+            .iter()
+            .filter_map(|change| match change {
+                StateChange::AddUserMessage { text } => Some((Role::User, text)),
+                StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
+                _ => None,
+            })
+            .collect();
         let mut assistant_message_ids = Vec::new();
-        for change in &commit.changes {
-            let (role, text) = match change {
-                StateChange::AddUserMessage { text } => (Role::User, text),
-                StateChange::AddAssistantMessage { text } => (Role::Assistant, text),
-                _ => continue,
-            };
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO messages (session_id, role, text, delivered, created_ms) VALUES (?, ?, ?, ?, ?) RETURNING id",
-            )
-            .bind(session.id)
-            .bind(role.as_str())
-            .bind(text)
-            .bind(role != Role::Assistant)
-            .bind(now_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(StoreError::db("saving a message"))?;
-            if role == Role::Assistant {
-                assistant_message_ids.push(id);
+        if !messages.is_empty() {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
+            );
+            insert.push_values(&messages, |mut row, (role, text)| {
+                row.push_bind(session.id)
+                    .push_bind(role.as_str())
+                    .push_bind(text.as_str())
+                    .push_bind(*role != Role::Assistant)
+                    .push_bind(now_ms);
+            });
+            insert.push(" RETURNING id, role");
+            let rows = insert
+                .build()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::db("saving the messages"))?;
+            for row in rows {
+                let role: String = row.try_get("role").map_err(|e| corrupt("message row", e))?;
+                if role == Role::Assistant.as_str() {
+                    assistant_message_ids.push(
+                        row.try_get::<i64, _>("id")
+                            .map_err(|e| corrupt("message row", e))?,
+                    );
+                }
             }
+            // RETURNING order is unspecified; ids grow with insertion order
+            assistant_message_ids.sort_unstable();
         }
 
         for change in &commit.changes {
@@ -554,7 +610,7 @@ impl Store for SqliteStore {
             query = query.bind(id);
         }
         query
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(StoreError::db("marking messages delivered"))?;
         Ok(())
@@ -576,7 +632,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let mut tx = self
-            .pool
+            .writer
             .begin()
             .await
             .map_err(StoreError::db("starting a ledger write"))?;
@@ -619,6 +675,7 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.pool.close().await;
+        self.writer.close().await;
     }
 }
 

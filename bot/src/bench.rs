@@ -1,0 +1,279 @@
+//! `kaiwa bench`: drives simulated users through the real orchestrator, flows and a file
+//! SQLite store (WAL), with the scripted model answering after a fixed latency, and prints
+//! one JSON object on its last line (turns/s, per-turn overhead percentiles excluding the
+//! simulated model time, model calls per turn, peak RSS, database size).
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::flow::FlowRegistry;
+use kaiwa_core::llm::scripted::ScriptedModel;
+use kaiwa_core::llm::{ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
+use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
+use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::store::Store;
+use kaiwa_core::store::sqlite::SqliteStore;
+use kaiwa_core::testing::RecordingOutbox;
+use kaiwa_core::testing::interview_agents::fake_model;
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub struct BenchOptions {
+    pub flow: String,
+    pub form: String,
+    pub sessions: usize,
+    pub turns: usize,
+    pub concurrency: usize,
+    pub model_latency: Duration,
+    pub database: Option<String>,
+}
+
+tokio::task_local! {
+    /// Simulated model time spent by the current user's task.
+    static MODEL_TIME: Cell<Duration>;
+}
+
+/// The scripted model, counting calls and charging its latency to the calling task.
+struct TimedModel {
+    inner: ScriptedModel,
+    latency: Duration,
+    calls: AtomicU64,
+}
+
+#[async_trait]
+impl ChatModel for TimedModel {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let _ = MODEL_TIME.try_with(|t| t.set(t.get() + self.latency));
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        self.inner.chat(request).await
+    }
+}
+
+struct NullAdmin;
+
+#[async_trait]
+impl AdminSink for NullAdmin {
+    async fn notify(&self, _notice: &AdminNotice) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+}
+
+/// One step of a simulated user.
+#[derive(Clone, Copy)]
+enum Step {
+    Open,
+    /// Press the first option shown (or this value when it is one of them).
+    Press(&'static str),
+    Say(&'static str),
+}
+
+/// An applicant going through the engineer form, in the fake Architect's order.
+const INTERVIEW: &[Step] = &[
+    Step::Open,
+    Step::Press("en"),
+    Step::Say("I live in Japan"),
+    Step::Say("I enjoy building developer tools"),
+    Step::Say("Hanako Yamada"),
+    Step::Say("hanako@example.com"),
+    Step::Say("5"),
+    Step::Say("Rust and TypeScript"),
+    Step::Press("remote"),
+    Step::Say("2026-04-01"),
+    Step::Say("https://github.com/hanako"),
+];
+
+const CHAT: &[Step] = &[Step::Say("Tell me something interesting about tea.")];
+
+fn rss_peak_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<serde_json::Value> {
+    if options.sessions == 0 || options.turns == 0 {
+        bail!("--sessions and --turns must be at least 1");
+    }
+    let script: &'static [Step] = match options.flow.as_str() {
+        "interview" => INTERVIEW,
+        "assistant" => CHAT,
+        other => bail!("kaiwa bench drives the interview or assistant flow, not {other:?}"),
+    };
+    if flows.get(&options.flow).is_none() {
+        bail!(
+            "the flow {:?} is not enabled (is the form folder configured?)",
+            options.flow
+        );
+    }
+    let temp = tempfile::tempdir().context("cannot create a temporary folder")?;
+    let (url, db_path) = match &options.database {
+        Some(url) => (
+            url.clone(),
+            url.strip_prefix("sqlite://").map(std::path::PathBuf::from),
+        ),
+        None => {
+            let path = temp.path().join("bench.db");
+            (format!("sqlite://{}", path.display()), Some(path))
+        }
+    };
+    let store = Arc::new(
+        SqliteStore::connect(&url)
+            .await
+            .context("opening the bench database")?,
+    );
+    let inner = match options.flow.as_str() {
+        "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
+        _ => ScriptedModel::repeating(|_| {
+            ChatResponse::text("Green tea and black tea come from the same plant.")
+        })
+        .unrecorded(),
+    };
+    let model = Arc::new(TimedModel {
+        inner,
+        latency: options.model_latency,
+        calls: AtomicU64::new(0),
+    });
+    let orchestrator = Arc::new(Orchestrator::new(
+        store.clone(),
+        flows,
+        ModelRouter::new(Some(model.clone())),
+        Arc::new(NullAdmin),
+    ));
+    let gate = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(options.sessions);
+    for user in 0..options.sessions {
+        let (orchestrator, gate, flow, form) = (
+            orchestrator.clone(),
+            gate.clone(),
+            options.flow.clone(),
+            options.form.clone(),
+        );
+        let turns = options.turns;
+        tasks.push(tokio::spawn(MODEL_TIME.scope(
+            Cell::new(Duration::ZERO),
+            async move {
+                let _permit = gate.acquire_owned().await.ok();
+                let outbox = RecordingOutbox::default();
+                let mut overheads = Vec::with_capacity(turns);
+                for t in 0..turns {
+                    let body = match script[t % script.len()] {
+                        Step::Open => Body::Open,
+                        Step::Say(text) => Body::Text { text: text.into() },
+                        Step::Press(value) => match outbox.last_options() {
+                            Some(req) => {
+                                let chosen = req
+                                    .options
+                                    .iter()
+                                    .find(|o| o.value == value)
+                                    .or(req.options.first())
+                                    .map(|o| o.value.clone())
+                                    .unwrap_or_default();
+                                Body::Choice {
+                                    request_id: req.request_id,
+                                    values: vec![chosen],
+                                }
+                            }
+                            None => Body::Text { text: value.into() },
+                        },
+                    };
+                    outbox.clear();
+                    let incoming = Incoming {
+                        platform: Platform::Console,
+                        chat: format!("bench-{user}"),
+                        thread: String::new(),
+                        user: UserRef {
+                            id: format!("user-{user}"),
+                            display_name: format!("User {user}"),
+                        },
+                        message_id: format!("{t}"),
+                        body,
+                        flow: Some(flow.clone()),
+                        flow_arg: Some(form.clone()),
+                    };
+                    MODEL_TIME.with(|m| m.set(Duration::ZERO));
+                    let turn_started = Instant::now();
+                    let result = orchestrator.handle(incoming, &outbox).await;
+                    let model_time = MODEL_TIME.with(|m| m.get());
+                    if let Err(e) = result {
+                        return Err(anyhow::anyhow!("turn {t} of user {user} failed: {e}"));
+                    }
+                    overheads.push(
+                        turn_started
+                            .elapsed()
+                            .saturating_sub(model_time)
+                            .as_secs_f64()
+                            * 1000.0,
+                    );
+                }
+                Ok(overheads)
+            },
+        )));
+    }
+    let mut all = Vec::new();
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    for task in tasks {
+        let overheads = task.await.context("a simulated user panicked")??;
+        let window = overheads.len().min(20);
+        first.extend_from_slice(&overheads[..window]);
+        last.extend_from_slice(&overheads[overheads.len() - window..]);
+        all.extend(overheads);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let turns = all.len();
+    all.sort_by(f64::total_cmp);
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    store.close().await;
+    let db_bytes: u64 = db_path
+        .map(|p| {
+            ["", "-wal", "-shm"]
+                .iter()
+                .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", p.display())).ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    Ok(serde_json::json!({
+        "turns_per_sec": round(turns as f64 / wall),
+        "p50_ms": round(percentile(&all, 0.50)),
+        "p99_ms": round(percentile(&all, 0.99)),
+        "max_ms": round(all.last().copied().unwrap_or(0.0)),
+        "first20_mean_ms": round(mean(&first)),
+        "last20_mean_ms": round(mean(&last)),
+        "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
+        "peak_rss_mb": round(rss_peak_mb()),
+        "db_bytes": db_bytes,
+        "sessions": options.sessions,
+        "turns": turns,
+        "wall_secs": round(wall),
+    }))
+}
