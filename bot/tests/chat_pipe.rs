@@ -337,13 +337,27 @@ async fn the_helpdesk_answers_from_the_sample_knowledge_base_through_a_pipe() {
 #[tokio::test]
 async fn bench_prints_its_report_as_json_on_the_last_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let run = kaiwa(dir.path(), &forms_config(), &["bench", "--sessions", "3", "--turns", "11"], "").await;
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["bench", "--sessions", "3", "--turns", "11"],
+        "",
+    )
+    .await;
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     let last = run.stdout.lines().last().unwrap_or_default();
     let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
     assert_eq!(report["turns"], 33);
     assert_eq!(report["sessions"], 3);
-    for key in ["turns_per_sec", "p50_ms", "p99_ms", "max_ms", "model_calls_per_turn", "peak_rss_mb", "db_bytes"] {
+    for key in [
+        "turns_per_sec",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "model_calls_per_turn",
+        "peak_rss_mb",
+        "db_bytes",
+    ] {
         assert!(report[key].is_number(), "{key} in {report}");
     }
     // every simulated applicant finished the interview: the Auditor ran for each

@@ -264,6 +264,20 @@ impl<S: Send> Agent<S> {
     }
 }
 
+impl<T: Send> Agent<Option<T>> {
+    /// The usual shape of an agent with a terminal result tool: its state is `None` until
+    /// the tool sets it, and until then `task` remains.
+    pub fn until_set(self, task: &'static str) -> Self {
+        self.with_remaining_tasks(move |s: &Option<T>| {
+            if s.is_none() {
+                vec![task.to_string()]
+            } else {
+                Vec::new()
+            }
+        })
+    }
+}
+
 /// The model calls of one turn, written to the `llm_calls` table with the turn.
 #[derive(Clone, Default)]
 pub struct LlmLedger {

@@ -70,13 +70,7 @@ where
     let node = Agent::new(agent, vec![typed(Respond::<O>(PhantomData))])
         .with_max_iterations(3)
         .with_tool_choice(ToolChoice::Required)
-        .with_remaining_tasks(|s: &Option<O>| {
-            if s.is_none() {
-                vec!["Return the result with the respond tool".into()]
-            } else {
-                Vec::new()
-            }
-        });
+        .until_set("Return the result with the respond tool");
     let result = node
         .run(
             model,

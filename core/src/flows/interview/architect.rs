@@ -103,13 +103,7 @@ pub async fn plan(
     ];
     let agent = Agent::new(AGENT, vec![typed(CreatePlan(form.clone()))])
         .with_max_iterations(4)
-        .with_remaining_tasks(|s: &Option<Vec<String>>| {
-            if s.is_none() {
-                vec!["Create the plan with create_plan".into()]
-            } else {
-                Vec::new()
-            }
-        });
+        .until_set("Create the plan with create_plan");
     match agent.run(model, messages, None, ledger).await {
         Ok(result) => result.state.unwrap_or(fallback),
         Err(e) => {

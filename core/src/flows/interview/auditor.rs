@@ -148,13 +148,7 @@ pub async fn audit(
     if let Some(model) = model {
         let agent = Agent::new(AGENT, vec![typed(ResultTool)])
             .with_max_iterations(3)
-            .with_remaining_tasks(|s: &Option<AuditResult>| {
-                if s.is_none() {
-                    vec!["Return the audit with the result tool".into()]
-                } else {
-                    Vec::new()
-                }
-            });
+            .until_set("Return the audit with the result tool");
         let context = SubtaskContext {
             conversation_summary: state.transcript(),
             current_item: format!("Final audit of the application {:?}", form.id),

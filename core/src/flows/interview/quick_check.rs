@@ -214,13 +214,7 @@ pub async fn model_check(
 ) -> Option<QuickCheckResult> {
     let agent = Agent::new(AGENT, vec![typed(ResultTool)])
         .with_max_iterations(3)
-        .with_remaining_tasks(|s: &Option<QuickCheckResult>| {
-            if s.is_none() {
-                vec!["Return the check with the result tool".into()]
-            } else {
-                Vec::new()
-            }
-        });
+        .until_set("Return the check with the result tool");
     let instruction = format!("Check this drafted question:\n{question}");
     match subtask(
         &agent,

@@ -295,13 +295,7 @@ pub async fn model_review(
 ) -> Option<ReviewResult> {
     let agent = Agent::new(AGENT, vec![typed(ReviewTool)])
         .with_max_iterations(3)
-        .with_remaining_tasks(|s: &Option<ReviewResult>| {
-            if s.is_none() {
-                vec!["Return the review with the review tool".into()]
-            } else {
-                Vec::new()
-            }
-        });
+        .until_set("Return the review with the review tool");
     let instruction = format!("The applicant answered:\n{answer}");
     match subtask(
         &agent,
