@@ -18,6 +18,7 @@ pub mod admin;
 pub mod agent;
 pub mod flow;
 pub mod flows;
+pub mod i18n;
 pub mod kb;
 pub mod llm;
 pub mod message;

@@ -7,6 +7,7 @@
 
 use crate::agent::{Agent, AgentError};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
 use crate::llm::ChatMessage;
 use crate::message::OptionItem;
 use crate::state::StateChange;
@@ -17,10 +18,6 @@ pub const ID: &str = "assistant";
 
 #[derive(Default)]
 pub struct AssistantFlow;
-
-fn pick(lang: &str, en: &str, ja: &str) -> String {
-    if lang == "ja" { ja } else { en }.to_string()
-}
 
 fn language_options(out: &mut TurnOutput) {
     out.options(

@@ -14,6 +14,7 @@ use crate::admin::AdminNotice;
 use crate::agent::research::{Library, Research};
 use crate::agent::workflow::run_workflow;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
 use crate::kb::KnowledgeBase;
 use crate::message::OptionItem;
 use crate::state::StateChange;
@@ -49,13 +50,25 @@ struct DeskState {
     rating: Option<i64>,
 }
 
-fn pick(lang: &str, en: &str, ja: &str) -> String {
-    if lang == "ja" { ja } else { en }.to_string()
-}
-
 fn looks_japanese(text: &str) -> bool {
     text.chars()
         .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+/// The "Talk to a human" button alone.
+fn offer_human(out: &mut TurnOutput, lang: &str) {
+    out.options(
+        pick(
+            lang,
+            "Would you like to ask a person?",
+            "担当者に問い合わせますか？",
+        ),
+        vec![OptionItem::new(
+            "human",
+            pick(lang, "Talk to a human", "担当者と話す"),
+        )],
+        false,
+    );
 }
 
 fn rating_options(lang: &str) -> Vec<OptionItem> {
@@ -110,18 +123,7 @@ impl HelpdeskFlow {
         st.rating = Some(ticket_no);
         out.say(result.text);
         if result.sources.is_empty() {
-            out.options(
-                pick(
-                    &lang,
-                    "Would you like to ask a person?",
-                    "担当者に問い合わせますか？",
-                ),
-                vec![OptionItem::new(
-                    "human",
-                    pick(&lang, "Talk to a human", "担当者と話す"),
-                )],
-                false,
-            );
+            offer_human(out, &lang);
         } else {
             out.options(
                 pick(
@@ -169,18 +171,7 @@ impl HelpdeskFlow {
                     "申し訳ありません。状況をもう少し詳しく教えていただくか、担当者にご相談ください。",
                 ));
                 st.rating = Some(ticket_no);
-                out.options(
-                    pick(
-                        &lang,
-                        "Would you like to ask a person?",
-                        "担当者に問い合わせますか？",
-                    ),
-                    vec![OptionItem::new(
-                        "human",
-                        pick(&lang, "Talk to a human", "担当者と話す"),
-                    )],
-                    false,
-                );
+                offer_human(out, &lang);
             }
             _ => {
                 let key = &ctx.session.key;

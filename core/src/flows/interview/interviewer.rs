@@ -13,6 +13,7 @@ use super::quick_check::{self, Violation};
 use super::state::InterviewState;
 use crate::agent::subtask::SubtaskContext;
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::i18n::pick;
 use crate::llm::{ChatMessage, ChatModel};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -131,10 +132,6 @@ impl TypedTool<AskWork> for AskTool {
             listed.join("; ")
         )))
     }
-}
-
-fn pick(lang: &str, en: &str, ja: &str) -> String {
-    if lang == "ja" { ja } else { en }.to_string()
 }
 
 /// The question built from the form's own text.

@@ -22,6 +22,7 @@ pub mod state;
 use crate::admin::AdminNotice;
 use crate::agent::subtask::{SubtaskContext, summarize};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
 use crate::state::StateChange;
 use crate::store::{Submission, SubmissionStatus};
@@ -38,10 +39,6 @@ pub const ID: &str = "interview";
 pub struct InterviewFlow {
     forms: Vec<Arc<Form>>,
     default_form: Option<String>,
-}
-
-fn pick(lang: &str, en: &str, ja: &str) -> String {
-    if lang == "ja" { ja } else { en }.to_string()
 }
 
 fn lang_of(st: &InterviewState) -> String {

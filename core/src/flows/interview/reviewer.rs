@@ -10,6 +10,7 @@
 use super::form::{FieldType, Form, FormField};
 use crate::agent::subtask::{SubtaskContext, subtask};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
+use crate::i18n::pick;
 use crate::llm::ChatModel;
 use regex::Regex;
 use schemars::JsonSchema;
@@ -58,10 +59,6 @@ fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
     re.as_ref()?.find(text).map(|m| m.as_str().to_string())
 }
 
-fn msg(lang: &str, en: &str, ja: &str) -> String {
-    if lang == "ja" { ja } else { en }.to_string()
-}
-
 fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
     let cleaned: String = text
         .trim()
@@ -75,19 +72,19 @@ fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
 pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, String> {
     let answer = answer.trim();
     if answer.is_empty() {
-        return Err(msg(lang, "The answer is empty.", "回答が空です。"));
+        return Err(pick(lang, "The answer is empty.", "回答が空です。"));
     }
     let value = match field.kind() {
         FieldType::Text => answer.to_string(),
         FieldType::Email => find(&EMAIL, answer).ok_or_else(|| {
-            msg(
+            pick(
                 lang,
                 "That doesn't look like an email address (for example name@example.com).",
                 "メールアドレスの形式ではないようです（例: name@example.com）。",
             )
         })?,
         FieldType::Url => find(&URL, answer).ok_or_else(|| {
-            msg(
+            pick(
                 lang,
                 "Please give a full web address starting with https://.",
                 "https:// から始まるURLを入力してください。",
@@ -99,7 +96,7 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
                 (7..=15).contains(&digits)
             });
             found.ok_or_else(|| {
-                msg(
+                pick(
                     lang,
                     "That doesn't look like a phone number.",
                     "電話番号の形式ではないようです。",
@@ -118,7 +115,7 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
                 .collect::<String>()
                 .replace(',', "");
             find(&NUMBER, &normalized).ok_or_else(|| {
-                msg(
+                pick(
                     lang,
                     "Please answer with a number.",
                     "数字で答えてください。",
@@ -128,7 +125,7 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
         FieldType::Date => parse_date(answer)
             .map(|d| d.format("%Y-%m-%d").to_string())
             .ok_or_else(|| {
-                msg(
+                pick(
                     lang,
                     "Please give a date like 2025-04-01.",
                     "2025-04-01 のような形式で日付を入力してください。",
@@ -153,7 +150,7 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
                 .ok_or_else(|| {
                     let labels: Vec<&str> =
                         field.options.iter().map(|o| o.label.get(lang)).collect();
-                    msg(lang, "Please pick one of: ", "次から選んでください: ")
+                    pick(lang, "Please pick one of: ", "次から選んでください: ")
                         + &labels.join(" / ")
                 })?
         }
@@ -163,7 +160,7 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
             .map(|re| re.is_match(&value))
             .unwrap_or(false);
         if !ok {
-            return Err(msg(
+            return Err(pick(
                 lang,
                 "The answer is not in the expected format.",
                 "回答の形式が正しくありません。",
