@@ -549,12 +549,7 @@ fn processed(incoming: &Incoming) -> Option<ProcessedUpdate> {
 }
 
 fn pick(session: &SessionRecord, en: &str, ja: &str) -> String {
-    if session.language.as_deref() == Some("ja") {
-        ja
-    } else {
-        en
-    }
-    .to_string()
+    crate::i18n::pick(session.language.as_deref().unwrap_or("en"), en, ja)
 }
 
 fn apology(session: &SessionRecord, error: &FlowError) -> String {
