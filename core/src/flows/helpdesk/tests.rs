@@ -26,7 +26,7 @@ fn sample_kb() -> Arc<KnowledgeBase> {
 const TASKS: [&str; 3] = [
     "How do I change an answer?",
     "How do I export submissions?",
-    "How do I delete my data?",
+    "How do I stop a conversation?",
 ];
 
 /// Plays the help-desk agents; the first tool selection of every sub-task waits at a barrier
@@ -339,7 +339,7 @@ async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
     h.ask("How do I export submissions?").await;
     let solved = h.choose("solved").await;
     assert!(solved[0].starts_with("Glad it helped"));
-    h.ask("How do I delete my data?").await;
+    h.ask("How do I stop a conversation?").await;
     h.choose("not_solved").await;
     let handed = h.choose("human").await;
     assert!(handed[0].contains("passed your question to the team"));
@@ -353,9 +353,9 @@ async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
     let notices = h.admin.notices();
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].kind, "handoff");
-    assert!(notices[0].body.contains("How do I delete my data?"));
+    assert!(notices[0].body.contains("How do I stop a conversation?"));
     assert!(
-        notices[0].body.contains("Deleting your data"),
+        notices[0].body.contains("Stopping a conversation"),
         "the bot's answer goes along"
     );
     assert!(
