@@ -559,11 +559,15 @@ impl InterviewFlow {
         let mut text = pick(&lang, "Here is what I have:\n", "ご回答内容の確認です:\n");
         for id in &st.plan {
             if let Some(field) = form.field(id) {
-                let p = st.field(id);
-                let value = p
-                    .value
-                    .clone()
-                    .unwrap_or_else(|| pick(&lang, "(not answered)", "（未回答）"));
+                let value = match st.field(id).value {
+                    // a choice shows its label, not its stored value
+                    Some(v) => field
+                        .options
+                        .iter()
+                        .find(|o| o.value == v)
+                        .map_or(v.clone(), |o| o.label.get(&lang).to_string()),
+                    None => pick(&lang, "(not answered)", "（未回答）"),
+                };
                 text.push_str(&format!("- {}: {}\n", field.label.get(&lang), value));
             }
         }

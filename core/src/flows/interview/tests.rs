@@ -590,3 +590,39 @@ async fn a_restart_in_the_middle_resumes_at_the_same_field() {
         "nothing asked twice"
     );
 }
+
+#[tokio::test]
+async fn a_plain_signup_in_japanese_with_a_model_never_runs_quick_check_or_the_auditor() {
+    let model = fake_model(Arc::new(|_| None));
+    let h = Harness::new("sqlite::memory:", router(&model), "event_signup").await;
+    h.open().await;
+    h.choose("ja").await;
+    let first = h.say("日本に住んでいます").await;
+    // the fake Architect plans engineer fields: refused in code, then sort_order
+    assert_eq!(last(&first), "[model] Tell me about name?");
+    h.say("山田 花子").await;
+    h.say("hanako@example.com").await;
+    h.choose("in_person").await;
+    h.say("1").await;
+    let confirm = h.say("Rust と AI").await;
+    assert!(
+        confirm.iter().any(|t| t.contains("- 参加方法: 会場")),
+        "{confirm:?}"
+    );
+    let done = h.choose("confirm").await;
+    assert!(last(&done).contains("送信しました"));
+    let agents = agents_called(&model);
+    assert!(
+        !agents.iter().any(|a| a == "quick_check" || a == "auditor"),
+        "{agents:?}"
+    );
+    assert!(agents.iter().any(|a| a == "reviewer"));
+    let subs = h
+        .store
+        .submissions(Some("event_signup"))
+        .await
+        .expect("subs");
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Submitted);
+    assert_eq!(subs[0].submission.language.as_deref(), Some("ja"));
+    assert_eq!(subs[0].submission.values["guests"], "1");
+}
