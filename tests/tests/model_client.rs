@@ -214,3 +214,26 @@ async fn errors_never_carry_the_api_key() {
     );
     assert!(!text.contains("sk-test-secret"));
 }
+
+#[tokio::test]
+async fn a_503_with_retry_after_is_waited_out_too() {
+    let busy = Reply::Raw {
+        status: 503,
+        headers: vec![("retry-after".into(), "1".into())],
+        body: "overloaded".into(),
+    };
+    let server = FakeOpenAi::start([busy, Reply::text("back")])
+        .await
+        .expect("server");
+    let started = Instant::now();
+    let response = client(&server, Duration::from_secs(5), 2)
+        .chat(request())
+        .await
+        .expect("answer");
+    assert_eq!(response.text.as_deref(), Some("back"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "waited {:?}",
+        started.elapsed()
+    );
+}

@@ -83,11 +83,14 @@ impl OpenAiClient {
             Err(e) => return Err(Attempt::Retry(ModelError::Connect(without_url(&e)), None)),
         };
         let status = response.status();
+        // 429 and 503 may both say when to come back
+        let server_wait = retry_after(response.headers());
         if status.as_u16() == 429 {
-            let retry_after = retry_after(response.headers());
             return Err(Attempt::Retry(
-                ModelError::RateLimited { retry_after },
-                retry_after,
+                ModelError::RateLimited {
+                    retry_after: server_wait,
+                },
+                server_wait,
             ));
         }
         let text = match response.text().await {
@@ -101,13 +104,12 @@ impl OpenAiClient {
             Err(e) => return Err(Attempt::Retry(ModelError::Connect(without_url(&e)), None)),
         };
         if status.is_server_error() {
-            let retry_after = None;
             return Err(Attempt::Retry(
                 ModelError::Http {
                     status: status.as_u16(),
                     body: truncate(&text, 500),
                 },
-                retry_after,
+                server_wait,
             ));
         }
         if !status.is_success() {
