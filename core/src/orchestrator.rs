@@ -57,7 +57,11 @@ pub struct Orchestrator {
     models: ModelRouter,
     admin: Arc<dyn AdminSink>,
     locks: SessionLocks,
+    max_message_chars: usize,
 }
+
+/// Messages longer than this are refused (issue: 4,000 characters).
+pub const DEFAULT_MAX_MESSAGE_CHARS: usize = 4_000;
 
 impl Orchestrator {
     pub fn new(
@@ -72,7 +76,14 @@ impl Orchestrator {
             models,
             admin,
             locks: SessionLocks::default(),
+            max_message_chars: DEFAULT_MAX_MESSAGE_CHARS,
         }
+    }
+
+    /// Longer messages get a clear reply and are not stored at all.
+    pub fn with_max_message_chars(mut self, max: usize) -> Self {
+        self.max_message_chars = max.max(1);
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -105,6 +116,17 @@ impl Orchestrator {
         key: SessionKey,
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
+        if let Body::Text { text } = &incoming.body {
+            let length = text.chars().count();
+            if length > self.max_message_chars {
+                tracing::info!(length, "oversized message refused");
+                let text = format!(
+                    "Your message is too long ({length} characters; the limit is {}). Please shorten it or send it in parts. / メッセージが長すぎます（{length} 文字、上限 {} 文字）。短くするか分けて送ってください。",
+                    self.max_message_chars, self.max_message_chars
+                );
+                return self.reply_only(&incoming, None, text, outbox).await;
+            }
+        }
         let (duplicate, active) = self.store.load_for_turn(&key, &incoming.message_id).await?;
         if duplicate {
             tracing::info!("duplicate update ignored");

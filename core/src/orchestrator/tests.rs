@@ -421,3 +421,42 @@ async fn commands_help_unknown_end_and_restart() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn an_oversized_message_gets_a_clear_reply_and_nothing_is_stored() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let orchestrator = orchestrator.with_max_message_chars(10);
+    let outbox = Collect::default();
+    let first = orchestrator
+        .handle(text("c", "m1", "short"), &outbox)
+        .await
+        .expect("short");
+    let long = orchestrator
+        .handle(text("c", "m2", "this is far too long"), &outbox)
+        .await
+        .expect("long");
+    assert!(
+        matches!(&long.outgoing[..], [Outgoing::Text { text }] if text.contains("too long (20 characters; the limit is 10)"))
+    );
+    assert_eq!(
+        probe.turns.load(Ordering::SeqCst),
+        1,
+        "the flow never saw it"
+    );
+    let messages = store
+        .recent_messages(first.session_id, 10)
+        .await
+        .expect("messages");
+    assert!(
+        !messages.iter().any(|m| m.text.contains("far too long")),
+        "not half-stored"
+    );
+    assert!(
+        !store
+            .is_processed(Platform::Console, "c", "m2")
+            .await
+            .expect("checks"),
+        "may be sent again shortened"
+    );
+}
