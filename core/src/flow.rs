@@ -11,7 +11,7 @@ use crate::agent::{AgentError, LlmLedger};
 use crate::llm::ModelRouter;
 use crate::message::{OptionItem, OptionsRequest, Outgoing, UserRef};
 use crate::state::StateChange;
-use crate::store::{SessionRecord, StoreError, StoredMessage};
+use crate::store::{SessionRecord, Store, StoreError, StoredMessage};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -44,6 +44,8 @@ pub struct TurnContext<'a> {
     pub models: &'a ModelRouter,
     /// Every model call of the turn goes here (written with the turn).
     pub ledger: &'a LlmLedger,
+    /// Read access to stored data (the session's own user's; writes go through changes).
+    pub store: &'a dyn Store,
     /// For a new session: the argument it was started with (`/interview engineer`,
     /// `kaiwa chat interview --form engineer`).
     pub start_arg: Option<&'a str>,

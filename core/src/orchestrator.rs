@@ -179,6 +179,7 @@ impl Orchestrator {
             history: &history,
             models: &self.models,
             ledger: &ledger,
+            store: self.store.as_ref(),
             start_arg,
         };
         let is_command = matches!(input, TurnInput::Command { .. });

@@ -6,6 +6,7 @@
 //! [`SessionRecord::apply`], so every store implementation applies them the same way.
 
 use crate::message::OptionsRequest;
+use crate::store::reading::ReadingChange;
 use crate::store::{SessionRecord, SessionStatus, Submission, Ticket};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,10 @@ pub enum StateChange {
     SaveSubmission {
         submission: Submission,
     },
+    /// A reading-companion change for the session's user.
+    Reading {
+        change: ReadingChange,
+    },
     /// A help-desk question and its answer.
     SaveTicket {
         ticket: Ticket,
@@ -70,6 +75,7 @@ impl SessionRecord {
             | StateChange::AddAssistantMessage { .. }
             | StateChange::SaveSubmission { .. }
             | StateChange::SaveTicket { .. }
+            | StateChange::Reading { .. }
             | StateChange::SetTicketFeedback { .. } => {}
         }
     }

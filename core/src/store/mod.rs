@@ -7,6 +7,7 @@
 //! [`StateChange`]s and messages, and the model calls of the turn. The store holds no
 //! conversation in memory and knows no platform library.
 
+pub mod reading;
 pub mod sqlite;
 
 use crate::message::{OptionsRequest, Platform, SessionKey, UserRef};
@@ -301,6 +302,22 @@ pub trait Store: Send + Sync {
     /// Stored submissions, oldest first, optionally of one form.
     async fn submissions(&self, form_id: Option<&str>)
     -> Result<Vec<SubmissionRecord>, StoreError>;
+    /// The user's reading records, most recently updated first.
+    async fn reading_records(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Vec<reading::ReadingRecord>, StoreError>;
+    /// A record's insights, oldest first.
+    async fn insights(&self, record_id: i64) -> Result<Vec<reading::Insight>, StoreError>;
+    /// A record's moods, oldest first.
+    async fn moods(&self, record_id: i64) -> Result<Vec<reading::Mood>, StoreError>;
+    /// The user's profile entries, oldest first.
+    async fn profile_entries(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Vec<reading::ProfileEntry>, StoreError>;
     /// The help-desk tickets of a session, in order.
     async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).

@@ -4,6 +4,10 @@
 //! A turn is one `BEGIN IMMEDIATE`-style write transaction; readers are not blocked (WAL).
 //! `sqlite::memory:` works too (one connection, so every query sees the same database).
 
+use super::reading::{
+    Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
+    ReadingChange, ReadingRecord, ReadingStatus,
+};
 use super::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
     StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit,
@@ -247,8 +251,238 @@ fn submission_from_row(row: &SqliteRow) -> Result<SubmissionRecord, StoreError> 
     })
 }
 
+async fn record_id(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    title: &str,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "SELECT id FROM reading_records WHERE platform = ? AND user_id = ? AND title = ?",
+    )
+    .bind(key.platform.as_str())
+    .bind(&key.user)
+    .bind(title)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::db("finding the reading record"))?
+    .ok_or_else(|| StoreError::Corrupt(format!("no reading record {title:?} for this user")))
+}
+
+async fn apply_reading(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    change: &ReadingChange,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let (platform, user) = (key.platform.as_str(), key.user.as_str());
+    let result = match change {
+        ReadingChange::OpenRecord { title, author } => {
+            sqlx::query(
+                "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
+                 author = COALESCE(reading_records.author, excluded.author)",
+            )
+            .bind(platform)
+            .bind(user)
+            .bind(title)
+            .bind(author)
+            .bind(now_ms)
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await
+        }
+        ReadingChange::SetStatus { title, status } => {
+            sqlx::query(
+                "UPDATE reading_records SET status = ?1, updated_ms = ?2, \
+                 started_ms = CASE WHEN ?1 != 'not_started' THEN COALESCE(started_ms, ?2) ELSE started_ms END, \
+                 finished_ms = CASE WHEN ?1 = 'completed' THEN ?2 ELSE NULL END \
+                 WHERE platform = ?3 AND user_id = ?4 AND title = ?5",
+            )
+            .bind(status.as_str())
+            .bind(now_ms)
+            .bind(platform)
+            .bind(user)
+            .bind(title)
+            .execute(&mut *conn)
+            .await
+        }
+        ReadingChange::SetMode { title, mode } => {
+            sqlx::query("UPDATE reading_records SET interaction_mode = ?, updated_ms = ? WHERE platform = ? AND user_id = ? AND title = ?")
+                .bind(mode.as_str())
+                .bind(now_ms)
+                .bind(platform)
+                .bind(user)
+                .bind(title)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddInsight { title, kind, text } => {
+            let id = record_id(conn, key, title).await?;
+            sqlx::query("INSERT INTO insights (record_id, kind, text, created_ms) VALUES (?, ?, ?, ?)")
+                .bind(id)
+                .bind(kind.as_str())
+                .bind(text)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddMood { title, phase, label, score } => {
+            let id = record_id(conn, key, title).await?;
+            sqlx::query("INSERT INTO moods (record_id, phase, label, score, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(id)
+                .bind(phase.as_str())
+                .bind(label)
+                .bind(i64::from((*score).clamp(1, 5)))
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddProfileEntry { kind, text } => {
+            sqlx::query("INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(kind.as_str())
+                .bind(text)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddMentorFeedback { feedback_type, content } => {
+            sqlx::query("INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(feedback_type.as_str())
+                .bind(content)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddRecommendation { title, reason } => {
+            sqlx::query("INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(title)
+                .bind(reason)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+    };
+    result.map_err(StoreError::db("saving reading data"))?;
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqliteStore {
+    async fn reading_records(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Vec<ReadingRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, title, author, status, interaction_mode, started_ms, finished_ms FROM reading_records \
+             WHERE platform = ? AND user_id = ? ORDER BY updated_ms DESC, id DESC",
+        )
+        .bind(platform.as_str())
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading records"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("reading record", e);
+                let status: String = row.try_get("status").map_err(get)?;
+                let mode: String = row.try_get("interaction_mode").map_err(get)?;
+                Ok(ReadingRecord {
+                    id: row.try_get("id").map_err(get)?,
+                    title: row.try_get("title").map_err(get)?,
+                    author: row.try_get("author").map_err(get)?,
+                    status: ReadingStatus::parse(&status)
+                        .ok_or_else(|| corrupt("reading status", &status))?,
+                    mode: InteractionMode::parse(&mode)
+                        .ok_or_else(|| corrupt("interaction mode", &mode))?,
+                    started_at: row
+                        .try_get::<Option<i64>, _>("started_ms")
+                        .map_err(get)?
+                        .map(from_ms),
+                    finished_at: row
+                        .try_get::<Option<i64>, _>("finished_ms")
+                        .map_err(get)?
+                        .map(from_ms),
+                })
+            })
+            .collect()
+    }
+
+    async fn insights(&self, record_id: i64) -> Result<Vec<Insight>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT kind, text, created_ms FROM insights WHERE record_id = ? ORDER BY id",
+        )
+        .bind(record_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading insights"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("insight", e);
+                let kind: String = row.try_get("kind").map_err(get)?;
+                Ok(Insight {
+                    kind: InsightKind::parse(&kind)
+                        .ok_or_else(|| corrupt("insight kind", &kind))?,
+                    text: row.try_get("text").map_err(get)?,
+                    at: from_ms(row.try_get("created_ms").map_err(get)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn moods(&self, record_id: i64) -> Result<Vec<Mood>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT phase, label, score, created_ms FROM moods WHERE record_id = ? ORDER BY id",
+        )
+        .bind(record_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading moods"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("mood", e);
+                let phase: String = row.try_get("phase").map_err(get)?;
+                Ok(Mood {
+                    phase: MoodPhase::parse(&phase).ok_or_else(|| corrupt("mood phase", &phase))?,
+                    label: row.try_get("label").map_err(get)?,
+                    score: row.try_get::<i64, _>("score").map_err(get)?.clamp(1, 5) as u8,
+                    at: from_ms(row.try_get("created_ms").map_err(get)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn profile_entries(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Vec<ProfileEntry>, StoreError> {
+        let rows = sqlx::query("SELECT kind, text, created_ms FROM profile_entries WHERE platform = ? AND user_id = ? ORDER BY id")
+            .bind(platform.as_str())
+            .bind(user)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("reading the profile"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("profile entry", e);
+                let kind: String = row.try_get("kind").map_err(get)?;
+                Ok(ProfileEntry {
+                    kind: ProfileKind::parse(&kind)
+                        .ok_or_else(|| corrupt("profile kind", &kind))?,
+                    text: row.try_get("text").map_err(get)?,
+                    at: from_ms(row.try_get("created_ms").map_err(get)?),
+                })
+            })
+            .collect()
+    }
+
     async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError> {
         let rows =
             sqlx::query("SELECT * FROM helpdesk_tickets WHERE session_id = ? ORDER BY ticket_no")
@@ -550,6 +784,9 @@ impl Store for SqliteStore {
             match change {
                 StateChange::SaveSubmission { submission } => {
                     insert_submission(&mut tx, session.id, &key, submission, now_ms).await?;
+                }
+                StateChange::Reading { change } => {
+                    apply_reading(&mut tx, &key, change, now_ms).await?;
                 }
                 StateChange::SaveTicket { ticket } => {
                     let json = |v: &serde_json::Value| {
@@ -867,6 +1104,139 @@ mod tests {
                 .expect("loads")
                 .map(|s| s.id),
             Some(next.session.id)
+        );
+    }
+}
+
+#[cfg(test)]
+mod reading_tests {
+    use super::*;
+    use crate::message::UserRef;
+    use crate::store::reading::*;
+
+    fn key(user: &str) -> SessionKey {
+        SessionKey {
+            platform: Platform::Telegram,
+            chat: format!("chat-{user}"),
+            thread: String::new(),
+            user: user.into(),
+        }
+    }
+
+    async fn turn(store: &SqliteStore, user: &str, changes: Vec<ReadingChange>) {
+        let session = store
+            .active_session(&key(user))
+            .await
+            .expect("loads")
+            .unwrap_or_else(|| SessionRecord::draft(key(user), "reading"));
+        store
+            .commit_turn(TurnCommit {
+                session,
+                user: UserRef {
+                    id: user.into(),
+                    display_name: user.into(),
+                },
+                finish_session: None,
+                processed: None,
+                changes: changes
+                    .into_iter()
+                    .map(|change| StateChange::Reading { change })
+                    .collect(),
+                llm_calls: vec![],
+            })
+            .await
+            .expect("commit");
+    }
+
+    #[tokio::test]
+    async fn reading_data_is_stored_per_user() {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("store");
+        let title = "Kokoro".to_string();
+        turn(
+            &store,
+            "aiko",
+            vec![
+                ReadingChange::OpenRecord {
+                    title: title.clone(),
+                    author: Some("Natsume Soseki".into()),
+                },
+                ReadingChange::AddMood {
+                    title: title.clone(),
+                    phase: MoodPhase::Before,
+                    label: "curious".into(),
+                    score: 4,
+                },
+                ReadingChange::SetStatus {
+                    title: title.clone(),
+                    status: ReadingStatus::Reading,
+                },
+                ReadingChange::AddInsight {
+                    title: title.clone(),
+                    kind: InsightKind::Question,
+                    text: "Who is K?".into(),
+                },
+                ReadingChange::SetMode {
+                    title: title.clone(),
+                    mode: InteractionMode::Guided,
+                },
+                ReadingChange::AddProfileEntry {
+                    kind: ProfileKind::Goal,
+                    text: "read more classics".into(),
+                },
+            ],
+        )
+        .await;
+        turn(
+            &store,
+            "ken",
+            vec![ReadingChange::OpenRecord {
+                title: title.clone(),
+                author: None,
+            }],
+        )
+        .await;
+
+        let records = store
+            .reading_records(Platform::Telegram, "aiko")
+            .await
+            .expect("records");
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].status, ReadingStatus::Reading);
+        assert_eq!(records[0].mode, InteractionMode::Guided);
+        assert!(records[0].started_at.is_some() && records[0].finished_at.is_none());
+        let insights = store.insights(records[0].id).await.expect("insights");
+        assert_eq!(insights[0].text, "Who is K?");
+        assert_eq!(store.moods(records[0].id).await.expect("moods")[0].score, 4);
+        assert_eq!(
+            store
+                .profile_entries(Platform::Telegram, "aiko")
+                .await
+                .expect("profile")
+                .len(),
+            1
+        );
+        // ken has his own record of the same book and sees nothing of aiko's
+        let kens = store
+            .reading_records(Platform::Telegram, "ken")
+            .await
+            .expect("records");
+        assert_eq!(kens.len(), 1);
+        assert_ne!(kens[0].id, records[0].id);
+        assert!(
+            store
+                .insights(kens[0].id)
+                .await
+                .expect("insights")
+                .is_empty()
+        );
+        assert!(
+            store
+                .profile_entries(Platform::Telegram, "ken")
+                .await
+                .expect("profile")
+                .is_empty()
         );
     }
 }
