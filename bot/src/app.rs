@@ -6,6 +6,7 @@ use anyhow::Context;
 use kaiwa_core::admin::AdminSink;
 use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
+use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
@@ -59,10 +60,13 @@ pub fn open_kb(settings: &Settings) -> anyhow::Result<KnowledgeBase> {
 
 /// The flows enabled by `settings`, with their default.
 pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
+    let catalogue =
+        Catalogue::load(Path::new(&settings.flows.books)).map_err(anyhow::Error::msg)?;
     let config = FlowConfig {
         forms: load_forms(settings)?,
         default_form: settings.flows.default_form.clone(),
         kb: Some(Arc::new(open_kb(settings)?)),
+        catalogue: Some(Arc::new(catalogue)),
     };
     if let Some(form) = &config.default_form
         && !config.forms.iter().any(|f| &f.id == form)

@@ -48,6 +48,9 @@ pub struct FlowSettings {
     /// The help-desk knowledge base: `*.md` and `*.txt` files under this folder.
     #[serde(default = "default_kb_dir")]
     pub kb_dir: String,
+    /// The reading companion's book catalogue.
+    #[serde(default = "default_books")]
+    pub books: String,
 }
 
 impl Default for FlowSettings {
@@ -57,8 +60,13 @@ impl Default for FlowSettings {
             forms_dir: default_forms_dir(),
             default_form: None,
             kb_dir: default_kb_dir(),
+            books: default_books(),
         }
     }
+}
+
+fn default_books() -> String {
+    "config/books.toml".into()
 }
 
 fn default_kb_dir() -> String {

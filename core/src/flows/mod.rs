@@ -18,6 +18,8 @@ pub struct FlowConfig {
     pub default_form: Option<String>,
     /// The help-desk's knowledge base; without one the help-desk flow is not offered.
     pub kb: Option<Arc<KnowledgeBase>>,
+    /// The book catalogue; with it the reading flow is offered.
+    pub catalogue: Option<Arc<reading::catalogue::Catalogue>>,
 }
 
 /// Every built-in flow, the default first.
@@ -31,6 +33,16 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
     ];
     if let Some(kb) = &config.kb {
         flows.push(Arc::new(helpdesk::HelpdeskFlow::new(kb.clone())));
+    }
+    if let Some(catalogue) = &config.catalogue {
+        let guide = Arc::new(reading::book_guide::BookGuide::new(
+            catalogue.clone(),
+            config.kb.clone(),
+        ));
+        flows.push(Arc::new(reading::ReadingFlow::new(
+            catalogue.clone(),
+            guide,
+        )));
     }
     flows
 }

@@ -1,7 +1,591 @@
-//! The reading companion (seed 004, Knowva). So far: the local [`catalogue::Catalogue`]
-//! (`config/books.toml`) and the [`book_guide::BookGuide`] sub-agent for expert questions,
-//! built on the shared research workflow. The Reading, Onboarding, Mentor and Recommendation
-//! agents and the reading flow itself are not built yet.
+//! The reading companion (seed 004, Knowva): the `reading` flow around the Reading agent, with
+//! the BookGuide for expert questions and the local [`catalogue::Catalogue`].
+//!
+//! A session is about one book (`/reading start <title>`); the record's status
+//! (`not_started | reading | completed`) decides the conversation, and its interaction mode
+//! (`freeform | guided`) decides whether options are offered. Without a model every message
+//! is still logged as an insight (kind by rules, or chosen with buttons in guided mode),
+//! moods are chosen with buttons and the status changes by command or by rules.
+//! Not built yet: Onboarding, Mentor and Recommendation agents (issue #5 stays open).
 
 pub mod book_guide;
 pub mod catalogue;
+pub mod reading;
+
+use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
+use crate::message::{OptionItem, Outgoing};
+use crate::state::StateChange;
+use crate::store::reading::{
+    InsightKind, InteractionMode, MoodPhase, ReadingChange, ReadingStatus,
+};
+use async_trait::async_trait;
+use book_guide::BookGuide;
+use catalogue::Catalogue;
+use reading::ReadingWork;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+pub const ID: &str = "reading";
+
+pub struct ReadingFlow {
+    catalogue: Arc<Catalogue>,
+    guide: Arc<BookGuide>,
+}
+
+impl ReadingFlow {
+    pub fn new(catalogue: Arc<Catalogue>, guide: Arc<BookGuide>) -> Self {
+        ReadingFlow { catalogue, guide }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Awaiting {
+    Title,
+    Mood { phase: MoodPhase },
+    InsightKind { text: String },
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct ReadingState {
+    title: Option<String>,
+    status: Option<ReadingStatus>,
+    mode: Option<InteractionMode>,
+    awaiting: Option<Awaiting>,
+}
+
+fn status_name(status: ReadingStatus, lang: &str) -> String {
+    match status {
+        ReadingStatus::NotStarted => pick(lang, "not started", "読書前"),
+        ReadingStatus::Reading => pick(lang, "reading", "読書中"),
+        ReadingStatus::Completed => pick(lang, "completed", "読了"),
+    }
+}
+
+fn kind_name(kind: InsightKind, lang: &str) -> String {
+    match kind {
+        InsightKind::Learning => pick(lang, "learning", "学び"),
+        InsightKind::Impression => pick(lang, "impression", "感想"),
+        InsightKind::Question => pick(lang, "question", "疑問"),
+        InsightKind::Connection => pick(lang, "connection", "つながり"),
+    }
+}
+
+impl ReadingFlow {
+    fn change(out: &mut TurnOutput, change: ReadingChange) {
+        out.change(StateChange::Reading { change });
+    }
+
+    /// Opens (or reopens) the record of `title` and greets according to its status.
+    async fn open(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        title: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let title = title.trim().trim_start_matches("start ").trim().to_string();
+        let book = self.catalogue.find(&title);
+        let title = book.map_or(title, |b| b.title.clone());
+        let existing = ctx
+            .store
+            .reading_records(ctx.session.key.platform, &ctx.session.key.user)
+            .await?
+            .into_iter()
+            .find(|r| r.title == title);
+        Self::change(
+            out,
+            ReadingChange::OpenRecord {
+                title: title.clone(),
+                author: book.map(|b| b.author.clone()),
+            },
+        );
+        st.status = Some(
+            existing
+                .as_ref()
+                .map_or(ReadingStatus::NotStarted, |r| r.status),
+        );
+        st.mode = Some(
+            existing
+                .as_ref()
+                .map_or(InteractionMode::Freeform, |r| r.mode),
+        );
+        st.title = Some(title);
+        st.awaiting = None;
+        self.greet(ctx, st, out).await
+    }
+
+    /// The seed's `__session_init__`: a greeting for the book and its status.
+    async fn greet(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        if ctx.models.for_agent(reading::AGENT).is_some() {
+            return self.run_agent(ctx, st, "__session_init__", out).await;
+        }
+        self.greet_by_rules(ctx, st, out);
+        Ok(())
+    }
+
+    fn greet_by_rules(&self, ctx: &TurnContext<'_>, st: &mut ReadingState, out: &mut TurnOutput) {
+        let lang = ctx.language().to_string();
+        let title = st.title.clone().unwrap_or_default();
+        match st.status.unwrap_or(ReadingStatus::NotStarted) {
+            ReadingStatus::NotStarted => {
+                out.say(pick(
+                    &lang,
+                    &format!("Let's get ready for «{title}». What made you choose it?"),
+                    &format!("『{title}』を読む準備をしましょう。この本を選んだ理由は何ですか？"),
+                ));
+                self.ask_mood(st, MoodPhase::Before, &lang, out);
+            }
+            ReadingStatus::Reading => {
+                out.say(pick(
+                    &lang,
+                    &format!("How is «{title}» going? Share an impression, something you learned, a question or a connection."),
+                    &format!("『{title}』はいかがですか？感想、学び、疑問、ほかの本とのつながりなど、何でも聞かせてください。"),
+                ));
+            }
+            ReadingStatus::Completed => {
+                out.say(pick(
+                    &lang,
+                    &format!("You finished «{title}»! Looking back, what stays with you?"),
+                    &format!(
+                        "『{title}』を読み終えましたね。振り返って、心に残っていることは何ですか？"
+                    ),
+                ));
+                self.ask_mood(st, MoodPhase::After, &lang, out);
+            }
+        }
+    }
+
+    fn ask_mood(&self, st: &mut ReadingState, phase: MoodPhase, lang: &str, out: &mut TurnOutput) {
+        st.awaiting = Some(Awaiting::Mood { phase });
+        out.options(
+            match phase {
+                MoodPhase::Before => pick(lang, "How do you feel right now?", "今の気分は？"),
+                MoodPhase::After => pick(
+                    lang,
+                    "How do you feel after reading?",
+                    "読み終えた今の気分は？",
+                ),
+            },
+            reading::mood_options(lang)
+                .into_iter()
+                .map(|(o, _)| o)
+                .collect(),
+            false,
+        );
+    }
+
+    async fn context_text(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &ReadingState,
+    ) -> Result<String, FlowError> {
+        let title = st.title.clone().unwrap_or_default();
+        let key = &ctx.session.key;
+        let records = ctx.store.reading_records(key.platform, &key.user).await?;
+        let mut text = format!(
+            "Book: {title}\nStatus: {}\nMode: {}\n",
+            st.status.unwrap_or(ReadingStatus::NotStarted).as_str(),
+            st.mode.unwrap_or(InteractionMode::Freeform).as_str()
+        );
+        if let Some(book) = self.catalogue.find(&title) {
+            text.push_str(&format!("Catalogue: {}\n", book.describe()));
+        }
+        if let Some(record) = records.iter().find(|r| r.title == title) {
+            for i in ctx.store.insights(record.id).await?.iter().rev().take(10) {
+                text.push_str(&format!("Insight ({}): {}\n", i.kind.as_str(), i.text));
+            }
+        }
+        for p in ctx.store.profile_entries(key.platform, &key.user).await? {
+            text.push_str(&format!("Profile ({}): {}\n", p.kind.as_str(), p.text));
+        }
+        Ok(text)
+    }
+
+    async fn run_agent(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let Some(model) = ctx.models.for_agent(reading::AGENT) else {
+            return Ok(());
+        };
+        let lang = ctx.language().to_string();
+        let mode = st.mode.unwrap_or(InteractionMode::Freeform);
+        let work = ReadingWork {
+            title: st.title.clone().unwrap_or_default(),
+            status: st.status.unwrap_or(ReadingStatus::NotStarted),
+            mode,
+            context: self.context_text(ctx, st).await?,
+            changes: Vec::new(),
+            options: None,
+            guide_answers: Vec::new(),
+        };
+        let tools = reading::tools(mode, self.guide.clone(), ctx.models, ctx.ledger, &lang);
+        match reading::run(model.as_ref(), work, tools, &lang, text, ctx.ledger).await {
+            Ok(result) => {
+                let work = result.state;
+                st.status = Some(work.status);
+                for change in work.changes {
+                    Self::change(out, change);
+                }
+                st.awaiting = None;
+                match work.options {
+                    // the tool is only offered in guided mode; this check keeps it so
+                    Some(options) if mode == InteractionMode::Guided => {
+                        out.outgoing.push(Outgoing::Options(options))
+                    }
+                    _ => {
+                        if !result.response_text.trim().is_empty() {
+                            out.say(result.response_text);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the Reading agent failed; using rules");
+                if text == "__session_init__" {
+                    out.say(pick(
+                        &lang,
+                        "Welcome! Tell me about your reading.",
+                        "ようこそ。読書のことを聞かせてください。",
+                    ));
+                    Ok(())
+                } else {
+                    self.floor_text(ctx, st, text, out).await
+                }
+            }
+        }
+    }
+
+    /// The rule-based handling of a message about the book.
+    async fn floor_text(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let lang = ctx.language().to_string();
+        let title = st.title.clone().unwrap_or_default();
+        if let Some(status) = reading::detect_status(text).filter(|s| Some(*s) != st.status) {
+            return self.set_status(ctx, st, status, out).await;
+        }
+        if reading::is_expert_question(text) {
+            let answer = self
+                .guide
+                .answer(text, Some(&title), ctx.models, ctx.ledger, &lang)
+                .await;
+            Self::change(
+                out,
+                ReadingChange::AddInsight {
+                    title: title.clone(),
+                    kind: InsightKind::Question,
+                    text: text.to_string(),
+                },
+            );
+            out.say(answer.text);
+            return Ok(());
+        }
+        if st.mode == Some(InteractionMode::Guided) {
+            st.awaiting = Some(Awaiting::InsightKind {
+                text: text.to_string(),
+            });
+            out.options(
+                pick(
+                    &lang,
+                    "What kind of note is this?",
+                    "これはどんなメモですか？",
+                ),
+                [
+                    InsightKind::Impression,
+                    InsightKind::Learning,
+                    InsightKind::Question,
+                    InsightKind::Connection,
+                ]
+                .iter()
+                .map(|k| OptionItem::new(k.as_str(), kind_name(*k, &lang)))
+                .collect(),
+                false,
+            );
+            return Ok(());
+        }
+        let kind = reading::floor_kind(text);
+        Self::change(
+            out,
+            ReadingChange::AddInsight {
+                title,
+                kind,
+                text: text.to_string(),
+            },
+        );
+        out.say(pick(
+            &lang,
+            &format!(
+                "Saved as {}. What else comes to mind?",
+                kind_name(kind, &lang)
+            ),
+            &format!(
+                "{}として記録しました。ほかに思ったことはありますか？",
+                kind_name(kind, &lang)
+            ),
+        ));
+        Ok(())
+    }
+
+    async fn set_status(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        status: ReadingStatus,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let lang = ctx.language().to_string();
+        let title = st.title.clone().unwrap_or_default();
+        Self::change(out, ReadingChange::SetStatus { title, status });
+        st.status = Some(status);
+        out.say(pick(
+            &lang,
+            &format!("Status set to {}.", status_name(status, &lang)),
+            &format!("ステータスを「{}」にしました。", status_name(status, &lang)),
+        ));
+        self.greet_by_rules(ctx, st, out);
+        Ok(())
+    }
+
+    async fn insights_markdown(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &ReadingState,
+    ) -> Result<String, FlowError> {
+        let lang = ctx.language();
+        let title = st.title.clone().unwrap_or_default();
+        let key = &ctx.session.key;
+        let record = ctx
+            .store
+            .reading_records(key.platform, &key.user)
+            .await?
+            .into_iter()
+            .find(|r| r.title == title);
+        let insights = match record {
+            Some(r) => ctx.store.insights(r.id).await?,
+            None => Vec::new(),
+        };
+        if insights.is_empty() {
+            return Ok(pick(
+                lang,
+                &format!("No insights for «{title}» yet."),
+                &format!("『{title}』の記録はまだありません。"),
+            ));
+        }
+        let mut md = format!("## {title}\n");
+        for i in insights {
+            md.push_str(&format!(
+                "- **{}** {} ({})\n",
+                kind_name(i.kind, lang),
+                i.text,
+                i.at.format("%Y-%m-%d")
+            ));
+        }
+        Ok(md.trim_end().to_string())
+    }
+}
+
+#[async_trait]
+impl Flow for ReadingFlow {
+    fn id(&self) -> &str {
+        ID
+    }
+
+    fn description(&self) -> &str {
+        "a reading companion that logs insights and moods per book"
+    }
+
+    fn start_commands(&self) -> Vec<CommandInfo> {
+        vec![CommandInfo {
+            name: "reading",
+            description_en: "talk about a book (/reading start TITLE)",
+            description_ja: "本について話す（/reading start 書名）",
+        }]
+    }
+
+    fn commands(&self) -> Vec<CommandInfo> {
+        vec![
+            CommandInfo {
+                name: "status",
+                description_en: "set the reading status: not_started, reading, completed",
+                description_ja: "読書ステータスを設定: not_started, reading, completed",
+            },
+            CommandInfo {
+                name: "mode",
+                description_en: "guided (with choices) or freeform",
+                description_ja: "guided（選択肢あり）または freeform",
+            },
+            CommandInfo {
+                name: "insights",
+                description_en: "this book's insights",
+                description_ja: "この本の記録一覧",
+            },
+        ]
+    }
+
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
+        let mut out = TurnOutput::default();
+        let mut st: ReadingState = ctx.state()?;
+        let lang = ctx.language().to_string();
+        match input {
+            TurnInput::Start => match ctx
+                .start_arg
+                .map(|a| a.trim().trim_start_matches("start").trim())
+                .filter(|a| !a.is_empty())
+            {
+                Some(title) => self.open(&ctx, &mut st, title, &mut out).await?,
+                None => {
+                    let key = &ctx.session.key;
+                    let latest = ctx
+                        .store
+                        .reading_records(key.platform, &key.user)
+                        .await?
+                        .into_iter()
+                        .next();
+                    match latest {
+                        Some(record) => self.open(&ctx, &mut st, &record.title, &mut out).await?,
+                        None => {
+                            st.awaiting = Some(Awaiting::Title);
+                            out.say(pick(
+                                &lang,
+                                "Which book are you reading? Send its title.",
+                                "どの本を読みますか？書名を送ってください。",
+                            ));
+                        }
+                    }
+                }
+            },
+            TurnInput::Resume => {
+                out.say(pick(&lang, "Welcome back!", "おかえりなさい。"));
+                if st.title.is_some() {
+                    self.greet(&ctx, &mut st, &mut out).await?;
+                } else {
+                    out.say(pick(
+                        &lang,
+                        "Which book are you reading? Send its title.",
+                        "どの本を読みますか？書名を送ってください。",
+                    ));
+                }
+            }
+            TurnInput::Text(text) => {
+                if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
+                    self.open(&ctx, &mut st, &text, &mut out).await?;
+                } else if ctx.models.for_agent(reading::AGENT).is_some() {
+                    self.run_agent(&ctx, &mut st, &text, &mut out).await?;
+                } else {
+                    st.awaiting = None;
+                    self.floor_text(&ctx, &mut st, &text, &mut out).await?;
+                }
+            }
+            TurnInput::Choice { request, values } => {
+                let title = st.title.clone().unwrap_or_default();
+                match st.awaiting.take() {
+                    Some(Awaiting::Mood { phase }) => {
+                        let value = values.first().cloned().unwrap_or_default();
+                        let (label, score) = reading::mood_options("en")
+                            .into_iter()
+                            .find(|(o, _)| o.value == value)
+                            .map_or((value.clone(), 3), |(o, s)| (o.value, s));
+                        Self::change(
+                            &mut out,
+                            ReadingChange::AddMood {
+                                title,
+                                phase,
+                                label,
+                                score,
+                            },
+                        );
+                        out.say(match phase {
+                            MoodPhase::Before => pick(&lang, "Noted. Enjoy the book — tell me about it any time.", "記録しました。読書を楽しんでください。いつでも感想を聞かせてください。"),
+                            MoodPhase::After => pick(&lang, "Noted. Thank you for reading with me!", "記録しました。一緒に読んでくれてありがとう。"),
+                        });
+                    }
+                    Some(Awaiting::InsightKind { text }) => {
+                        let kind = values
+                            .first()
+                            .and_then(|v| InsightKind::parse(v))
+                            .unwrap_or(InsightKind::Impression);
+                        Self::change(&mut out, ReadingChange::AddInsight { title, kind, text });
+                        out.say(pick(
+                            &lang,
+                            &format!("Saved as {}.", kind_name(kind, &lang)),
+                            &format!("{}として記録しました。", kind_name(kind, &lang)),
+                        ));
+                    }
+                    _ => {
+                        // options the Reading agent offered: the choices are the user's answer
+                        let chosen = request.labels_of(&values).join(", ");
+                        if ctx.models.for_agent(reading::AGENT).is_some() {
+                            self.run_agent(&ctx, &mut st, &chosen, &mut out).await?;
+                        } else {
+                            self.floor_text(&ctx, &mut st, &chosen, &mut out).await?;
+                        }
+                    }
+                }
+            }
+            TurnInput::Command { name, args } => match name.as_str() {
+                "status" => match ReadingStatus::parse(args.trim()) {
+                    Some(status) if st.title.is_some() => {
+                        self.set_status(&ctx, &mut st, status, &mut out).await?
+                    }
+                    _ => {
+                        out.say(pick(&lang, "Use /status not_started, /status reading or /status completed after /reading start TITLE.", "/reading start 書名 のあとで /status not_started・reading・completed を使ってください。"));
+                    }
+                },
+                "mode" => match InteractionMode::parse(args.trim()) {
+                    Some(mode) if st.title.is_some() => {
+                        Self::change(
+                            &mut out,
+                            ReadingChange::SetMode {
+                                title: st.title.clone().unwrap_or_default(),
+                                mode,
+                            },
+                        );
+                        st.mode = Some(mode);
+                        out.say(pick(
+                            &lang,
+                            &format!("Mode set to {}.", mode.as_str()),
+                            &format!("モードを {} にしました。", mode.as_str()),
+                        ));
+                    }
+                    _ => {
+                        out.say(pick(&lang, "Use /mode guided or /mode freeform after /reading start TITLE.", "/reading start 書名 のあとで /mode guided または /mode freeform を使ってください。"));
+                    }
+                },
+                "insights" => {
+                    let md = self.insights_markdown(&ctx, &st).await?;
+                    out.say(md);
+                }
+                "end" => {
+                    out.say(pick(
+                        &lang,
+                        "See you next time! Send /reading to continue.",
+                        "また今度。/reading で続きから話せます。",
+                    ));
+                    out.end();
+                }
+                _ => out.unknown_command = true,
+            },
+        }
+        out.set_state(&st)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;
