@@ -10,7 +10,7 @@
 
 pub mod book_guide;
 pub mod catalogue;
-pub mod reading;
+pub mod reading_agent;
 
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
@@ -22,7 +22,7 @@ use crate::store::reading::{
 use async_trait::async_trait;
 use book_guide::BookGuide;
 use catalogue::Catalogue;
-use reading::ReadingWork;
+use reading_agent::ReadingWork;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -123,7 +123,7 @@ impl ReadingFlow {
         st: &mut ReadingState,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
-        if ctx.models.for_agent(reading::AGENT).is_some() {
+        if ctx.models.for_agent(reading_agent::AGENT).is_some() {
             return self.run_agent(ctx, st, "__session_init__", out).await;
         }
         self.greet_by_rules(ctx, st, out);
@@ -173,7 +173,7 @@ impl ReadingFlow {
                     "読み終えた今の気分は？",
                 ),
             },
-            reading::mood_options(lang)
+            reading_agent::mood_options(lang)
                 .into_iter()
                 .map(|(o, _)| o)
                 .collect(),
@@ -215,7 +215,7 @@ impl ReadingFlow {
         text: &str,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
-        let Some(model) = ctx.models.for_agent(reading::AGENT) else {
+        let Some(model) = ctx.models.for_agent(reading_agent::AGENT) else {
             return Ok(());
         };
         let lang = ctx.language().to_string();
@@ -229,8 +229,8 @@ impl ReadingFlow {
             options: None,
             guide_answers: Vec::new(),
         };
-        let tools = reading::tools(mode, self.guide.clone(), ctx.models, ctx.ledger, &lang);
-        match reading::run(model.as_ref(), work, tools, &lang, text, ctx.ledger).await {
+        let tools = reading_agent::tools(mode, self.guide.clone(), ctx.models, ctx.ledger, &lang);
+        match reading_agent::run(model.as_ref(), work, tools, &lang, text, ctx.ledger).await {
             Ok(result) => {
                 let work = result.state;
                 st.status = Some(work.status);
@@ -277,10 +277,10 @@ impl ReadingFlow {
     ) -> Result<(), FlowError> {
         let lang = ctx.language().to_string();
         let title = st.title.clone().unwrap_or_default();
-        if let Some(status) = reading::detect_status(text).filter(|s| Some(*s) != st.status) {
+        if let Some(status) = reading_agent::detect_status(text).filter(|s| Some(*s) != st.status) {
             return self.set_status(ctx, st, status, out).await;
         }
-        if reading::is_expert_question(text) {
+        if reading_agent::is_expert_question(text) {
             let answer = self
                 .guide
                 .answer(text, Some(&title), ctx.models, ctx.ledger, &lang)
@@ -319,7 +319,7 @@ impl ReadingFlow {
             );
             return Ok(());
         }
-        let kind = reading::floor_kind(text);
+        let kind = reading_agent::floor_kind(text);
         Self::change(
             out,
             ReadingChange::AddInsight {
@@ -485,7 +485,7 @@ impl Flow for ReadingFlow {
             TurnInput::Text(text) => {
                 if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
                     self.open(&ctx, &mut st, &text, &mut out).await?;
-                } else if ctx.models.for_agent(reading::AGENT).is_some() {
+                } else if ctx.models.for_agent(reading_agent::AGENT).is_some() {
                     self.run_agent(&ctx, &mut st, &text, &mut out).await?;
                 } else {
                     st.awaiting = None;
@@ -497,7 +497,7 @@ impl Flow for ReadingFlow {
                 match st.awaiting.take() {
                     Some(Awaiting::Mood { phase }) => {
                         let value = values.first().cloned().unwrap_or_default();
-                        let (label, score) = reading::mood_options("en")
+                        let (label, score) = reading_agent::mood_options("en")
                             .into_iter()
                             .find(|(o, _)| o.value == value)
                             .map_or((value.clone(), 3), |(o, s)| (o.value, s));
@@ -530,7 +530,7 @@ impl Flow for ReadingFlow {
                     _ => {
                         // options the Reading agent offered: the choices are the user's answer
                         let chosen = request.labels_of(&values).join(", ");
-                        if ctx.models.for_agent(reading::AGENT).is_some() {
+                        if ctx.models.for_agent(reading_agent::AGENT).is_some() {
                             self.run_agent(&ctx, &mut st, &chosen, &mut out).await?;
                         } else {
                             self.floor_text(&ctx, &mut st, &chosen, &mut out).await?;
