@@ -363,3 +363,39 @@ async fn bench_prints_its_report_as_json_on_the_last_line() {
     // every simulated applicant finished the interview: the Auditor ran for each
     assert!(report["model_calls_per_turn"].as_f64().unwrap_or_default() > 1.0);
 }
+
+#[tokio::test]
+async fn the_reading_companion_runs_through_a_pipe_without_a_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "[flows]\nbooks = \"{}/../config/books.toml\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let input =
+        "Kokoro\n2\nI learned a lot about the Meiji era.\n/status completed\n1\n/insights\n";
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "reading", "--user", "mika"],
+        input,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("Let's get ready for «Kokoro»"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("Saved as learning"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("You finished «Kokoro»!"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("## Kokoro\n- **learning** I learned a lot about the Meiji era."),
+        "{}",
+        run.stdout
+    );
+}

@@ -1,1 +1,313 @@
-//! Reading flow tests.
+//! Reading flow tests: the floor in both modes, guided vs freeform with a model (the model is
+//! not even offered `present_options` in freeform), options answered by choice and by text,
+//! status changes, and delegation to the BookGuide.
+
+use super::*;
+use crate::admin::CollectingAdminSink;
+use crate::flow::FlowRegistry;
+use crate::llm::scripted::ScriptedModel;
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, ModelRouter};
+use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
+use crate::orchestrator::Orchestrator;
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+use crate::testing::RecordingOutbox;
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Harness {
+    orchestrator: Orchestrator,
+    store: Arc<SqliteStore>,
+    outbox: RecordingOutbox,
+    n: AtomicUsize,
+}
+
+impl Harness {
+    async fn new(models: ModelRouter) -> Harness {
+        let store = Arc::new(
+            SqliteStore::connect("sqlite::memory:")
+                .await
+                .expect("store"),
+        );
+        let catalogue = Arc::new(
+            Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue"),
+        );
+        let guide = Arc::new(BookGuide::new(catalogue.clone(), None));
+        let flows =
+            FlowRegistry::new(vec![Arc::new(ReadingFlow::new(catalogue, guide))]).expect("flows");
+        Harness {
+            orchestrator: Orchestrator::new(
+                store.clone(),
+                flows,
+                models,
+                Arc::new(CollectingAdminSink::default()),
+            ),
+            store,
+            outbox: RecordingOutbox::default(),
+            n: AtomicUsize::new(0),
+        }
+    }
+
+    async fn send(&self, body: Body) -> Vec<String> {
+        self.outbox.clear();
+        let n = self.n.fetch_add(1, Ordering::SeqCst);
+        let incoming = Incoming {
+            platform: Platform::Telegram,
+            chat: "42".into(),
+            thread: String::new(),
+            user: UserRef {
+                id: "reader".into(),
+                display_name: "Mika".into(),
+            },
+            message_id: n.to_string(),
+            body,
+            flow: Some(ID.into()),
+            flow_arg: None,
+        };
+        self.orchestrator
+            .handle(incoming, &self.outbox)
+            .await
+            .expect("turn");
+        self.outbox.texts()
+    }
+
+    async fn line(&self, text: &str) -> Vec<String> {
+        self.send(Body::from_text(text)).await
+    }
+
+    async fn choose(&self, values: &[&str]) -> Vec<String> {
+        let request = self.outbox.last_options().expect("options shown");
+        self.send(Body::Choice {
+            request_id: request.request_id,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        })
+        .await
+    }
+
+    async fn record(&self) -> crate::store::reading::ReadingRecord {
+        self.store
+            .reading_records(Platform::Telegram, "reader")
+            .await
+            .expect("records")
+            .remove(0)
+    }
+}
+
+fn last(texts: &[String]) -> String {
+    texts.last().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn without_a_model_messages_become_insights_and_moods_come_from_buttons() {
+    let h = Harness::new(ModelRouter::none()).await;
+    let greeting = h.line("/reading start kokoro").await;
+    assert!(
+        greeting[0].contains("«Kokoro»"),
+        "the catalogue title is used: {greeting:?}"
+    );
+    h.choose(&["curious"]).await;
+    h.line("I started reading it yesterday").await;
+    assert_eq!(
+        h.record().await.status,
+        ReadingStatus::Reading,
+        "status detected by rules"
+    );
+    let saved = h.line("Why does Sensei keep his distance?").await;
+    assert!(saved[0].contains("Saved as question"), "{saved:?}");
+    h.line("/mode guided").await;
+    let kinds = h.line("K reminds me of Raskolnikov").await;
+    assert_eq!(last(&kinds), "What kind of note is this?");
+    h.choose(&["connection"]).await;
+    h.line("/status completed").await;
+    h.choose(&["excited"]).await;
+    let md = h.line("/insights").await;
+    assert!(
+        md[0].starts_with("## Kokoro\n- **question** Why does Sensei keep his distance?"),
+        "{md:?}"
+    );
+    assert!(md[0].contains("- **connection** K reminds me of Raskolnikov"));
+
+    let record = h.record().await;
+    assert_eq!(record.status, ReadingStatus::Completed);
+    assert_eq!(record.mode, InteractionMode::Guided);
+    assert!(record.finished_at.is_some());
+    let moods = h.store.moods(record.id).await.expect("moods");
+    assert_eq!(
+        moods.iter().map(|m| (m.phase, m.score)).collect::<Vec<_>>(),
+        [(MoodPhase::Before, 4), (MoodPhase::After, 5)]
+    );
+}
+
+fn tools_of(r: &ChatRequest) -> Vec<String> {
+    r.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+fn last_user(r: &ChatRequest) -> String {
+    r.messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ChatMessage::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Plays the Reading agent (and the BookGuide behind `ask_book_guide`).
+fn reading_model() -> ScriptedModel {
+    ScriptedModel::repeating(|r| {
+        let tools = tools_of(r);
+        let after_tool = matches!(r.messages.last(), Some(ChatMessage::Tool { .. }));
+        if tools.iter().any(|t| t == "save_insight") {
+            let user = last_user(r);
+            if after_tool {
+                return ChatResponse::text("Thank you for sharing.");
+            }
+            if user == "__session_init__" {
+                return ChatResponse::text("Welcome to Kokoro!");
+            }
+            if user.contains("Who is K") {
+                return ChatResponse::tool_call("ask_book_guide", json!({"question": user}));
+            }
+            if tools.iter().any(|t| t == "present_options") && !user.starts_with("Moved") {
+                return ChatResponse::tool_call(
+                    "present_options",
+                    json!({"prompt": "How did it make you feel?", "options": ["Moved", "Puzzled", "Inspired"], "allow_multiple": true}),
+                );
+            }
+            return ChatResponse::tool_call(
+                "save_insight",
+                json!({"kind": "impression", "text": user}),
+            );
+        }
+        // the BookGuide's nodes
+        let schema: String = r.tools.iter().map(|t| t.parameters.to_string()).collect();
+        if schema.contains("subtasks") {
+            return ChatResponse::tool_call(
+                "respond",
+                json!({"subtasks": ["Who is K in Kokoro?"]}),
+            );
+        }
+        if schema.contains("is_sufficient") {
+            return ChatResponse::tool_call(
+                "respond",
+                json!({"is_sufficient": true, "feedback": ""}),
+            );
+        }
+        if tools.iter().any(|t| t == "get_book_info") {
+            return if after_tool {
+                ChatResponse::text("K is Sensei's friend [books.toml#Kokoro].")
+            } else {
+                ChatResponse::tool_call("get_book_info", json!({"title": "Kokoro"}))
+            };
+        }
+        ChatResponse::text("K is Sensei's old friend, whose fate shapes Sensei's guilt [1].")
+    })
+}
+
+#[tokio::test]
+async fn present_options_is_offered_to_the_model_only_in_guided_mode() {
+    let model = reading_model();
+    let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
+    let hello = h.line("/reading start Kokoro").await;
+    assert_eq!(hello, ["Welcome to Kokoro!"]);
+    h.line("/status reading").await;
+    let freeform = h.line("The letter at the end is heartbreaking").await;
+    assert_eq!(freeform, ["Thank you for sharing."]);
+    let reading_calls: Vec<ChatRequest> = model
+        .requests()
+        .into_iter()
+        .filter(|r| tools_of(r).contains(&"save_insight".to_string()))
+        .collect();
+    assert!(
+        reading_calls
+            .iter()
+            .all(|r| !tools_of(r).contains(&"present_options".to_string())),
+        "freeform: not offered"
+    );
+
+    h.line("/mode guided").await;
+    let guided = h.line("I finished part one").await;
+    assert_eq!(last(&guided), "How did it make you feel?");
+    let options = h.outbox.last_options().expect("options");
+    assert!(options.allow_multiple);
+    // answered by choice: several values at once
+    let answered = h.choose(&["Moved", "Inspired"]).await;
+    assert_eq!(answered, ["Thank you for sharing."]);
+    let last_request = model
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| tools_of(r).contains(&"save_insight".to_string()))
+        .expect("reading call");
+    assert!(tools_of(&last_request).contains(&"present_options".to_string()));
+    let insights = h
+        .store
+        .insights(h.record().await.id)
+        .await
+        .expect("insights");
+    assert_eq!(
+        insights.last().map(|i| i.text.as_str()),
+        Some("Moved, Inspired")
+    );
+
+    // options can be ignored: free text still works
+    h.line("Sensei is a lonely man").await;
+    let also_text = h.line("Moved by his honesty").await;
+    assert_eq!(also_text, ["Thank you for sharing."]);
+    let insights = h
+        .store
+        .insights(h.record().await.id)
+        .await
+        .expect("insights");
+    assert_eq!(
+        insights.last().map(|i| i.text.as_str()),
+        Some("Moved by his honesty")
+    );
+}
+
+#[tokio::test]
+async fn expert_questions_go_to_the_book_guide() {
+    let model = reading_model();
+    let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
+    h.line("/reading start Kokoro").await;
+    let reply = h.line("Who is K, really?").await;
+    assert_eq!(reply, ["Thank you for sharing."]);
+    let guide_result = model
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r.messages.last() {
+            Some(ChatMessage::Tool { content, .. })
+                if tools_of(&r).contains(&"ask_book_guide".to_string()) =>
+            {
+                Some(content.clone())
+            }
+            _ => None,
+        })
+        .next()
+        .expect("the BookGuide's answer went back to the Reading agent");
+    assert!(
+        guide_result.contains("[1] books.toml#Kokoro"),
+        "{guide_result}"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_session_key_never_reaches_another_users_books() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.line("/reading start Snow Country").await;
+    let key = SessionKey {
+        platform: Platform::Telegram,
+        chat: "42".into(),
+        thread: String::new(),
+        user: "someone-else".into(),
+    };
+    assert!(h.store.active_session(&key).await.expect("loads").is_none());
+    assert!(
+        h.store
+            .reading_records(Platform::Telegram, "someone-else")
+            .await
+            .expect("records")
+            .is_empty()
+    );
+}
