@@ -399,3 +399,44 @@ async fn the_reading_companion_runs_through_a_pipe_without_a_model() {
         run.stdout
     );
 }
+
+#[tokio::test]
+async fn the_mentor_reviews_what_was_read_through_a_pipe_without_a_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "[flows]\nbooks = \"{}/../config/books.toml\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let reading = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "reading", "--user", "mika"],
+        "Kitchen\n3\nI learned that grief can be gentle.\n/status completed\n2\n",
+    )
+    .await;
+    assert_eq!(reading.code, Some(0), "stderr: {}", reading.stderr);
+    // a second command on the same console place switches to the mentor flow
+    let review = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "mentor", "--user", "mika"],
+        "",
+    )
+    .await;
+    assert_eq!(review.code, Some(0), "stderr: {}", review.stderr);
+    assert!(
+        review
+            .stdout
+            .contains("Well done this week: 1 book(s) finished and 1 insight(s) recorded."),
+        "{}",
+        review.stdout
+    );
+    assert!(
+        review
+            .stdout
+            .contains("“I learned that grief can be gentle.”"),
+        "{}",
+        review.stdout
+    );
+    assert!(review.stdout.contains("Next step"), "{}", review.stdout);
+}

@@ -231,6 +231,21 @@ impl Orchestrator {
             .to_string();
         Ok(match &incoming.body {
             Body::Open => match active {
+                // opening a place for another flow (`kaiwa chat mentor` after `chat reading`)
+                // finishes the old session and starts the requested one
+                Some(session)
+                    if incoming
+                        .flow
+                        .as_deref()
+                        .is_some_and(|f| f == requested && f != session.flow) =>
+                {
+                    let (session, finish_session) = fresh(&requested, &Some(session));
+                    Plan::Turn {
+                        session,
+                        finish_session,
+                        input: TurnInput::Start,
+                    }
+                }
                 Some(session) => Plan::Turn {
                     session,
                     finish_session: None,

@@ -43,6 +43,11 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
             catalogue.clone(),
             guide,
         )));
+        flows.push(Arc::new(reading::onboarding::OnboardingFlow));
+        flows.push(Arc::new(reading::mentor::MentorFlow));
+        flows.push(Arc::new(reading::recommendation::RecommendFlow::new(
+            catalogue.clone(),
+        )));
     }
     flows
 }

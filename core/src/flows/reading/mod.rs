@@ -6,11 +6,14 @@
 //! (`freeform | guided`) decides whether options are offered. Without a model every message
 //! is still logged as an insight (kind by rules, or chosen with buttons in guided mode),
 //! moods are chosen with buttons and the status changes by command or by rules.
-//! Not built yet: Onboarding, Mentor and Recommendation agents (issue #5 stays open).
+//! Beside it: [`onboarding`], [`mentor`] and [`recommendation`], each its own flow.
 
 pub mod book_guide;
 pub mod catalogue;
+pub mod mentor;
+pub mod onboarding;
 pub mod reading_agent;
+pub mod recommendation;
 
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;

@@ -33,8 +33,13 @@ impl Harness {
             Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue"),
         );
         let guide = Arc::new(BookGuide::new(catalogue.clone(), None));
-        let flows =
-            FlowRegistry::new(vec![Arc::new(ReadingFlow::new(catalogue, guide))]).expect("flows");
+        let flows = FlowRegistry::new(vec![
+            Arc::new(ReadingFlow::new(catalogue.clone(), guide)),
+            Arc::new(onboarding::OnboardingFlow),
+            Arc::new(mentor::MentorFlow),
+            Arc::new(recommendation::RecommendFlow::new(catalogue)),
+        ])
+        .expect("flows");
         Harness {
             orchestrator: Orchestrator::new(
                 store.clone(),
@@ -310,4 +315,217 @@ async fn a_stale_session_key_never_reaches_another_users_books() {
             .expect("records")
             .is_empty()
     );
+}
+
+// ---- Onboarding, Mentor, Recommendation ----
+
+use crate::store::reading::{InsightKind as Kind, ProfileKind, ReadingChange as RC};
+
+async fn seed(store: &SqliteStore, user: &str, changes: Vec<RC>) {
+    let key = SessionKey {
+        platform: Platform::Telegram,
+        chat: format!("seed-{user}"),
+        thread: String::new(),
+        user: user.into(),
+    };
+    let session = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .unwrap_or_else(|| crate::store::SessionRecord::draft(key, "reading"));
+    store
+        .commit_turn(crate::store::TurnCommit {
+            session,
+            user: UserRef {
+                id: user.into(),
+                display_name: user.into(),
+            },
+            finish_session: None,
+            processed: None,
+            changes: changes
+                .into_iter()
+                .map(|change| crate::state::StateChange::Reading { change })
+                .collect(),
+            llm_calls: vec![],
+        })
+        .await
+        .expect("seeded");
+}
+
+#[tokio::test]
+async fn the_mentor_context_covers_7_or_30_days() {
+    let store = SqliteStore::connect("sqlite::memory:")
+        .await
+        .expect("store");
+    let t = |s: &str| s.to_string();
+    seed(
+        &store,
+        "u",
+        vec![
+            RC::OpenRecord {
+                title: t("Kokoro"),
+                author: None,
+            },
+            RC::SetStatus {
+                title: t("Kokoro"),
+                status: ReadingStatus::Completed,
+            },
+            RC::AddInsight {
+                title: t("Kokoro"),
+                kind: Kind::Learning,
+                text: t("old insight"),
+            },
+            RC::OpenRecord {
+                title: t("Kitchen"),
+                author: None,
+            },
+            RC::SetStatus {
+                title: t("Kitchen"),
+                status: ReadingStatus::Completed,
+            },
+            RC::AddInsight {
+                title: t("Kitchen"),
+                kind: Kind::Impression,
+                text: t("fresh insight"),
+            },
+            RC::OpenRecord {
+                title: t("Snow Country"),
+                author: None,
+            },
+            RC::SetStatus {
+                title: t("Snow Country"),
+                status: ReadingStatus::Reading,
+            },
+            RC::AddProfileEntry {
+                kind: ProfileKind::Goal,
+                text: t("read 20 books a year"),
+            },
+        ],
+    )
+    .await;
+    // Kokoro was finished, and its insight written, 20 days ago
+    let twenty_days_ago = (chrono::Utc::now() - chrono::Duration::days(20)).timestamp_millis();
+    sqlx::query("UPDATE reading_records SET finished_ms = ? WHERE title = 'Kokoro'")
+        .bind(twenty_days_ago)
+        .execute(store.pool())
+        .await
+        .expect("backdate");
+    sqlx::query("UPDATE insights SET created_ms = ? WHERE text = 'old insight'")
+        .bind(twenty_days_ago)
+        .execute(store.pool())
+        .await
+        .expect("backdate");
+
+    let week = mentor::mentor_context(&store, Platform::Telegram, "u", 7)
+        .await
+        .expect("week");
+    assert_eq!(week.books_finished, ["Kitchen"]);
+    assert_eq!(week.insights.len(), 1);
+    assert_eq!(week.books_reading, ["Snow Country"]);
+    let month = mentor::mentor_context(&store, Platform::Telegram, "u", 30)
+        .await
+        .expect("month");
+    assert_eq!(month.books_finished.len(), 2);
+    assert_eq!(month.insights.len(), 2);
+    assert_eq!(month.goals, ["read 20 books a year"]);
+
+    let review = mentor::template_review(&week, "en");
+    assert!(
+        review.starts_with("Well done this week: 1 book(s) finished and 1 insight(s) recorded."),
+        "{review}"
+    );
+    assert!(review.contains("“fresh insight”"));
+    assert!(review.contains("Next step: read 10 pages of «Snow Country»"));
+    let quiet = mentor::template_review(
+        &mentor::mentor_context(&store, Platform::Telegram, "nobody", 7)
+            .await
+            .expect("quiet"),
+        "en",
+    );
+    assert!(
+        quiet.starts_with("A quiet this week — that's fine") || quiet.starts_with("A quiet"),
+        "{quiet}"
+    );
+    assert!(
+        quiet.contains("Next step"),
+        "a quiet week still gets a concrete next step"
+    );
+}
+
+#[tokio::test]
+async fn a_recommendation_never_repeats_a_logged_book() {
+    let catalogue =
+        Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue");
+    let picks = recommendation::rank(
+        &catalogue,
+        &["Natsume Soseki novels".to_string()],
+        &["Kokoro".to_string()],
+        3,
+    );
+    assert!(picks.iter().any(|(t, _)| t == "I Am a Cat"), "{picks:?}");
+    assert!(!picks.iter().any(|(t, _)| t == "Kokoro"));
+
+    // the model tries to recommend the logged book: refused in code, it picks another
+    let model = ScriptedModel::responses([
+        ChatResponse::tool_call(
+            "save_recommendation",
+            json!({"title": "Kokoro", "reason": "you love Soseki"}),
+        ),
+        ChatResponse::tool_call(
+            "save_recommendation",
+            json!({"title": "I Am a Cat", "reason": "more Soseki, with humour"}),
+        ),
+        ChatResponse::text("Here you go."),
+    ]);
+    let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
+    seed(
+        &h.store,
+        "reader",
+        vec![RC::OpenRecord {
+            title: "Kokoro".into(),
+            author: None,
+        }],
+    )
+    .await;
+    let reply = h.line("/recommend").await;
+    assert_eq!(
+        reply,
+        ["Books for you:\n- «I Am a Cat» — Natsume Soseki: more Soseki, with humour"]
+    );
+    let refusal = match model.requests()[1].messages.last() {
+        Some(ChatMessage::Tool { content, .. }) => content.clone(),
+        _ => String::new(),
+    };
+    assert!(refusal.contains("already logged"), "{refusal}");
+}
+
+#[tokio::test]
+async fn onboarding_asks_goal_interest_and_wish_and_saves_the_answers() {
+    let h = Harness::new(ModelRouter::none()).await;
+    assert_eq!(
+        h.line("/onboarding").await,
+        ["What would you like reading to bring you — a goal, or who you want to become?"]
+    );
+    h.line("Read more classics").await;
+    h.line("nothing in particular").await;
+    let done = h.line("The Tale of Genji").await;
+    assert!(done[0].starts_with("Thank you! Your profile is saved."));
+    let entries = h
+        .store
+        .profile_entries(Platform::Telegram, "reader")
+        .await
+        .expect("profile");
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.kind, e.text.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (ProfileKind::Goal, "Read more classics"),
+            (ProfileKind::BookWish, "The Tale of Genji")
+        ]
+    );
+    // rerunnable: /profile shows what is known and asks again
+    let again = h.line("/profile").await;
+    assert!(again[0].contains("- goal: Read more classics"), "{again:?}");
 }

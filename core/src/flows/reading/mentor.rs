@@ -1,0 +1,311 @@
+//! Mentor (seed 004): weekly / monthly reviews of the user's reading. Tools
+//! `get_mentor_context(period_days)` and `save_mentor_feedback(feedback_type, content)`.
+//! The review always praises concretely (numbers, a quoted insight), may reflect on one
+//! insight, and always ends with a small concrete next step; a quiet period is met with
+//! encouragement, never blame. Without a model the review is a template from the same
+//! context. Exposed as the `mentor` flow (`/review weekly|monthly`).
+
+use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
+use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
+use crate::llm::ChatMessage;
+use crate::message::Platform;
+use crate::state::StateChange;
+use crate::store::Store;
+use crate::store::reading::{FeedbackType, Insight, ReadingChange, ReadingStatus};
+use async_trait::async_trait;
+use chrono::{Duration, Utc};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+pub const ID: &str = "mentor";
+pub const AGENT: &str = "mentor";
+
+/// What a review is based on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MentorContext {
+    pub period_days: i64,
+    pub books_finished: Vec<String>,
+    pub books_reading: Vec<String>,
+    /// `(book, insight)`, newest first, within the period.
+    pub insights: Vec<(String, Insight)>,
+    pub goals: Vec<String>,
+}
+
+impl MentorContext {
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "Period: last {} days\nBooks finished: {} ({})\nBooks in progress: {}\nInsights: {}\n",
+            self.period_days,
+            self.books_finished.len(),
+            self.books_finished.join(", "),
+            self.books_reading.join(", "),
+            self.insights.len()
+        );
+        for (book, i) in self.insights.iter().take(10) {
+            s.push_str(&format!("- [{}] ({}) {}\n", book, i.kind.as_str(), i.text));
+        }
+        for g in &self.goals {
+            s.push_str(&format!("Goal: {g}\n"));
+        }
+        s
+    }
+}
+
+/// Gathers the user's reading of the last `period_days` days.
+pub async fn mentor_context(
+    store: &dyn Store,
+    platform: Platform,
+    user: &str,
+    period_days: i64,
+) -> Result<MentorContext, FlowError> {
+    let since = Utc::now() - Duration::days(period_days);
+    let records = store.reading_records(platform, user).await?;
+    let mut ctx = MentorContext {
+        period_days,
+        books_finished: Vec::new(),
+        books_reading: Vec::new(),
+        insights: Vec::new(),
+        goals: Vec::new(),
+    };
+    for r in &records {
+        match r.status {
+            ReadingStatus::Completed if r.finished_at.is_some_and(|f| f >= since) => {
+                ctx.books_finished.push(r.title.clone())
+            }
+            ReadingStatus::Reading => ctx.books_reading.push(r.title.clone()),
+            _ => {}
+        }
+        for i in store.insights(r.id).await? {
+            if i.at >= since {
+                ctx.insights.push((r.title.clone(), i));
+            }
+        }
+    }
+    ctx.insights.sort_by_key(|i| std::cmp::Reverse(i.1.at));
+    ctx.goals = store
+        .profile_entries(platform, user)
+        .await?
+        .into_iter()
+        .filter(|e| e.kind == crate::store::reading::ProfileKind::Goal)
+        .map(|e| e.text)
+        .collect();
+    Ok(ctx)
+}
+
+/// The template review (the floor).
+pub fn template_review(ctx: &MentorContext, lang: &str) -> String {
+    let period = if ctx.period_days <= 7 {
+        pick(lang, "this week", "今週")
+    } else {
+        pick(lang, "this month", "今月")
+    };
+    let mut out = if ctx.books_finished.is_empty() && ctx.insights.is_empty() {
+        pick(
+            lang,
+            &format!("A quiet {period} — that's fine; reading has its seasons."),
+            &format!("{period}は静かな期間でしたね。読書にも波があるので大丈夫です。"),
+        )
+    } else {
+        pick(
+            lang,
+            &format!(
+                "Well done {period}: {} book(s) finished and {} insight(s) recorded.",
+                ctx.books_finished.len(),
+                ctx.insights.len()
+            ),
+            &format!(
+                "{period}は {} 冊を読み終え、{} 件の気づきを記録しました。素晴らしいです。",
+                ctx.books_finished.len(),
+                ctx.insights.len()
+            ),
+        )
+    };
+    if let Some((book, insight)) = ctx.insights.first() {
+        out.push_str(&pick(
+            lang,
+            &format!(
+                " I liked what you noted about «{book}»: “{}”.",
+                insight.text
+            ),
+            &format!(
+                " 『{book}』についての「{}」という気づきが印象的でした。",
+                insight.text
+            ),
+        ));
+    }
+    let step = match (ctx.books_reading.first(), ctx.insights.is_empty()) {
+        (Some(book), _) => pick(
+            lang,
+            &format!(
+                " Next step: read 10 pages of «{book}» and write down one sentence that stays with you."
+            ),
+            &format!(" 次の一歩: 『{book}』を10ページ読み、心に残った一文を書き留めてみましょう。"),
+        ),
+        (None, true) => pick(
+            lang,
+            " Next step: pick one book and read for 10 minutes before bed.",
+            " 次の一歩: 一冊選んで、寝る前に10分だけ読んでみましょう。",
+        ),
+        (None, false) => pick(
+            lang,
+            " Next step: choose your next book — /recommend can help.",
+            " 次の一歩: 次の一冊を選びましょう。/recommend がお手伝いします。",
+        ),
+    };
+    out.push_str(&step);
+    out
+}
+
+struct Work {
+    context: MentorContext,
+    saved: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct PeriodArgs {
+    /// 7 (weekly) or 30 (monthly).
+    pub period_days: i64,
+}
+struct GetMentorContext;
+impl TypedTool<Work> for GetMentorContext {
+    type Args = PeriodArgs;
+    const NAME: &'static str = "get_mentor_context";
+    fn description(&self) -> String {
+        "The user's books finished, books in progress, insights and goals for the period.".into()
+    }
+    async fn run(&self, w: &mut Work, a: PeriodArgs) -> Result<ToolOutput, ToolError> {
+        if a.period_days != w.context.period_days {
+            return Err(ToolError::Rejected(format!(
+                "this review covers {} days",
+                w.context.period_days
+            )));
+        }
+        Ok(ToolOutput::ok(w.context.render()))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct FeedbackArgs {
+    pub feedback_type: FeedbackType,
+    /// The review as sent to the user.
+    pub content: String,
+}
+struct SaveMentorFeedback;
+impl TypedTool<Work> for SaveMentorFeedback {
+    type Args = FeedbackArgs;
+    const NAME: &'static str = "save_mentor_feedback";
+    fn description(&self) -> String {
+        "Save the review (praise with numbers, optionally one insight, and one concrete next step) and end.".into()
+    }
+    async fn run(&self, w: &mut Work, a: FeedbackArgs) -> Result<ToolOutput, ToolError> {
+        if a.content.trim().is_empty() {
+            return Err(ToolError::InvalidArguments("the review is empty".into()));
+        }
+        w.saved = Some(a.content);
+        Ok(ToolOutput::finish("saved"))
+    }
+}
+
+pub struct MentorFlow;
+
+#[async_trait]
+impl Flow for MentorFlow {
+    fn id(&self) -> &str {
+        ID
+    }
+    fn description(&self) -> &str {
+        "weekly and monthly reading reviews"
+    }
+    fn start_commands(&self) -> Vec<CommandInfo> {
+        vec![CommandInfo {
+            name: "review",
+            description_en: "a review of your reading (/review weekly|monthly)",
+            description_ja: "読書の振り返り（/review weekly|monthly）",
+        }]
+    }
+
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
+        let mut out = TurnOutput::default();
+        let lang = ctx.language().to_string();
+        let arg = match &input {
+            TurnInput::Start => ctx.start_arg.unwrap_or("weekly").to_string(),
+            TurnInput::Text(t) => t.clone(),
+            TurnInput::Command { name, .. } if name == "end" => {
+                out.end();
+                return Ok(out);
+            }
+            TurnInput::Command { .. } => {
+                out.unknown_command = true;
+                return Ok(out);
+            }
+            _ => "weekly".to_string(),
+        };
+        let monthly = ["monthly", "month", "30", "月"]
+            .iter()
+            .any(|w| arg.to_lowercase().contains(w));
+        let (feedback_type, days) = if monthly {
+            (FeedbackType::Monthly, 30)
+        } else {
+            (FeedbackType::Weekly, 7)
+        };
+        let key = &ctx.session.key;
+        let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
+        let mut review = None;
+        if let Some(model) = ctx.models.for_agent(AGENT) {
+            let agent = Agent::new(
+                AGENT,
+                vec![typed(GetMentorContext), typed(SaveMentorFeedback)],
+            )
+            .with_remaining_tasks(|w: &Work| {
+                if w.saved.is_none() {
+                    vec!["Save the review with save_mentor_feedback".into()]
+                } else {
+                    Vec::new()
+                }
+            });
+            let system = format!(
+                "You are a kind reading mentor. Write a {} review in {}: praise concretely (numbers, quote one insight), \
+                 optionally reflect on one insight, and always end with one small, concrete next step. Never scold a \
+                 quiet period. Call get_mentor_context(period_days={days}) first, then save_mentor_feedback.",
+                feedback_type.as_str(),
+                if lang == "ja" { "Japanese" } else { "English" }
+            );
+            let work = Work {
+                context: context.clone(),
+                saved: None,
+            };
+            match agent
+                .run(
+                    model.as_ref(),
+                    vec![
+                        ChatMessage::system(system),
+                        ChatMessage::user(format!("/review {}", feedback_type.as_str())),
+                    ],
+                    work,
+                    ctx.ledger,
+                )
+                .await
+            {
+                Ok(r) => review = r.state.saved,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the Mentor failed; using the template review")
+                }
+            }
+        }
+        let review = review.unwrap_or_else(|| template_review(&context, &lang));
+        out.change(StateChange::Reading {
+            change: ReadingChange::AddMentorFeedback {
+                feedback_type,
+                content: review.clone(),
+            },
+        });
+        out.say(review);
+        out.say(pick(
+            &lang,
+            "Send /review monthly for the month, or /reading to keep reading.",
+            "/review monthly で月の振り返り、/reading で読書に戻れます。",
+        ));
+        Ok(out)
+    }
+}

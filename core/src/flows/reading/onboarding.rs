@@ -1,0 +1,187 @@
+//! Onboarding (seed 004): builds the user's first profile by conversation — goals, interests,
+//! books they wish to read — with `get_current_entries` and `save_profile_entry` (the same
+//! schema the Reading agent uses). Rerunnable: `/onboarding` or `/profile` shows what is
+//! known and asks again. Without a model it asks the three questions in turn.
+
+use super::reading_agent::{ReadingWork, SaveProfileEntry};
+use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
+use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
+use crate::llm::ChatMessage;
+use crate::state::StateChange;
+use crate::store::reading::{InteractionMode, ProfileKind, ReadingChange, ReadingStatus};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const ID: &str = "onboarding";
+pub const AGENT: &str = "onboarding";
+
+const STEPS: [ProfileKind; 3] = [
+    ProfileKind::Goal,
+    ProfileKind::Interest,
+    ProfileKind::BookWish,
+];
+
+fn question(kind: ProfileKind, lang: &str) -> String {
+    match kind {
+        ProfileKind::Goal => pick(
+            lang,
+            "What would you like reading to bring you — a goal, or who you want to become?",
+            "読書を通じて達成したいことや、なりたい自分はありますか？",
+        ),
+        ProfileKind::Interest => pick(
+            lang,
+            "Which themes interest you these days?",
+            "最近気になっているテーマは何ですか？",
+        ),
+        ProfileKind::BookWish => pick(
+            lang,
+            "Is there a book you've been wanting to read?",
+            "読みたいと思っている本はありますか？",
+        ),
+        ProfileKind::Other => pick(
+            lang,
+            "Anything else I should know?",
+            "ほかに知っておいてほしいことはありますか？",
+        ),
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct OnboardingState {
+    step: usize,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct NoArgs {}
+struct GetCurrentEntries;
+impl TypedTool<ReadingWork> for GetCurrentEntries {
+    type Args = NoArgs;
+    const NAME: &'static str = "get_current_entries";
+    fn description(&self) -> String {
+        "The user's current profile entries.".into()
+    }
+    async fn run(&self, w: &mut ReadingWork, _: NoArgs) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::ok(w.context.clone()))
+    }
+}
+
+pub struct OnboardingFlow;
+
+#[async_trait]
+impl Flow for OnboardingFlow {
+    fn id(&self) -> &str {
+        ID
+    }
+    fn description(&self) -> &str {
+        "builds your reading profile by conversation"
+    }
+    fn start_commands(&self) -> Vec<CommandInfo> {
+        vec![
+            CommandInfo {
+                name: "onboarding",
+                description_en: "tell me about your reading goals",
+                description_ja: "読書の目標や興味を登録する",
+            },
+            CommandInfo {
+                name: "profile",
+                description_en: "show and update your profile",
+                description_ja: "プロフィールを表示・更新する",
+            },
+        ]
+    }
+
+    async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
+        let mut out = TurnOutput::default();
+        let mut st: OnboardingState = ctx.state()?;
+        let lang = ctx.language().to_string();
+        let key = &ctx.session.key;
+        let entries = ctx.store.profile_entries(key.platform, &key.user).await?;
+        let known = entries
+            .iter()
+            .map(|e| format!("- {}: {}", e.kind.as_str(), e.text))
+            .collect::<Vec<_>>()
+            .join("\n");
+        match input {
+            TurnInput::Start | TurnInput::Resume => {
+                if !known.is_empty() {
+                    out.say(format!(
+                        "{}\n{known}",
+                        pick(&lang, "Your profile so far:", "現在のプロフィール:")
+                    ));
+                }
+                st.step = 0;
+                out.say(question(STEPS[0], &lang));
+            }
+            TurnInput::Text(text) => {
+                if let Some(model) = ctx.models.for_agent(AGENT) {
+                    let work = ReadingWork {
+                        title: String::new(),
+                        status: ReadingStatus::NotStarted,
+                        mode: InteractionMode::Freeform,
+                        context: known.clone(),
+                        changes: Vec::new(),
+                        options: None,
+                        guide_answers: Vec::new(),
+                    };
+                    let agent = Agent::new(
+                        AGENT,
+                        vec![typed(GetCurrentEntries), typed(SaveProfileEntry)],
+                    )
+                    .with_max_iterations(6);
+                    let system = format!(
+                        "You are onboarding a reading-club member. Save what they tell you as profile entries (goal, interest, \
+                         book_wish, other) with save_profile_entry, then ask one friendly follow-up question in {}.",
+                        if lang == "ja" { "Japanese" } else { "English" }
+                    );
+                    match agent
+                        .run(
+                            model.as_ref(),
+                            vec![ChatMessage::system(system), ChatMessage::user(text.clone())],
+                            work,
+                            ctx.ledger,
+                        )
+                        .await
+                    {
+                        Ok(r) => {
+                            for change in r.state.changes {
+                                out.change(StateChange::Reading { change });
+                            }
+                            out.say(r.response_text);
+                            out.set_state(&st)?;
+                            return Ok(out);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "Onboarding failed; using rules"),
+                    }
+                }
+                let kind = STEPS.get(st.step).copied().unwrap_or(ProfileKind::Other);
+                let skip = ["no", "none", "nothing", "pass", "ない", "特に", "なし"]
+                    .iter()
+                    .any(|w| text.trim().to_lowercase().starts_with(w));
+                if !skip {
+                    out.change(StateChange::Reading {
+                        change: ReadingChange::AddProfileEntry { kind, text },
+                    });
+                }
+                st.step += 1;
+                match STEPS.get(st.step) {
+                    Some(next) => {
+                        out.say(question(*next, &lang));
+                    }
+                    None => {
+                        out.say(pick(&lang, "Thank you! Your profile is saved. Try /recommend or /reading start TITLE.", "ありがとうございます。プロフィールを保存しました。/recommend や /reading start 書名 をどうぞ。"));
+                        out.end();
+                    }
+                }
+            }
+            TurnInput::Command { name, .. } if name == "end" => {
+                out.end();
+            }
+            TurnInput::Command { .. } => out.unknown_command = true,
+            TurnInput::Choice { .. } => {}
+        }
+        out.set_state(&st)?;
+        Ok(out)
+    }
+}
