@@ -529,3 +529,53 @@ async fn onboarding_asks_goal_interest_and_wish_and_saves_the_answers() {
     let again = h.line("/profile").await;
     assert!(again[0].contains("- goal: Read more classics"), "{again:?}");
 }
+
+#[tokio::test]
+async fn the_mentor_and_onboarding_agents_use_their_tools_with_a_model() {
+    let model = ScriptedModel::responses([
+        // Onboarding: saves two entries, then asks a follow-up
+        ChatResponse::tool_call(
+            "save_profile_entry",
+            json!({"kind": "interest", "text": "Meiji era"}),
+        ),
+        ChatResponse::tool_call(
+            "save_profile_entry",
+            json!({"kind": "goal", "text": "one classic a month"}),
+        ),
+        ChatResponse::text("Lovely! Which classic first?"),
+        // Mentor: asks for the wrong period (refused), then the right one, then saves
+        ChatResponse::tool_call("get_mentor_context", json!({"period_days": 7})),
+        ChatResponse::tool_call("get_mentor_context", json!({"period_days": 30})),
+        ChatResponse::tool_call(
+            "save_mentor_feedback",
+            json!({"feedback_type": "monthly", "content": "A calm month. Next step: 10 pages of Kokoro."}),
+        ),
+    ]);
+    let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
+    h.line("/onboarding").await;
+    assert_eq!(
+        h.line("I love the Meiji era and want to read one classic a month")
+            .await,
+        ["Lovely! Which classic first?"]
+    );
+    let entries = h
+        .store
+        .profile_entries(Platform::Telegram, "reader")
+        .await
+        .expect("profile");
+    assert_eq!(entries.len(), 2);
+
+    let review = h.line("/review monthly").await;
+    assert_eq!(review[0], "A calm month. Next step: 10 pages of Kokoro.");
+    let refused = match model.requests()[4].messages.last() {
+        Some(ChatMessage::Tool { content, .. }) => content.clone(),
+        _ => String::new(),
+    };
+    assert!(refused.contains("this review covers 30 days"), "{refused}");
+    let context = match model.requests()[5].messages.last() {
+        Some(ChatMessage::Tool { content, .. }) => content.clone(),
+        _ => String::new(),
+    };
+    assert!(context.contains("Goal: one classic a month"), "{context}");
+    assert_eq!(model.remaining(), 0);
+}
