@@ -62,6 +62,35 @@ pub async fn subtask<S: Send>(
     agent.run(model, messages, state, ledger).await
 }
 
+/// Runs a sub-task whose result tool fills its `Option` state; a failed run is logged and
+/// gives `None`, so the caller falls back to its rule-based floor.
+pub async fn subtask_result<T: Send>(
+    agent: &Agent<Option<T>>,
+    model: &dyn ChatModel,
+    system_prompt: &str,
+    context: &SubtaskContext,
+    instruction: &str,
+    ledger: &LlmLedger,
+) -> Option<T> {
+    match subtask(
+        agent,
+        model,
+        system_prompt,
+        context,
+        instruction,
+        None,
+        ledger,
+    )
+    .await
+    {
+        Ok(result) => result.state,
+        Err(e) => {
+            tracing::warn!(agent = %agent.name, error = %e, "sub-task failed; the rule-based floor is used");
+            None
+        }
+    }
+}
+
 /// A bounded summary of a transcript: the last `max_lines` messages, each cut to 300
 /// characters, oldest first, with a count of what was left out.
 pub fn summarize(history: &[StoredMessage], max_lines: usize) -> String {

@@ -8,7 +8,7 @@
 //! either blocks the question; a model failure leaves the deterministic verdict.
 
 use super::form::Form;
-use crate::agent::subtask::{SubtaskContext, subtask};
+use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::llm::ChatModel;
 use schemars::JsonSchema;
@@ -216,23 +216,7 @@ pub async fn model_check(
         .with_max_iterations(3)
         .until_set("Return the check with the result tool");
     let instruction = format!("Check this drafted question:\n{question}");
-    match subtask(
-        &agent,
-        model,
-        &prompt(form),
-        context,
-        &instruction,
-        None,
-        ledger,
-    )
-    .await
-    {
-        Ok(result) => result.state,
-        Err(e) => {
-            tracing::warn!(error = %e, "model QuickCheck failed; the deterministic check stands");
-            None
-        }
-    }
+    subtask_result(&agent, model, &prompt(form), context, &instruction, ledger).await
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! numbers) for later fields in any answer, so nothing is asked twice.
 
 use super::form::{FieldType, Form, FormField};
-use crate::agent::subtask::{SubtaskContext, subtask};
+use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::i18n::pick;
 use crate::llm::ChatModel;
@@ -294,23 +294,15 @@ pub async fn model_review(
         .with_max_iterations(3)
         .until_set("Return the review with the review tool");
     let instruction = format!("The applicant answered:\n{answer}");
-    match subtask(
+    subtask_result(
         &agent,
         model,
         &prompt(form, field),
         context,
         &instruction,
-        None,
         ledger,
     )
     .await
-    {
-        Ok(result) => result.state,
-        Err(e) => {
-            tracing::warn!(error = %e, "model review failed; using the rule-based review");
-            None
-        }
-    }
 }
 
 #[cfg(test)]
