@@ -68,14 +68,7 @@ pub mod interview_agents {
     }
 
     pub fn last_user(req: &ChatRequest) -> String {
-        req.messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                ChatMessage::User { content } => Some(content.clone()),
-                _ => None,
-            })
-            .unwrap_or_default()
+        req.last_user_text().to_string()
     }
 
     pub fn last_tool_result(req: &ChatRequest) -> Option<String> {

@@ -107,6 +107,20 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
 }
 
+impl ChatRequest {
+    /// The text of the last user message (empty when there is none).
+    pub fn last_user_text(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                ChatMessage::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatResponse {
     pub text: Option<String>,

@@ -113,15 +113,7 @@ impl ChatModel for ScriptedModel {
             Some(_) => inner.script.pop_front(),
             None => None,
         };
-        let last_user = request
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                super::ChatMessage::User { content } => Some(content.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let last_user = request.last_user_text().to_string();
         inner.requests.push(request);
         match step {
             Some(Step::Respond(r)) => Ok(r),

@@ -147,24 +147,13 @@ fn tools_of(r: &ChatRequest) -> Vec<String> {
     r.tools.iter().map(|t| t.name.clone()).collect()
 }
 
-fn last_user(r: &ChatRequest) -> String {
-    r.messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            ChatMessage::User { content } => Some(content.clone()),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
 /// Plays the Reading agent (and the BookGuide behind `ask_book_guide`).
 fn reading_model() -> ScriptedModel {
     ScriptedModel::repeating(|r| {
         let tools = tools_of(r);
         let after_tool = matches!(r.messages.last(), Some(ChatMessage::Tool { .. }));
         if tools.iter().any(|t| t == "save_insight") {
-            let user = last_user(r);
+            let user = r.last_user_text().to_string();
             if after_tool {
                 return ChatResponse::text("Thank you for sharing.");
             }
