@@ -20,7 +20,7 @@ use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
 use crate::state::StateChange;
 use crate::store::reading::{
-    InsightKind, InteractionMode, MoodPhase, ReadingChange, ReadingStatus,
+    InsightKind, InteractionMode, MoodPhase, ReadingChange, ReadingRecord, ReadingStatus,
 };
 use async_trait::async_trait;
 use book_guide::BookGuide;
@@ -80,6 +80,20 @@ impl ReadingFlow {
         out.change(StateChange::Reading { change });
     }
 
+    /// The session user's record of `title`, if any.
+    async fn record_of(
+        ctx: &TurnContext<'_>,
+        title: &str,
+    ) -> Result<Option<ReadingRecord>, FlowError> {
+        let key = &ctx.session.key;
+        Ok(ctx
+            .store
+            .reading_records(key.platform, &key.user)
+            .await?
+            .into_iter()
+            .find(|r| r.title == title))
+    }
+
     /// Opens (or reopens) the record of `title` and greets according to its status.
     async fn open(
         &self,
@@ -91,12 +105,7 @@ impl ReadingFlow {
         let title = title.trim().trim_start_matches("start ").trim().to_string();
         let book = self.catalogue.find(&title);
         let title = book.map_or(title, |b| b.title.clone());
-        let existing = ctx
-            .store
-            .reading_records(ctx.session.key.platform, &ctx.session.key.user)
-            .await?
-            .into_iter()
-            .find(|r| r.title == title);
+        let existing = Self::record_of(ctx, &title).await?;
         Self::change(
             out,
             ReadingChange::OpenRecord {
@@ -191,7 +200,6 @@ impl ReadingFlow {
     ) -> Result<String, FlowError> {
         let title = st.title.clone().unwrap_or_default();
         let key = &ctx.session.key;
-        let records = ctx.store.reading_records(key.platform, &key.user).await?;
         let mut text = format!(
             "Book: {title}\nStatus: {}\nMode: {}\n",
             st.status.unwrap_or(ReadingStatus::NotStarted).as_str(),
@@ -200,7 +208,7 @@ impl ReadingFlow {
         if let Some(book) = self.catalogue.find(&title) {
             text.push_str(&format!("Catalogue: {}\n", book.describe()));
         }
-        if let Some(record) = records.iter().find(|r| r.title == title) {
+        if let Some(record) = Self::record_of(ctx, &title).await? {
             for i in ctx.store.insights(record.id).await?.iter().rev().take(10) {
                 text.push_str(&format!("Insight ({}): {}\n", i.kind.as_str(), i.text));
             }
@@ -372,14 +380,7 @@ impl ReadingFlow {
     ) -> Result<String, FlowError> {
         let lang = ctx.language();
         let title = st.title.clone().unwrap_or_default();
-        let key = &ctx.session.key;
-        let record = ctx
-            .store
-            .reading_records(key.platform, &key.user)
-            .await?
-            .into_iter()
-            .find(|r| r.title == title);
-        let insights = match record {
+        let insights = match Self::record_of(ctx, &title).await? {
             Some(r) => ctx.store.insights(r.id).await?,
             None => Vec::new(),
         };
