@@ -5,11 +5,18 @@
 //! [`kaiwa_core::orchestrator::Outbox`].
 //!
 //! - [`console`]: stdin / stdout, options as numbered lists (used by `kaiwa chat`).
+//! - [`telegram`]: teloxide long polling, inline keyboards, forum topics.
 //!
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
 //! live in the store.
 
 pub mod console;
+pub mod split;
+pub mod telegram;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 /// Why an adapter stopped.
 #[derive(Debug, thiserror::Error)]
@@ -18,4 +25,71 @@ pub enum AdapterError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Orchestrator(#[from] kaiwa_core::orchestrator::OrchestratorError),
+    #[error(transparent)]
+    Store(#[from] kaiwa_core::store::StoreError),
+    #[error("adapter set-up: {0}")]
+    Setup(String),
+    #[error("{0}")]
+    Platform(String),
+    #[error("Telegram: {0}")]
+    Telegram(#[from] teloxide::RequestError),
+}
+
+/// Whether an adapter is connected to its platform, for `/healthz`.
+#[derive(Debug)]
+pub struct AdapterHealth {
+    name: &'static str,
+    state: AtomicU8,
+    last_failure: Mutex<Option<Instant>>,
+}
+
+const STARTING: u8 = 0;
+const CONNECTED: u8 = 1;
+const FAILING: u8 = 2;
+const STOPPED: u8 = 3;
+
+/// A failure older than this no longer counts once the platform answered since.
+const FAILURE_MEMORY: Duration = Duration::from_secs(60);
+
+impl AdapterHealth {
+    pub fn new(name: &'static str) -> Self {
+        AdapterHealth {
+            name,
+            state: AtomicU8::new(STARTING),
+            last_failure: Mutex::new(None),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The platform answered.
+    pub fn ok(&self) {
+        self.state.store(CONNECTED, Ordering::Relaxed);
+    }
+
+    /// The platform could not be reached.
+    pub fn failed(&self) {
+        self.state.store(FAILING, Ordering::Relaxed);
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    pub fn set_stopped(&self) {
+        self.state.store(STOPPED, Ordering::Relaxed);
+    }
+
+    /// Connected now: it answered since the last failure, or that failure is long past
+    /// (long polling retries quickly while the platform is down).
+    pub fn is_connected(&self) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            CONNECTED => true,
+            FAILING => self
+                .last_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|t| t.elapsed() > FAILURE_MEMORY),
+            _ => false,
+        }
+    }
 }

@@ -141,6 +141,25 @@ pub struct CommandInfo {
     pub description_ja: &'static str,
 }
 
+/// The commands every flow answers (handled by the orchestrator).
+pub const GENERIC_COMMANDS: [CommandInfo; 3] = [
+    CommandInfo {
+        name: "start",
+        description_en: "start the conversation over",
+        description_ja: "会話を最初から始める",
+    },
+    CommandInfo {
+        name: "help",
+        description_en: "show this list",
+        description_ja: "この一覧を表示",
+    },
+    CommandInfo {
+        name: "end",
+        description_en: "end the current conversation",
+        description_ja: "現在の会話を終える",
+    },
+];
+
 #[async_trait]
 pub trait Flow: Send + Sync {
     /// Stable id stored with the session (`interview`, `helpdesk`, …).
@@ -199,6 +218,20 @@ impl FlowRegistry {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Flow>> {
         self.flows.iter()
+    }
+
+    /// Every command a user can send, for the platforms' command menus: the generic ones, each
+    /// flow's start commands, then the in-session commands (each name once, first wins).
+    pub fn menu_commands(&self) -> Vec<CommandInfo> {
+        let mut out: Vec<CommandInfo> = GENERIC_COMMANDS.to_vec();
+        let starts = self.flows.iter().flat_map(|f| f.start_commands());
+        let inside = self.flows.iter().flat_map(|f| f.commands());
+        for command in starts.chain(inside) {
+            if !out.iter().any(|c| c.name == command.name) {
+                out.push(command);
+            }
+        }
+        out
     }
 
     /// The flow a start command opens.

@@ -360,17 +360,13 @@ impl Orchestrator {
         } else {
             "Commands:\n"
         });
-        let generic: [(&str, &str, &str); 3] = [
-            (
-                "start",
-                "start the conversation over",
-                "会話を最初から始める",
-            ),
-            ("help", "show this list", "この一覧を表示"),
-            ("end", "end the current conversation", "現在の会話を終える"),
-        ];
-        for (name, en, jp) in generic {
-            out.push_str(&format!("/{name} — {}\n", if ja { jp } else { en }));
+        for c in crate::flow::GENERIC_COMMANDS {
+            let description = if ja {
+                c.description_ja
+            } else {
+                c.description_en
+            };
+            out.push_str(&format!("/{} — {description}\n", c.name));
         }
         for flow in self.flows.iter() {
             for c in flow.start_commands() {

@@ -8,3 +8,4 @@
 //! (reqwest, teloxide, serenity) are what is tested.
 
 pub mod fake_openai;
+pub mod fake_telegram;

@@ -67,6 +67,8 @@ pub enum FieldType {
     Date,
     Url,
     Choice,
+    /// Several of the options (a multi-select; stored as the values joined with ", ").
+    MultiChoice,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +156,7 @@ fn parse_type(name: &str) -> Option<FieldType> {
         "date" => FieldType::Date,
         "url" => FieldType::Url,
         "choice" => FieldType::Choice,
+        "multi_choice" => FieldType::MultiChoice,
         _ => return None,
     })
 }
@@ -254,10 +257,10 @@ impl Form {
             }
             match parse_type(&field.field_type) {
                 None => problems.push(format!(
-                    "field {:?} has unknown type {:?} (text, email, phone, number, date, url, choice)",
+                    "field {:?} has unknown type {:?} (text, email, phone, number, date, url, choice, multi_choice)",
                     field.id, field.field_type
                 )),
-                Some(FieldType::Choice) if field.options.is_empty() => {
+                Some(FieldType::Choice | FieldType::MultiChoice) if field.options.is_empty() => {
                     problems.push(format!("choice field {:?} has no options", field.id));
                 }
                 Some(_) => {}

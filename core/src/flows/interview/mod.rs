@@ -356,7 +356,9 @@ impl InterviewFlow {
             answer: None,
         });
         let lang = lang_of(st);
-        if field.kind() == form::FieldType::Choice && purpose == Purpose::First {
+        let kind = field.kind();
+        let choice = matches!(kind, form::FieldType::Choice | form::FieldType::MultiChoice);
+        if choice && purpose == Purpose::First {
             out.options(
                 drafted.question,
                 field
@@ -364,7 +366,7 @@ impl InterviewFlow {
                     .iter()
                     .map(|o| OptionItem::new(o.value.clone(), o.label.get(&lang)))
                     .collect(),
-                false,
+                kind == form::FieldType::MultiChoice,
             );
         } else {
             out.say(drafted.question);
@@ -845,14 +847,9 @@ impl Flow for InterviewFlow {
                         self.advance(&ctx, &form, &mut st, &mut out).await?;
                     }
                     Stage::Interviewing => {
-                        let label = st
-                            .current
-                            .as_ref()
-                            .and_then(|id| form.field(id))
-                            .and_then(|f| f.options.iter().find(|o| o.value == value))
-                            .map(|o| o.value.clone())
-                            .unwrap_or(value);
-                        self.answer(&ctx, &form, &mut st, &mut out, &label).await?;
+                        // the reviewer maps option values back (and checks them)
+                        let answer = values.join(", ");
+                        self.answer(&ctx, &form, &mut st, &mut out, &answer).await?;
                     }
                     Stage::Confirming if value == "confirm" => {
                         self.submit(&ctx, &form, &mut st, &mut out)

@@ -131,28 +131,34 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
                     "2025-04-01 のような形式で日付を入力してください。",
                 )
             })?,
-        FieldType::Choice => {
-            let lower = answer.to_lowercase();
-            let by_index = lower
-                .parse::<usize>()
-                .ok()
-                .and_then(|n| field.options.get(n.checked_sub(1)?));
-            by_index
-                .or_else(|| {
-                    field.options.iter().find(|o| {
-                        o.value.to_lowercase() == lower
-                            || ["en", "ja"]
-                                .iter()
-                                .any(|l| o.label.get(l).to_lowercase() == lower)
-                    })
-                })
-                .map(|o| o.value.clone())
-                .ok_or_else(|| {
-                    let labels: Vec<&str> =
-                        field.options.iter().map(|o| o.label.get(lang)).collect();
-                    pick(lang, "Please pick one of: ", "次から選んでください: ")
-                        + &labels.join(" / ")
-                })?
+        FieldType::Choice => option_of(field, answer).ok_or_else(|| {
+            pick(lang, "Please pick one of: ", "次から選んでください: ") + &labels_of(field, lang)
+        })?,
+        FieldType::MultiChoice => {
+            let mut values: Vec<String> = Vec::new();
+            for part in answer.split([',', '、', ';', '\n']).map(str::trim) {
+                if part.is_empty() {
+                    continue;
+                }
+                let value = option_of(field, part).ok_or_else(|| {
+                    pick(
+                        lang,
+                        "Please pick one or more of: ",
+                        "次から一つ以上選んでください: ",
+                    ) + &labels_of(field, lang)
+                })?;
+                if !values.contains(&value) {
+                    values.push(value);
+                }
+            }
+            if values.is_empty() {
+                return Err(pick(
+                    lang,
+                    "Please pick one or more of: ",
+                    "次から一つ以上選んでください: ",
+                ) + &labels_of(field, lang));
+            }
+            values.join(", ")
         }
     };
     if let Some(pattern) = &field.pattern {
@@ -168,6 +174,30 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
         }
     }
     Ok(value)
+}
+
+/// The option an answer names: its number (1-based), its value or its label in either language.
+fn option_of(field: &FormField, answer: &str) -> Option<String> {
+    let lower = answer.trim().to_lowercase();
+    let by_index = lower
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| field.options.get(n.checked_sub(1)?));
+    by_index
+        .or_else(|| {
+            field.options.iter().find(|o| {
+                o.value.to_lowercase() == lower
+                    || ["en", "ja"]
+                        .iter()
+                        .any(|l| o.label.get(l).to_lowercase() == lower)
+            })
+        })
+        .map(|o| o.value.clone())
+}
+
+fn labels_of(field: &FormField, lang: &str) -> String {
+    let labels: Vec<&str> = field.options.iter().map(|o| o.label.get(lang)).collect();
+    labels.join(" / ")
 }
 
 /// Unambiguous values for *other* open fields found in `answer` (emails, URLs, phones).
@@ -312,7 +342,8 @@ mod tests {
     fn field(kind: &str) -> FormField {
         let text = format!(
             "title = \"t\"\nvariant = \"plain\"\n[[fields]]\nid = \"f\"\nlabel = \"F\"\ntype = \"{kind}\"\n\
-             [[fields.options]]\nvalue = \"remote\"\nlabel = {{ en = \"Remote\", ja = \"リモート\" }}\n"
+             [[fields.options]]\nvalue = \"remote\"\nlabel = {{ en = \"Remote\", ja = \"リモート\" }}\n\
+             [[fields.options]]\nvalue = \"office\"\nlabel = {{ en = \"Office\", ja = \"出社\" }}\n"
         );
         Form::parse("t", &text).expect("form").fields.remove(0)
     }
@@ -338,7 +369,13 @@ mod tests {
             Ok("remote".into())
         );
         assert_eq!(validate(&field("choice"), "1", "ja"), Ok("remote".into()));
-        assert!(validate(&field("choice"), "office", "en").is_err());
+        assert!(validate(&field("choice"), "hybrid", "en").is_err());
+        assert_eq!(
+            validate(&field("multi_choice"), "office, リモート, office", "en"),
+            Ok("office, remote".into())
+        );
+        assert!(validate(&field("multi_choice"), "office, hybrid", "en").is_err());
+        assert!(validate(&field("multi_choice"), " , ", "en").is_err());
         assert!(validate(&field("phone"), "12", "en").is_err());
         assert_eq!(
             validate(&field("phone"), "+81 90-1234-5678", "en"),

@@ -1,0 +1,557 @@
+//! A fake Telegram Bot API server on 127.0.0.1 for the adapter's end-to-end tests.
+//!
+//! It answers `POST /bot{token}/{method}` like the real API (`{"ok":true,"result":…}`;
+//! method names matched case-insensitively): `getMe`, `getWebhookInfo`, `deleteWebhook`,
+//! long-poll `getUpdates` with offsets (answering within two seconds, well before teloxide's
+//! HTTP client gives up), and records `sendMessage`, `editMessageText`,
+//! `editMessageReplyMarkup`, `answerCallbackQuery`, `sendChatAction`, `setMyCommands` and
+//! `createForumTopic`. A test feeds updates (a user's message, a button press, the same
+//! update twice), queues failures (a 429 with `retry_after`), and asserts on what the bot sent.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+/// The bot's own id and username.
+pub const BOT_ID: i64 = 4242;
+pub const BOT_USERNAME: &str = "kaiwa_test_bot";
+
+/// One recorded Bot API call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Lower-case method name (`sendmessage`).
+    pub method: String,
+    pub params: Value,
+    /// The message id the fake gave a sent message, if any.
+    pub message_id: Option<i64>,
+}
+
+impl Call {
+    pub fn chat_id(&self) -> Option<i64> {
+        self.params.get("chat_id").and_then(Value::as_i64)
+    }
+
+    pub fn thread_id(&self) -> Option<i64> {
+        self.params.get("message_thread_id").and_then(Value::as_i64)
+    }
+
+    pub fn text(&self) -> &str {
+        self.params
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The callback data of every button in the call's inline keyboard, row by row.
+    pub fn buttons(&self) -> Vec<(String, String)> {
+        self.params
+            .pointer("/reply_markup/inline_keyboard")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_array)
+            .flatten()
+            .map(|b| {
+                (
+                    b["text"].as_str().unwrap_or_default().to_string(),
+                    b["callback_data"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// A chat a test user talks in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chat {
+    pub id: i64,
+    /// A forum topic of a supergroup.
+    pub topic: Option<i64>,
+}
+
+impl Chat {
+    pub fn private(user: i64) -> Chat {
+        Chat {
+            id: user,
+            topic: None,
+        }
+    }
+
+    pub fn topic(group: i64, topic: i64) -> Chat {
+        Chat {
+            id: group,
+            topic: Some(topic),
+        }
+    }
+
+    fn json(&self) -> Value {
+        if self.id > 0 {
+            json!({"id": self.id, "type": "private", "first_name": "Tester"})
+        } else {
+            json!({"id": self.id, "type": "supergroup", "title": "Kaiwa help", "is_forum": true})
+        }
+    }
+}
+
+/// A failure the fake returns instead of the next call of a method.
+#[derive(Debug, Clone, Copy)]
+pub enum Failure {
+    /// HTTP 429 with `parameters.retry_after`.
+    RetryAfter(u32),
+    /// HTTP 500.
+    ServerError,
+}
+
+#[derive(Default)]
+struct Inner {
+    updates: Vec<(i64, Value)>,
+    /// Updates below this id were confirmed by an offset and are not sent again…
+    confirmed: i64,
+    /// …unless a test asks for them again from this id.
+    replay_from: Option<i64>,
+    next_update: i64,
+    next_message: i64,
+    calls: Vec<Call>,
+    failures: HashMap<String, VecDeque<Failure>>,
+    /// Messages the bot sent, as Telegram stores them (for callback queries).
+    bot_messages: HashMap<(i64, i64), Value>,
+    get_updates_calls: usize,
+}
+
+struct Shared {
+    token: String,
+    inner: Mutex<Inner>,
+    changed: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The running fake; stops when dropped.
+pub struct FakeTelegram {
+    url: String,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeTelegram {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs() as i64)
+}
+
+fn ok(result: Value) -> Response {
+    Json(json!({"ok": true, "result": result})).into_response()
+}
+
+use axum::Json;
+
+impl FakeTelegram {
+    /// Starts the fake for bot `token` on 127.0.0.1 with an OS-chosen port.
+    pub async fn start(token: &str) -> FakeTelegram {
+        let shared = Arc::new(Shared {
+            token: token.to_string(),
+            inner: Mutex::new(Inner {
+                next_update: 1,
+                next_message: 10_000,
+                ..Inner::default()
+            }),
+            changed: Notify::new(),
+        });
+        let app = Router::new()
+            .route("/{bot}/{method}", post(handle))
+            .with_state(shared.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeTelegram {
+            url: format!("http://{addr}"),
+            shared,
+            server,
+        }
+    }
+
+    /// The base URL to give the bot as its API URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn push(&self, build: impl FnOnce(i64, &mut Inner) -> Value) -> i64 {
+        let id = {
+            let mut inner = self.shared.lock();
+            let id = inner.next_update;
+            inner.next_update += 1;
+            let update = build(id, &mut inner);
+            inner.updates.push((id, update));
+            id
+        };
+        self.shared.changed.notify_waiters();
+        id
+    }
+
+    /// A user writes `text` in `chat`; returns the update id.
+    pub fn send_text(&self, chat: Chat, user: i64, text: &str) -> i64 {
+        self.push(|id, inner| {
+            inner.next_message += 1;
+            let mut message = json!({
+                "message_id": inner.next_message,
+                "date": now(),
+                "chat": chat.json(),
+                "from": user_json(user),
+                "text": text,
+            });
+            if let Some(topic) = chat.topic {
+                message["message_thread_id"] = json!(topic);
+                message["is_topic_message"] = json!(true);
+            }
+            json!({"update_id": id, "message": message})
+        })
+    }
+
+    /// A user presses the button with `data` under the bot's message `message_id`.
+    pub fn press(&self, chat: Chat, user: i64, message_id: i64, data: &str) -> i64 {
+        self.push(|id, inner| {
+            let message = inner
+                .bot_messages
+                .get(&(chat.id, message_id))
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"message_id": message_id, "date": now(), "chat": chat.json()}),
+                );
+            json!({
+                "update_id": id,
+                "callback_query": {
+                    "id": format!("cq{id}"),
+                    "from": user_json(user),
+                    "chat_instance": "ci",
+                    "data": data,
+                    "message": message,
+                }
+            })
+        })
+    }
+
+    /// Delivers `update_id` and every later update again on the next long poll, as Telegram
+    /// does when a confirmation (the next `offset`) was lost.
+    pub fn redeliver(&self, update_id: i64) {
+        self.shared.lock().replay_from = Some(update_id);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// The next call of `method` (case-insensitive) fails with `failure`.
+    pub fn fail_next(&self, method: &str, failure: Failure) {
+        self.shared
+            .lock()
+            .failures
+            .entry(method.to_ascii_lowercase())
+            .or_default()
+            .push_back(failure);
+    }
+
+    /// Every recorded call (not `getUpdates`).
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.lock().calls.clone()
+    }
+
+    /// Calls of one method (lower case).
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        let method = method.to_ascii_lowercase();
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == method)
+            .collect()
+    }
+
+    /// Texts the bot sent to `chat` (in its topic, if any), in order.
+    pub fn texts_in(&self, chat: Chat) -> Vec<String> {
+        self.calls_of("sendmessage")
+            .into_iter()
+            .filter(|c| c.chat_id() == Some(chat.id) && c.thread_id() == chat.topic)
+            .map(|c| c.text().to_string())
+            .collect()
+    }
+
+    /// How many times the bot long-polled.
+    pub fn polls(&self) -> usize {
+        self.shared.lock().get_updates_calls
+    }
+
+    /// Waits until `done` holds for the recorded calls (panics after `timeout`).
+    pub async fn wait_for(&self, what: &str, timeout: Duration, done: impl Fn(&[Call]) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if done(&self.calls()) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let calls: Vec<String> = self
+                    .calls()
+                    .iter()
+                    .map(|c| format!("{} {}", c.method, c.params))
+                    .collect();
+                panic!("timed out waiting for {what}; calls:\n{}", calls.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the bot has sent `n` messages to `chat` in all and returns them.
+    pub async fn wait_texts(&self, chat: Chat, n: usize) -> Vec<String> {
+        self.wait_for(
+            &format!("{n} messages in {chat:?}"),
+            Duration::from_secs(20),
+            |calls| {
+                calls
+                    .iter()
+                    .filter(|c| {
+                        c.method == "sendmessage"
+                            && c.chat_id() == Some(chat.id)
+                            && c.thread_id() == chat.topic
+                    })
+                    .count()
+                    >= n
+            },
+        )
+        .await;
+        self.texts_in(chat)
+    }
+
+    /// The callback data of the button labelled `label` (contains) on the bot's message as
+    /// it is now (after edits).
+    pub fn button_on(&self, chat: Chat, message_id: i64, label: &str) -> String {
+        let inner = self.shared.lock();
+        let message = inner.bot_messages.get(&(chat.id, message_id));
+        message
+            .and_then(|m| m.pointer("/reply_markup/inline_keyboard"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_array)
+            .flatten()
+            .find(|b| b["text"].as_str().is_some_and(|t| t.contains(label)))
+            .and_then(|b| b["callback_data"].as_str())
+            .unwrap_or_else(|| panic!("no button {label:?} on message {message_id}: {message:?}"))
+            .to_string()
+    }
+
+    /// The last message the bot sent to `chat` that carries a keyboard.
+    pub fn last_keyboard(&self, chat: Chat) -> Option<Call> {
+        self.calls_of("sendmessage").into_iter().rfind(|c| {
+            c.chat_id() == Some(chat.id) && c.thread_id() == chat.topic && !c.buttons().is_empty()
+        })
+    }
+}
+
+fn user_json(id: i64) -> Value {
+    json!({"id": id, "is_bot": false, "first_name": format!("User{id}"), "language_code": "en"})
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    Path((bot, method)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    if bot.strip_prefix("bot") != Some(shared.token.as_str()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"ok": false, "error_code": 401, "description": "Unauthorized"})),
+        )
+            .into_response();
+    }
+    let method = method.to_ascii_lowercase();
+    let params: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: not JSON"})),
+                )
+                    .into_response();
+            }
+        }
+    };
+    if method == "getupdates" {
+        return get_updates(&shared, &params).await;
+    }
+    let failure = shared
+        .lock()
+        .failures
+        .get_mut(&method)
+        .and_then(VecDeque::pop_front);
+    match failure {
+        Some(Failure::RetryAfter(secs)) => {
+            shared.lock().calls.push(Call {
+                method: format!("{method}!429"),
+                params,
+                message_id: None,
+            });
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({
+                    "ok": false,
+                    "error_code": 429,
+                    "description": format!("Too Many Requests: retry after {secs}"),
+                    "parameters": {"retry_after": secs}
+                })),
+            )
+                .into_response();
+        }
+        Some(Failure::ServerError) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(
+                    json!({"ok": false, "error_code": 500, "description": "Internal Server Error"}),
+                ),
+            )
+                .into_response();
+        }
+        None => {}
+    }
+    let mut inner = shared.lock();
+    let chat_id = params.get("chat_id").and_then(Value::as_i64).unwrap_or(0);
+    let chat = Chat {
+        id: chat_id,
+        topic: None,
+    };
+    let (result, message_id) = match method.as_str() {
+        "getme" => (
+            json!({
+                "id": BOT_ID, "is_bot": true, "first_name": "Kaiwa", "username": BOT_USERNAME,
+                "can_join_groups": true, "can_read_all_group_messages": true,
+                "supports_inline_queries": false, "can_connect_to_business": false,
+                "has_main_web_app": false
+            }),
+            None,
+        ),
+        "getwebhookinfo" => (
+            json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}),
+            None,
+        ),
+        "sendmessage" => {
+            inner.next_message += 1;
+            let id = inner.next_message;
+            let mut message = json!({
+                "message_id": id,
+                "date": now(),
+                "chat": chat.json(),
+                "from": {"id": BOT_ID, "is_bot": true, "first_name": "Kaiwa", "username": BOT_USERNAME},
+                "text": params.get("text").cloned().unwrap_or(json!("")),
+            });
+            if let Some(topic) = params.get("message_thread_id") {
+                message["message_thread_id"] = topic.clone();
+                message["is_topic_message"] = json!(true);
+            }
+            if let Some(markup) = params.get("reply_markup") {
+                message["reply_markup"] = markup.clone();
+            }
+            inner.bot_messages.insert((chat_id, id), message.clone());
+            (message, Some(id))
+        }
+        "editmessagetext" | "editmessagereplymarkup" => {
+            let id = params
+                .get("message_id")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let Some(message) = inner.bot_messages.get_mut(&(chat_id, id)) else {
+                drop(inner);
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: message to edit not found"})),
+                )
+                    .into_response();
+            };
+            if let Some(text) = params.get("text") {
+                message["text"] = text.clone();
+            }
+            match params.get("reply_markup") {
+                Some(markup) => message["reply_markup"] = markup.clone(),
+                None => {
+                    if let Some(m) = message.as_object_mut() {
+                        m.remove("reply_markup");
+                    }
+                }
+            }
+            (message.clone(), Some(id))
+        }
+        "createforumtopic" => {
+            inner.next_message += 1;
+            (
+                json!({"message_thread_id": inner.next_message, "name": params.get("name").cloned().unwrap_or(json!("")), "icon_color": 7322096}),
+                None,
+            )
+        }
+        "deletewebhook"
+        | "answercallbackquery"
+        | "sendchataction"
+        | "setmycommands"
+        | "deletemycommands" => (json!(true), None),
+        _ => {
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({"ok": false, "error_code": 404, "description": "Not Found: method not found"})),
+            )
+                .into_response();
+        }
+    };
+    inner.calls.push(Call {
+        method,
+        params,
+        message_id,
+    });
+    ok(result)
+}
+
+async fn get_updates(shared: &Shared, params: &Value) -> Response {
+    let offset = params.get("offset").and_then(Value::as_i64);
+    let limit = params
+        .get("limit")
+        .and_then(Value::as_u64)
+        .unwrap_or(100)
+        .clamp(1, 100) as usize;
+    let timeout = params.get("timeout").and_then(Value::as_u64).unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(timeout.min(2));
+    loop {
+        let changed = shared.changed.notified();
+        {
+            let mut inner = shared.lock();
+            inner.get_updates_calls += 1;
+            if let Some(offset) = offset {
+                inner.confirmed = inner.confirmed.max(offset);
+            }
+            let from = inner.replay_from.take().unwrap_or(inner.confirmed);
+            let pending: Vec<Value> = inner
+                .updates
+                .iter()
+                .filter(|(id, _)| *id >= from)
+                .take(limit)
+                .map(|(_, u)| u.clone())
+                .collect();
+            if !pending.is_empty() || Instant::now() >= deadline {
+                return ok(Value::Array(pending));
+            }
+        }
+        let _ = tokio::time::timeout_at(deadline.into(), changed).await;
+    }
+}

@@ -1,0 +1,499 @@
+//! The Telegram adapter end to end: the real teloxide dispatcher and Bot API client against
+//! the fake Bot API server on 127.0.0.1, the real orchestrator, flows and SQLite store.
+
+use kaiwa_adapters::telegram::{TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig};
+use kaiwa_core::flow::FlowRegistry;
+use kaiwa_core::flows::interview::form::Form;
+use kaiwa_core::flows::{FlowConfig, builtin};
+use kaiwa_core::kb::KnowledgeBase;
+use kaiwa_core::llm::ModelRouter;
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::store::Store;
+use kaiwa_core::store::sqlite::SqliteStore;
+use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+use kaiwa_tests::fake_telegram::{Call, Chat, Failure, FakeTelegram};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const TOKEN: &str = "123456:TEST-secret-token";
+const ADMIN: i64 = -100_999;
+const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
+const SURVEY: &str = r#"
+title = "Stack survey"
+variant = "plain"
+languages = ["en"]
+
+[[fields]]
+id = "languages"
+label = "Languages you use"
+intent = "Plan the workshops"
+required = true
+type = "multi_choice"
+question = "Which languages do you use?"
+
+[[fields.options]]
+value = "rust"
+label = "Rust"
+
+[[fields.options]]
+value = "go"
+label = "Go"
+
+[[fields.options]]
+value = "python"
+label = "Python"
+"#;
+
+struct Bot {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+    store: Arc<SqliteStore>,
+}
+
+impl Bot {
+    /// Stops the adapter the way `kaiwa run` does on SIGTERM and waits for it.
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(20), &mut self.task)
+            .await
+            .expect("the adapter stops")
+            .expect("no panic");
+        self.store.close().await;
+    }
+}
+
+async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -> Bot {
+    let store = Arc::new(SqliteStore::connect(db).await.expect("store"));
+    let api = TelegramApi::new(TOKEN, Some(fake.url())).expect("api");
+    let admin = Arc::new(TelegramAdminSink::new(api.clone(), ADMIN));
+    let kb_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb");
+    let config = FlowConfig {
+        forms: vec![
+            Form::parse("engineer", ENGINEER).expect("engineer form"),
+            Form::parse("survey", SURVEY).expect("survey form"),
+        ],
+        default_form: Some("engineer".into()),
+        kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
+        catalogue: None,
+    };
+    let flows = FlowRegistry::new(builtin(&config)).expect("flows");
+    let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+    let config = TelegramConfig {
+        token: TOKEN.into(),
+        api_url: Some(fake.url().into()),
+        admin_chat_id: Some(ADMIN),
+        private_flow: Some("interview".into()),
+        private_flow_arg: Some(form.into()),
+        group_flow: Some("helpdesk".into()),
+        poll_timeout: Duration::from_secs(1),
+    };
+    let adapter = TelegramAdapter::new(api, config, orchestrator);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        adapter
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("adapter runs");
+    });
+    Bot {
+        stop: Some(stop),
+        task,
+        store,
+    }
+}
+
+/// Waits for the bot's reply to whatever was just sent: at least one new message, then
+/// quiet for a moment. Returns the new texts.
+async fn replies(fake: &FakeTelegram, chat: Chat, before: usize) -> Vec<String> {
+    fake.wait_texts(chat, before + 1).await;
+    let mut seen = fake.texts_in(chat).len();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = fake.texts_in(chat).len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    fake.texts_in(chat)[before..].to_vec()
+}
+
+async fn say(fake: &FakeTelegram, chat: Chat, user: i64, text: &str) -> Vec<String> {
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, user, text);
+    replies(fake, chat, before).await
+}
+
+/// The button labelled `label` on the latest keyboard in `chat`: (message id, data).
+fn button(fake: &FakeTelegram, chat: Chat, label: &str) -> (i64, String) {
+    let call = fake.last_keyboard(chat).expect("a keyboard was sent");
+    let data = call
+        .buttons()
+        .into_iter()
+        .find(|(text, _)| text.contains(label))
+        .map(|(_, data)| data)
+        .unwrap_or_else(|| panic!("no button {label:?} in {:?}", call.buttons()));
+    (call.message_id.expect("sent message id"), data)
+}
+
+async fn tap(fake: &FakeTelegram, chat: Chat, user: i64, label: &str) -> Vec<String> {
+    let (message, data) = button(fake, chat, label);
+    let before = fake.texts_in(chat).len();
+    fake.press(chat, user, message, &data);
+    replies(fake, chat, before).await
+}
+
+fn temp_db() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    (dir, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_interview_runs_through_buttons_and_text_and_the_audit_reaches_the_admin_chat() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(501);
+
+    say(&fake, chat, 501, "/start").await;
+    fake.wait_for("the command menu", Duration::from_secs(5), |calls| {
+        calls.iter().filter(|c| c.method == "setmycommands").count() == 2
+    })
+    .await;
+    let menus = fake.calls_of("setMyCommands");
+    assert!(menus[1].params["language_code"] == "ja");
+    let names: Vec<&str> = menus[0].params["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["command"].as_str())
+        .collect();
+    for expected in ["start", "help", "interview", "ask"] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+
+    let asked = tap(&fake, chat, 501, "English").await;
+    assert!(
+        asked.last().is_some_and(|t| t.contains("country")),
+        "{asked:?}"
+    );
+    // the pressed keyboard is answered, shows the choice and is gone
+    let answered = fake.calls_of("answerCallbackQuery");
+    assert_eq!(answered.len(), 1);
+    assert!(answered[0].params.get("text").is_none());
+    let edited = fake.calls_of("editMessageText");
+    assert!(edited[0].text().ends_with("✓ English"), "{:?}", edited[0]);
+    assert!(edited[0].params.get("reply_markup").is_none());
+
+    say(&fake, chat, 501, "Japan").await;
+    let next = say(
+        &fake,
+        chat,
+        501,
+        "Hanako Yamada, you can reach me at hanako@example.com",
+    )
+    .await;
+    assert!(
+        next.last()
+            .is_some_and(|t| t.contains("years of professional")),
+        "{next:?}"
+    );
+    say(&fake, chat, 501, "5").await;
+    say(&fake, chat, 501, "Rust & <C++>").await;
+    say(&fake, chat, 501, "I want to build developer tools").await;
+    tap(&fake, chat, 501, "Remote").await;
+    say(&fake, chat, 501, "2026-04-01").await;
+    let end = say(&fake, chat, 501, "https://github.com/hanako").await;
+    assert!(end.iter().any(|t| t.contains("submitted")), "{end:?}");
+
+    fake.wait_texts(Chat::private(ADMIN), 1).await;
+    let audit = fake.texts_in(Chat::private(ADMIN)).join("\n");
+    assert!(audit.contains("[audit]"), "{audit}");
+    assert!(audit.contains("Audit: passed"), "{audit}");
+    assert!(audit.contains("hanako@example.com"), "{audit}");
+    // HTML parse mode: what the applicant typed is escaped, never markup
+    let sent: Vec<Call> = fake.calls_of("sendMessage");
+    assert!(sent.iter().all(|c| c.params["parse_mode"] == "HTML"));
+    assert!(audit.contains("Rust &amp; &lt;C++&gt;"), "{audit}");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].submission.values["work_style"], "remote");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_forum_topics_run_two_help_desk_sessions_side_by_side() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let export = Chat::topic(-100_500, 11);
+    let password = Chat::topic(-100_500, 22);
+
+    fake.send_text(export, 601, "How do I export submissions?");
+    fake.send_text(password, 602, "パスワードを忘れました");
+    let first = fake.wait_texts(export, 2).await;
+    let second = fake.wait_texts(password, 2).await;
+    assert!(
+        first[0].contains("Sources:\n[1] en/user-guide.md#Exporting submissions"),
+        "{first:?}"
+    );
+    assert!(
+        second[0].contains("ja/user-guide.md#パスワードの再設定"),
+        "{second:?}"
+    );
+    assert!(!first.join("").contains("パスワード"), "no cross-talk");
+    // feedback buttons under each answer, in its own topic
+    let feedback = fake.last_keyboard(export).expect("feedback buttons");
+    assert_eq!(feedback.thread_id(), Some(11));
+    // each topic is its own session
+    for (chat, user) in [(export, 601), (password, 602)] {
+        let key = kaiwa_core::message::SessionKey {
+            platform: kaiwa_core::message::Platform::Telegram,
+            chat: chat.id.to_string(),
+            thread: chat.topic.map(|t| t.to_string()).unwrap_or_default(),
+            user: user.to_string(),
+        };
+        let session = bot.store.active_session(&key).await.expect("loads");
+        assert_eq!(session.map(|s| s.flow), Some("helpdesk".to_string()));
+    }
+    // a follow-up in one topic continues that topic's session only
+    let more = say(&fake, export, 601, "How do I stop a conversation?").await;
+    assert!(more[0].contains("Stopping a conversation"), "{more:?}");
+    assert_eq!(fake.texts_in(password).len(), 2);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_select_keyboard_toggles_and_submits_several_choices() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "survey", ModelRouter::none()).await;
+    let chat = Chat::private(701);
+    say(&fake, chat, 701, "/start").await;
+    tap(&fake, chat, 701, "English").await;
+    say(&fake, chat, 701, "Japan").await;
+    let keyboard = fake.last_keyboard(chat).expect("options");
+    assert!(keyboard.text().contains("Which languages"), "{keyboard:?}");
+    let labels: Vec<String> = keyboard.buttons().into_iter().map(|b| b.0).collect();
+    assert_eq!(labels, ["☐ Rust", "☐ Go", "☐ Python", "Done ✓ / 決定"]);
+    for data in keyboard.buttons().iter().map(|b| &b.1) {
+        assert!(data.len() <= 64);
+    }
+    let message = keyboard.message_id.expect("id");
+
+    // Done with nothing chosen: a notice, nothing sent to the flow
+    let done = keyboard.buttons()[3].1.clone();
+    fake.press(chat, 701, message, &done);
+    fake.wait_for("a notice", Duration::from_secs(10), |calls| {
+        calls
+            .iter()
+            .any(|c| c.method == "answercallbackquery" && c.params.get("text").is_some())
+    })
+    .await;
+
+    for (label, expected) in [("Rust", 1), ("Python", 2)] {
+        let data = fake.button_on(chat, message, label);
+        fake.press(chat, 701, message, &data);
+        fake.wait_for("the toggled keyboard", Duration::from_secs(10), |calls| {
+            calls
+                .iter()
+                .filter(|c| c.method == "editmessagereplymarkup")
+                .count()
+                == expected
+        })
+        .await;
+    }
+    let edits = fake.calls_of("editMessageReplyMarkup");
+    let shown: Vec<String> = edits[1].buttons().into_iter().map(|b| b.0).collect();
+    assert_eq!(shown, ["☑ Rust", "☐ Go", "☑ Python", "Done ✓ / 決定"]);
+
+    let done = fake.button_on(chat, message, "Done");
+    let before = fake.texts_in(chat).len();
+    fake.press(chat, 701, message, &done);
+    let confirm = replies(&fake, chat, before).await;
+    assert!(
+        confirm.iter().any(|t| t.contains("rust, python")),
+        "{confirm:?}"
+    );
+    let edited = fake.calls_of("editMessageText");
+    assert!(
+        edited
+            .last()
+            .is_some_and(|c| c.text().ends_with("✓ Rust, Python")),
+        "{edited:?}"
+    );
+    tap(&fake, chat, 701, "Confirm").await;
+    let subs = bot.store.submissions(Some("survey")).await.expect("subs");
+    assert_eq!(subs[0].submission.values["languages"], "rust, python");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_or_foreign_button_gets_a_notice_and_changes_nothing() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(801);
+    say(&fake, chat, 801, "/start").await;
+    let (old_message, english) = button(&fake, chat, "English");
+    tap(&fake, chat, 801, "English").await;
+    let sent_before = fake.calls_of("sendMessage").len();
+
+    // the same keyboard pressed again: stale
+    fake.press(chat, 801, old_message, &english);
+    // a keyboard that is not this bot's at all
+    fake.press(chat, 801, old_message, "some|other|bot");
+    fake.wait_for("two notices", Duration::from_secs(10), |calls| {
+        calls
+            .iter()
+            .filter(|c| {
+                c.method == "answercallbackquery"
+                    && c.params["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("no longer active"))
+            })
+            .count()
+            == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        fake.calls_of("sendMessage").len(),
+        sent_before,
+        "nothing else happened"
+    );
+    // the conversation goes on where it was
+    let next = say(&fake, chat, 801, "Japan").await;
+    assert!(next.last().is_some_and(|t| t.contains("name")), "{next:?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_update_is_processed_once() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(901);
+    say(&fake, chat, 901, "/start").await;
+    tap(&fake, chat, 901, "English").await;
+    let update = fake.send_text(chat, 901, "Japan");
+    fake.wait_texts(chat, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = fake.texts_in(chat).len();
+    fake.redeliver(update);
+    // the bot polls again (confirming past the duplicate) and sends nothing new
+    let polls = fake.polls();
+    fake.wait_for("two more polls", Duration::from_secs(10), |_| {
+        fake.polls() >= polls + 2
+    })
+    .await;
+    assert_eq!(fake.texts_in(chat).len(), before);
+    let next = say(&fake, chat, 901, "Hanako Yamada").await;
+    assert!(next.last().is_some_and(|t| t.contains("email")), "{next:?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flood_control_is_waited_out_and_the_message_still_arrives() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1001);
+    fake.fail_next("sendMessage", Failure::RetryAfter(1));
+    let started = std::time::Instant::now();
+    let replies = say(&fake, chat, 1001, "/start").await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited retry_after"
+    );
+    assert_eq!(fake.calls_of("sendMessage!429").len(), 1);
+    let mut unique = replies.clone();
+    unique.dedup();
+    assert!(!replies.is_empty());
+    assert_eq!(unique, replies, "nothing sent twice");
+    assert!(fake.last_keyboard(chat).is_some());
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_of_an_interview_resumes_with_nothing_lost_or_repeated() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let chat = Chat::private(1101);
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    say(&fake, chat, 1101, "/start").await;
+    tap(&fake, chat, 1101, "English").await;
+    say(&fake, chat, 1101, "Japan").await;
+    let asked = say(&fake, chat, 1101, "Hanako Yamada").await;
+    assert!(
+        asked.last().is_some_and(|t| t.contains("email")),
+        "{asked:?}"
+    );
+    bot.stop().await;
+
+    // while the bot is down the applicant answers; the update waits at Telegram
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 1101, "hanako@example.com");
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let after = replies(&fake, chat, before).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(after[0].contains("years of professional"), "{after:?}");
+    let texts = fake.texts_in(chat);
+    let email_questions = texts.iter().filter(|t| t.contains("email")).count();
+    assert_eq!(email_questions, 1, "nothing asked twice: {texts:#?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
+    let paragraph = |i: usize| format!("Paragraph {i}: {}", "lorem ipsum ".repeat(80));
+    let long: Vec<String> = (0..10).map(paragraph).collect();
+    let long = long.join("\n\n");
+    assert!(long.chars().count() > 9_000);
+    let model = FakeOpenAi::start([Reply::text(&long)])
+        .await
+        .expect("model");
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(
+        &fake,
+        &db,
+        "engineer",
+        ModelRouter::new(Some(Arc::new(client))),
+    )
+    .await;
+    let chat = Chat::private(1201);
+    say(&fake, chat, 1201, "/chat").await;
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 1201, "tell me a long story");
+    let pieces = replies(&fake, chat, before).await;
+    assert_eq!(
+        pieces.len(),
+        3,
+        "{:?}",
+        pieces.iter().map(String::len).collect::<Vec<_>>()
+    );
+    for piece in &pieces {
+        assert!(piece.encode_utf16().count() <= 4096);
+        assert!(
+            piece.starts_with("Paragraph "),
+            "cut on a paragraph: {piece:.40}"
+        );
+    }
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(words(&pieces.join("\n\n")), words(&long), "nothing lost");
+    assert!(
+        !fake.calls_of("sendChatAction").is_empty(),
+        "typing while the model works"
+    );
+    bot.stop().await;
+}
