@@ -19,6 +19,83 @@ pub struct Settings {
     pub flows: FlowSettings,
     /// Absent: every agent uses its rule-based floor.
     pub llm: Option<LlmSettings>,
+    /// The health and metrics server of `kaiwa run`.
+    #[serde(default)]
+    pub server: ServerSettings,
+    /// Telegram; `kaiwa run` starts it when the token variable is set.
+    #[serde(default)]
+    pub telegram: TelegramSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address of `/healthz` and `/metrics` (port 0: any free port, logged at start).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// How long shutdown waits for the turns in flight.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            listen: default_listen(),
+            shutdown_grace_secs: default_shutdown_grace(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+fn default_shutdown_grace() -> u64 {
+    30
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSettings {
+    /// The environment variable holding the bot token.
+    #[serde(default = "default_telegram_token_env")]
+    pub token_env: String,
+    /// Chat for audit summaries and handoffs (e.g. -1001234567890).
+    pub admin_chat_id: Option<i64>,
+    /// A self-hosted Bot API server; default the official one.
+    pub api_url: Option<String>,
+    /// The flow a private chat starts with (default: `[flows] default`) and its argument
+    /// (e.g. the form of an interview).
+    pub private_flow: Option<String>,
+    pub private_flow_arg: Option<String>,
+    /// The flow groups and forum topics run; unset: the bot stays silent in groups.
+    pub group_flow: Option<String>,
+    /// Long-poll timeout (at most 15: teloxide's HTTP client gives up after ~17 s).
+    #[serde(default = "default_poll_timeout")]
+    pub poll_timeout_secs: u64,
+}
+
+impl Default for TelegramSettings {
+    fn default() -> Self {
+        TelegramSettings {
+            token_env: default_telegram_token_env(),
+            admin_chat_id: None,
+            api_url: None,
+            private_flow: None,
+            private_flow_arg: None,
+            group_flow: None,
+            poll_timeout_secs: default_poll_timeout(),
+        }
+    }
+}
+
+fn default_telegram_token_env() -> String {
+    "TELEGRAM_BOT_TOKEN".into()
+}
+
+fn default_poll_timeout() -> u64 {
+    10
 }
 
 impl Default for Settings {
@@ -27,6 +104,8 @@ impl Default for Settings {
             database_url: default_database_url(),
             flows: FlowSettings::default(),
             llm: None,
+            server: ServerSettings::default(),
+            telegram: TelegramSettings::default(),
         }
     }
 }
@@ -136,6 +215,14 @@ impl Settings {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        if !(1..=15).contains(&self.telegram.poll_timeout_secs) {
+            bail!("[telegram] poll_timeout_secs must be between 1 and 15");
+        }
+        if let Some(url) = &self.telegram.api_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("[telegram] api_url must start with http:// or https:// (got {url:?})");
+        }
         if let Some(llm) = &self.llm {
             if llm.model.trim().is_empty() {
                 bail!("[llm] model is empty");
@@ -152,6 +239,11 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// The secret in `var`, if set and not blank.
+pub fn optional_secret(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// Reads the secret named by `var`; an unset variable is an error that names it.

@@ -5,6 +5,7 @@ mod app;
 mod bench;
 mod config;
 mod export;
+mod run;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -37,6 +38,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the bot: every adapter whose token is set, plus /healthz and /metrics.
+    Run,
     /// Talk to a flow in the terminal, through the same core and database as the bot.
     Chat {
         /// The flow to talk to (e.g. assistant).
@@ -113,13 +116,19 @@ enum ExportFormat {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // a service logs what it does; the terminal commands stay quiet unless asked
+    let default_filter = match cli.command {
+        Command::Run => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()).await {
+    match run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -139,6 +148,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| settings.database_url.clone());
     match cli.command {
+        Command::Run => {
+            run::run(&settings, &database_url).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Chat { flow, form, user } => {
             let app = app::App::build(&settings, &database_url, Arc::new(StderrAdminSink)).await?;
             if app.orchestrator.flows().get(&flow).is_none() {

@@ -22,6 +22,7 @@ pub mod i18n;
 pub mod kb;
 pub mod llm;
 pub mod message;
+pub mod metrics;
 pub mod orchestrator;
 pub mod state;
 pub mod store;

@@ -14,6 +14,7 @@ use crate::agent::LlmLedger;
 use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
 use crate::llm::ModelRouter;
 use crate::message::{Body, Incoming, Outgoing, SessionKey};
+use crate::metrics::{Metrics, kind};
 use crate::state::StateChange;
 use crate::store::{
     CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, Store, StoreError, TurnCommit,
@@ -58,6 +59,7 @@ pub struct Orchestrator {
     admin: Arc<dyn AdminSink>,
     locks: SessionLocks,
     max_message_chars: usize,
+    metrics: Arc<Metrics>,
 }
 
 /// Messages longer than this are refused (issue: 4,000 characters).
@@ -77,6 +79,7 @@ impl Orchestrator {
             admin,
             locks: SessionLocks::default(),
             max_message_chars: DEFAULT_MAX_MESSAGE_CHARS,
+            metrics: Arc::new(Metrics::default()),
         }
     }
 
@@ -84,6 +87,11 @@ impl Orchestrator {
     pub fn with_max_message_chars(mut self, max: usize) -> Self {
         self.max_message_chars = max.max(1);
         self
+    }
+
+    /// Turns, errors, model calls, queue: what `/metrics` serves.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -103,8 +111,14 @@ impl Orchestrator {
         let key = incoming.key();
         let span = tracing::info_span!("turn", session = %key, message_id = %incoming.message_id);
         async {
+            let waiting = self.metrics.queued();
             let _lease = self.locks.acquire(&key).await;
-            self.handle_locked(incoming, key, outbox).await
+            drop(waiting);
+            let result = self.handle_locked(incoming, key, outbox).await;
+            if result.is_err() {
+                self.metrics.error(kind::STORE);
+            }
+            result
         }
         .instrument(span)
         .await
@@ -120,6 +134,7 @@ impl Orchestrator {
             let length = text.chars().count();
             if length > self.max_message_chars {
                 tracing::info!(length, "oversized message refused");
+                self.metrics.error(kind::OVERSIZED);
                 let text = format!(
                     "Your message is too long ({length} characters; the limit is {}). Please shorten it or send it in parts. / メッセージが長すぎます（{length} 文字、上限 {} 文字）。短くするか分けて送ってください。",
                     self.max_message_chars, self.max_message_chars
@@ -188,7 +203,9 @@ impl Orchestrator {
             Ok(output) => output,
             Err(error) => {
                 tracing::error!(%error, flow = %session.flow, "turn failed");
+                self.metrics.error(kind::FLOW);
                 let calls = ledger.drain();
+                self.metrics.model_calls(&calls);
                 if let Err(e) = self.store.record_llm_calls(&calls).await {
                     tracing::warn!(error = %e, "could not record the failed turn's model calls");
                 }
@@ -429,13 +446,16 @@ impl Orchestrator {
         if replace_pending && pending != session.pending_options {
             changes.push(StateChange::SetPendingOptions { options: pending });
         }
+        let flow = session.flow.clone();
+        let llm_calls = ledger.drain();
+        self.metrics.model_calls(&llm_calls);
         let commit = TurnCommit {
             session,
             user: incoming.user.clone(),
             finish_session,
             processed: processed(incoming),
             changes,
-            llm_calls: ledger.drain(),
+            llm_calls,
         };
         let committed = match self.commit_with_retry(commit).await {
             Ok(c) => c,
@@ -449,6 +469,7 @@ impl Orchestrator {
             }
             Err(e) => return Err(e.into()),
         };
+        self.metrics.turn(&flow);
         self.deliver(&key, &output.outgoing, &committed, outbox)
             .await;
         for notice in &output.admin {
@@ -503,7 +524,10 @@ impl Orchestrator {
                 }
             }
             // stays undelivered in the store; the adapter can send it again after reconnecting
-            Err(e) => tracing::warn!(error = %e, "reply not delivered; kept as undelivered"),
+            Err(e) => {
+                self.metrics.error(kind::DELIVERY);
+                tracing::warn!(error = %e, "reply not delivered; kept as undelivered");
+            }
         }
     }
 

@@ -552,6 +552,14 @@ impl Store for SqliteStore {
         row.as_ref().map(session_from_row).transpose()
     }
 
+    async fn count_active_sessions(&self) -> Result<i64, StoreError> {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions WHERE status = 'active'")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("counting active sessions"))?;
+        Ok(n)
+    }
+
     async fn is_processed(
         &self,
         platform: Platform,

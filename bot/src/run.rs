@@ -1,0 +1,198 @@
+//! `kaiwa run`: the bot as a service. Starts every adapter whose token is set, serves
+//! `/healthz` and `/metrics`, and on SIGTERM / Ctrl-C stops taking messages, lets the turns in
+//! flight finish (bounded by `[server] shutdown_grace_secs`) and closes the database.
+
+use crate::app::App;
+use crate::config::{Settings, optional_secret};
+use anyhow::{Context, bail};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use kaiwa_adapters::AdapterHealth;
+use kaiwa_adapters::telegram::{TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig};
+use kaiwa_core::admin::{AdminSink, LogAdminSink};
+use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+#[derive(Clone)]
+struct ServerState {
+    orchestrator: Arc<Orchestrator>,
+    adapters: Vec<Arc<AdapterHealth>>,
+}
+
+/// What `/healthz` reports: 200 when the database answers and every adapter is connected.
+async fn healthz(State(state): State<ServerState>) -> impl IntoResponse {
+    let database = state.orchestrator.store().count_active_sessions().await;
+    let database_ok = database.is_ok();
+    let adapters: serde_json::Map<String, serde_json::Value> = state
+        .adapters
+        .iter()
+        .map(|a| (a.name().to_string(), a.is_connected().into()))
+        .collect();
+    let ok = database_ok && state.adapters.iter().all(|a| a.is_connected());
+    let body = serde_json::json!({
+        "status": if ok { "ok" } else { "degraded" },
+        "database": if database_ok { "ok" } else { "unreachable" },
+        "adapters": adapters,
+    });
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body))
+}
+
+async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
+    let metrics = state.orchestrator.metrics();
+    match state.orchestrator.store().count_active_sessions().await {
+        Ok(n) => metrics.set_active_sessions(n),
+        Err(e) => tracing::warn!(error = %e, "could not count active sessions"),
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.render(),
+    )
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> {
+    let telegram_token = optional_secret(&settings.telegram.token_env);
+    let Some(telegram_token) = telegram_token else {
+        bail!(
+            "no chat platform is configured: set {} (a Telegram bot token) to run the bot; \
+             `kaiwa chat <flow>` talks to the flows in this terminal instead",
+            settings.telegram.token_env
+        );
+    };
+    let tg = &settings.telegram;
+    let telegram_api =
+        TelegramApi::new(&telegram_token, tg.api_url.as_deref()).context("[telegram]")?;
+    let admin: Arc<dyn AdminSink> = match tg.admin_chat_id {
+        Some(chat) => Arc::new(TelegramAdminSink::new(telegram_api.clone(), chat)),
+        None => {
+            tracing::warn!("no admin chat configured; audit summaries go to the log only");
+            Arc::new(LogAdminSink)
+        }
+    };
+    let app = App::build(settings, database_url, admin).await?;
+    let orchestrator = app.orchestrator.clone();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut adapters = JoinSet::new();
+    let mut health = Vec::new();
+    let telegram = TelegramAdapter::new(
+        telegram_api,
+        TelegramConfig {
+            token: telegram_token,
+            api_url: tg.api_url.clone(),
+            admin_chat_id: tg.admin_chat_id,
+            private_flow: tg.private_flow.clone(),
+            private_flow_arg: tg.private_flow_arg.clone(),
+            group_flow: tg.group_flow.clone(),
+            poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
+        },
+        orchestrator.clone(),
+    );
+    health.push(telegram.health());
+    let rx = stop_rx.clone();
+    adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
+
+    let listener = tokio::net::TcpListener::bind(&settings.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "health and metrics at http://{address}/healthz and /metrics");
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(ServerState {
+            orchestrator: orchestrator.clone(),
+            adapters: health,
+        });
+    let server_stop = stopped(stop_rx.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(server_stop)
+            .await
+    });
+
+    let mut failure = None;
+    tokio::select! {
+        () = shutdown_signal() => {
+            tracing::info!("shutting down: no new messages; finishing the turns in flight");
+        }
+        Some(done) = adapters.join_next() => {
+            let message = match done {
+                Ok((name, Ok(()))) => format!("the {name} adapter stopped"),
+                Ok((name, Err(e))) => format!("the {name} adapter failed: {e}"),
+                Err(e) => format!("an adapter crashed: {e}"),
+            };
+            tracing::error!("{message}; shutting down");
+            failure = Some(message);
+        }
+    }
+    let _ = stop_tx.send(true);
+    let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(done) = adapters.join_next().await {
+            if let Ok((name, Err(e))) = done {
+                tracing::warn!(adapter = name, error = %e, "adapter stopped with an error");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            ?grace,
+            "turns still running after the grace period; stopping anyway"
+        );
+        adapters.abort_all();
+    }
+    let _ = server.await;
+    app.store.close().await;
+    tracing::info!("stopped");
+    match failure {
+        Some(message) => bail!(message),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,165 @@
+//! `kaiwa run` as a process: refuses to idle without a platform token, serves Telegram (the
+//! fake Bot API on 127.0.0.1), `/healthz` and `/metrics`, and stops cleanly on SIGTERM.
+
+use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const TOKEN: &str = "777000:RUN-secret-token";
+
+fn config_dir() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../config").to_string()
+}
+
+fn config(telegram_url: &str) -> String {
+    let dir = config_dir();
+    format!(
+        r#"
+[flows]
+forms_dir = "{dir}/forms"
+kb_dir = "{dir}/kb"
+books = "{dir}/books.toml"
+default_form = "engineer"
+
+[server]
+listen = "127.0.0.1:0"
+shutdown_grace_secs = 10
+
+[telegram]
+token_env = "KAIWA_TEST_TELEGRAM_TOKEN"
+api_url = "{telegram_url}"
+admin_chat_id = -100777
+private_flow = "interview"
+private_flow_arg = "engineer"
+poll_timeout_secs = 1
+"#
+    )
+}
+
+#[tokio::test]
+async fn without_a_platform_token_it_names_the_variable_and_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kaiwa.toml");
+    std::fs::write(&path, config("http://127.0.0.1:9")).expect("config");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("run")
+        .env("KAIWA_CONFIG", &path)
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.path().display()),
+        )
+        .env_remove("KAIWA_TEST_TELEGRAM_TOKEN")
+        .output()
+        .await
+        .expect("runs");
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("KAIWA_TEST_TELEGRAM_TOKEN"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kaiwa.toml");
+    std::fs::write(&path, config(fake.url())).expect("config");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("run")
+        .env("KAIWA_CONFIG", &path)
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.path().display()),
+        )
+        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kaiwa starts");
+
+    // collect the log; the health address is in it
+    let log = Arc::new(Mutex::new(String::new()));
+    let stderr = child.stderr.take().expect("stderr");
+    let collected = log.clone();
+    let reader = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    let address = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(rest) = text.split("health and metrics at http://").nth(1) {
+                return rest.split('/').next().unwrap_or_default().to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the server starts");
+
+    let chat = Chat::private(31);
+    fake.send_text(chat, 31, "/start");
+    fake.wait_texts(chat, 1).await;
+    let http = reqwest::Client::new();
+    // the adapter is connected once it has polled
+    let health = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let response = http
+                .get(format!("http://{address}/healthz"))
+                .send()
+                .await
+                .expect("healthz answers");
+            if response.status() == 200 {
+                return response.json::<serde_json::Value>().await.expect("json");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("healthy");
+    assert_eq!(health["database"], "ok");
+    assert_eq!(health["adapters"]["telegram"], true);
+
+    let metrics = http
+        .get(format!("http://{address}/metrics"))
+        .send()
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("kaiwa_turns_total{flow=\"interview\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("kaiwa_active_sessions 1"), "{metrics}");
+    assert!(metrics.contains("kaiwa_queued_messages 0"), "{metrics}");
+
+    let pid = child.id().expect("pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stops within the grace period")
+        .expect("exit status");
+    let _ = reader.await;
+    let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("finishing the turns in flight"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    // even at debug level the token never reaches the log
+    assert!(
+        !log.contains("RUN-secret-token"),
+        "the token leaked:\n{log}"
+    );
+}
