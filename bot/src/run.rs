@@ -11,14 +11,21 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use kaiwa_adapters::AdapterHealth;
-use kaiwa_adapters::telegram::{TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig};
+use kaiwa_adapters::telegram::{
+    TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
+};
 use kaiwa_core::admin::{AdminSink, LogAdminSink};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::flows::reading::schedule::send_due_reviews;
+use kaiwa_core::message::Platform;
+use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use kaiwa_core::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+/// How often `kaiwa run` looks for weekly reviews that are due.
+const REVIEW_CHECK: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 struct ServerState {
@@ -120,6 +127,7 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     };
     let mut adapters = JoinSet::new();
     let mut health = Vec::new();
+    let telegram_outbox: Arc<dyn Outbox> = Arc::new(TelegramOutbox::new(telegram_api.clone()));
     let telegram = TelegramAdapter::new(
         telegram_api,
         TelegramConfig {
@@ -136,6 +144,27 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     health.push(telegram.health());
     let rx = stop_rx.clone();
     adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
+
+    // the weekly reviews users opted in to, checked every minute
+    let reviews = {
+        let orchestrator = orchestrator.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REVIEW_CHECK);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let outbox = telegram_outbox.clone();
+                        let outbox_for = move |p: Platform| (p == Platform::Telegram).then(|| outbox.clone());
+                        if let Err(e) = send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await {
+                            tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
+                        }
+                    }
+                    _ = stop.changed() => break,
+                }
+            }
+        })
+    };
 
     let listener = tokio::net::TcpListener::bind(&settings.server.listen)
         .await
@@ -189,6 +218,7 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
         adapters.abort_all();
     }
     let _ = server.await;
+    let _ = reviews.await;
     app.store.close().await;
     tracing::info!("stopped");
     match failure {

@@ -322,6 +322,8 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<reading::ProfileEntry>, StoreError>;
     /// The help-desk tickets of a session, in order.
     async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError>;
+    /// Everyone who opted in to the weekly review.
+    async fn weekly_reviews(&self) -> Result<Vec<reading::WeeklyReviewSubscription>, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).
     async fn close(&self);
 }

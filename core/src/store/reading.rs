@@ -71,6 +71,11 @@ pub enum ReadingChange {
         title: String,
         reason: String,
     },
+    /// Opts the user in to (or out of) the weekly review sent to the session's place.
+    SetWeeklyReview {
+        enabled: bool,
+        timezone: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +102,15 @@ pub struct Mood {
     pub label: String,
     pub score: u8,
     pub at: DateTime<Utc>,
+}
+
+/// A user who asked for the weekly review, and where to send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeeklyReviewSubscription {
+    pub key: crate::message::SessionKey,
+    /// IANA zone name.
+    pub timezone: String,
+    pub since: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 
 use super::reading::{
     Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
-    ReadingChange, ReadingRecord, ReadingStatus,
+    ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
 };
 use super::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
@@ -357,6 +357,33 @@ async fn apply_reading(
                 .execute(&mut *conn)
                 .await
         }
+        ReadingChange::SetWeeklyReview {
+            enabled: false, ..
+        } => {
+            sqlx::query("DELETE FROM weekly_reviews WHERE platform = ? AND user_id = ?")
+                .bind(platform)
+                .bind(user)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::SetWeeklyReview {
+            enabled: true,
+            timezone,
+        } => {
+            sqlx::query(
+                "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
+                 timezone = excluded.timezone",
+            )
+            .bind(platform)
+            .bind(user)
+            .bind(&key.chat)
+            .bind(&key.thread)
+            .bind(timezone)
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await
+        }
         ReadingChange::AddRecommendation { title, reason } => {
             sqlx::query("INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES (?, ?, ?, ?, ?)")
                 .bind(platform)
@@ -478,6 +505,32 @@ impl Store for SqliteStore {
                         .ok_or_else(|| corrupt("profile kind", &kind))?,
                     text: row.try_get("text").map_err(get)?,
                     at: from_ms(row.try_get("created_ms").map_err(get)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn weekly_reviews(&self) -> Result<Vec<WeeklyReviewSubscription>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT platform, user_id, chat, thread, timezone, created_ms FROM weekly_reviews ORDER BY platform, user_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading the weekly review list"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |e: sqlx::Error| corrupt("weekly review", e);
+                let platform: String = row.try_get("platform").map_err(get)?;
+                Ok(WeeklyReviewSubscription {
+                    key: SessionKey {
+                        platform: Platform::parse(&platform)
+                            .ok_or_else(|| corrupt("platform", &platform))?,
+                        chat: row.try_get("chat").map_err(get)?,
+                        thread: row.try_get("thread").map_err(get)?,
+                        user: row.try_get("user_id").map_err(get)?,
+                    },
+                    timezone: row.try_get("timezone").map_err(get)?,
+                    since: from_ms(row.try_get("created_ms").map_err(get)?),
                 })
             })
             .collect()

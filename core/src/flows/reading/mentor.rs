@@ -207,6 +207,20 @@ impl TypedTool<Work> for SaveMentorFeedback {
     }
 }
 
+/// `Some(true)` for "weekly on" (opt in to the review the bot sends by itself), `Some(false)`
+/// for "weekly off", `None` for a review now.
+pub fn subscription_request(arg: &str) -> Option<bool> {
+    let words: Vec<String> = arg.split_whitespace().map(str::to_lowercase).collect();
+    let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
+    if has(&["on", "subscribe", "オン"]) {
+        Some(true)
+    } else if has(&["off", "unsubscribe", "stop", "オフ"]) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 pub struct MentorFlow;
 
 #[async_trait]
@@ -220,8 +234,8 @@ impl Flow for MentorFlow {
     fn start_commands(&self) -> Vec<CommandInfo> {
         vec![CommandInfo {
             name: "review",
-            description_en: "a review of your reading (/review weekly|monthly)",
-            description_ja: "読書の振り返り（/review weekly|monthly）",
+            description_en: "a review of your reading (/review weekly|monthly; /review weekly on|off for a review every Sunday)",
+            description_ja: "読書の振り返り（/review weekly|monthly、毎週日曜に受け取るには /review weekly on|off）",
         }]
     }
 
@@ -241,6 +255,38 @@ impl Flow for MentorFlow {
             }
             _ => "weekly".to_string(),
         };
+        if let Some(enabled) = subscription_request(&arg) {
+            let timezone = arg
+                .split_whitespace()
+                .find_map(|w| w.parse::<chrono_tz::Tz>().ok())
+                .map(|tz| tz.name().to_string())
+                .or_else(|| ctx.session.timezone.clone())
+                .unwrap_or_else(|| "UTC".to_string());
+            out.change(StateChange::Reading {
+                change: ReadingChange::SetWeeklyReview {
+                    enabled,
+                    timezone: timezone.clone(),
+                },
+            });
+            out.say(if enabled {
+                pick(
+                    &lang,
+                    &format!(
+                        "Done: every Sunday evening ({timezone}) I will send you a review of your week here. Send /review weekly off to stop."
+                    ),
+                    &format!(
+                        "設定しました。毎週日曜の夕方（{timezone}）に、ここで一週間の振り返りをお送りします。止めるには /review weekly off を送ってください。"
+                    ),
+                )
+            } else {
+                pick(
+                    &lang,
+                    "Done: no more weekly reviews. Send /review weekly on to start them again.",
+                    "週ごとの振り返りの送信を止めました。再開するには /review weekly on を送ってください。",
+                )
+            });
+            return Ok(out);
+        }
         let monthly = ["monthly", "month", "30", "月"]
             .iter()
             .any(|w| arg.to_lowercase().contains(w));

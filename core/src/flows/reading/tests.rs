@@ -568,3 +568,103 @@ async fn the_mentor_and_onboarding_agents_use_their_tools_with_a_model() {
     assert!(context.contains("Goal: one classic a month"), "{context}");
     assert_eq!(model.remaining(), 0);
 }
+
+#[tokio::test]
+async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_scheduler() {
+    use crate::orchestrator::Outbox;
+    use chrono::{DateTime, Duration, Utc};
+    let h = Harness::new(ModelRouter::none()).await;
+    h.line("/reading start kokoro").await;
+    h.choose(&["curious"]).await;
+    h.line("Sensei's loneliness feels very modern").await;
+    let on = h.line("/review weekly on Asia/Tokyo").await;
+    assert!(
+        on[0].contains("every Sunday evening (Asia/Tokyo)"),
+        "{on:?}"
+    );
+    let subs = h.store.weekly_reviews().await.expect("subs");
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].key.chat, "42");
+    assert_eq!(subs[0].timezone, "Asia/Tokyo");
+
+    let recording = Arc::new(RecordingOutbox::default());
+    let outbox: Arc<dyn Outbox> = recording.clone();
+    let outbox_for = move |p: Platform| (p == Platform::Telegram).then(|| outbox.clone());
+    let since = subs[0].since;
+    // the next Sunday 19:00 in Tokyo, whatever today is
+    let mut step = since;
+    let date = loop {
+        step += Duration::hours(1);
+        if let Some(date) = schedule::due_review(step, "Asia/Tokyo", since) {
+            break date;
+        }
+    };
+    use chrono::TimeZone;
+    let due = chrono_tz::Asia::Tokyo
+        .from_local_datetime(&date.and_hms_opt(19, 0, 0).expect("time"))
+        .earliest()
+        .expect("exists")
+        .with_timezone(&Utc);
+    let before: DateTime<Utc> = due - Duration::minutes(1);
+    let run = |now| schedule::send_due_reviews(&h.orchestrator, now, outbox_for.clone());
+    assert_eq!(
+        run(before).await.expect("tick"),
+        0,
+        "not before Sunday evening"
+    );
+    assert_eq!(run(due).await.expect("tick"), 1);
+    assert_eq!(
+        run(due + Duration::hours(3)).await.expect("tick"),
+        0,
+        "once a week"
+    );
+    let key = SessionKey {
+        platform: Platform::Telegram,
+        chat: "42".into(),
+        thread: String::new(),
+        user: "reader".into(),
+    };
+    let feedback: Vec<_> = h
+        .store
+        .recent_messages(
+            h.store
+                .active_session(&key)
+                .await
+                .expect("loads")
+                .expect("the review's session")
+                .id,
+            10,
+        )
+        .await
+        .expect("messages");
+    assert!(
+        feedback
+            .iter()
+            .any(|m| m.text.contains("Sensei's loneliness")),
+        "the review quotes an insight: {feedback:?}"
+    );
+    let delivered = recording.items();
+    assert!(
+        delivered
+            .iter()
+            .all(|(k, _)| k.chat == "42" && k.user == "reader"),
+        "sent to the place where the reader opted in"
+    );
+    assert!(
+        recording
+            .texts()
+            .iter()
+            .any(|t| t.contains("Sensei's loneliness")),
+        "{:?}",
+        recording.texts()
+    );
+    assert_eq!(
+        run(due + Duration::days(7)).await.expect("tick"),
+        1,
+        "and again the next week"
+    );
+
+    h.line("/review weekly off").await;
+    assert!(h.store.weekly_reviews().await.expect("subs").is_empty());
+    assert_eq!(run(due + Duration::days(14)).await.expect("tick"), 0);
+}
