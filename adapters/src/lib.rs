@@ -6,11 +6,13 @@
 //!
 //! - [`console`]: stdin / stdout, options as numbered lists (used by `kaiwa chat`).
 //! - [`telegram`]: teloxide long polling, inline keyboards, forum topics.
+//! - [`discord`]: serenity gateway, threads per question, buttons, select menus, embeds.
 //!
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
 //! live in the store.
 
 pub mod console;
+pub mod discord;
 pub mod split;
 pub mod telegram;
 

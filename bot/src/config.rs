@@ -25,6 +25,53 @@ pub struct Settings {
     /// Telegram; `kaiwa run` starts it when the token variable is set.
     #[serde(default)]
     pub telegram: TelegramSettings,
+    /// Discord; `kaiwa run` starts it when the token variable is set.
+    #[serde(default)]
+    pub discord: DiscordSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscordSettings {
+    /// The environment variable holding the bot token.
+    #[serde(default = "default_discord_token_env")]
+    pub token_env: String,
+    /// Channel for audit summaries and handoffs (embeds).
+    pub admin_channel_id: Option<u64>,
+    /// Channels where a new message opens a help-desk thread.
+    #[serde(default)]
+    pub helpdesk_channel_ids: Vec<u64>,
+    /// Channels where a new message opens a reading thread (one per book).
+    #[serde(default)]
+    pub reading_channel_ids: Vec<u64>,
+    /// An HTTP proxy base URL for the REST API (e.g. a shared rate-limit proxy).
+    pub api_proxy: Option<String>,
+    /// The flow direct messages run (default: `interview`) and its argument (a form).
+    #[serde(default = "default_dm_flow")]
+    pub dm_flow: String,
+    pub dm_flow_arg: Option<String>,
+}
+
+impl Default for DiscordSettings {
+    fn default() -> Self {
+        DiscordSettings {
+            token_env: default_discord_token_env(),
+            admin_channel_id: None,
+            helpdesk_channel_ids: Vec::new(),
+            reading_channel_ids: Vec::new(),
+            api_proxy: None,
+            dm_flow: default_dm_flow(),
+            dm_flow_arg: None,
+        }
+    }
+}
+
+fn default_discord_token_env() -> String {
+    "DISCORD_BOT_TOKEN".into()
+}
+
+fn default_dm_flow() -> String {
+    "interview".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -106,6 +153,7 @@ impl Default for Settings {
             llm: None,
             server: ServerSettings::default(),
             telegram: TelegramSettings::default(),
+            discord: DiscordSettings::default(),
         }
     }
 }
@@ -217,6 +265,11 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         if !(1..=15).contains(&self.telegram.poll_timeout_secs) {
             bail!("[telegram] poll_timeout_secs must be between 1 and 15");
+        }
+        if let Some(url) = &self.discord.api_proxy
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
         }
         if let Some(url) = &self.telegram.api_url
             && !(url.starts_with("http://") || url.starts_with("https://"))

@@ -1,4 +1,5 @@
-//! `kaiwa run`: the bot as a service. Starts every adapter whose token is set, serves
+//! `kaiwa run`: the bot as a service. Starts every adapter whose token is set (Telegram,
+//! Discord), serves
 //! `/healthz` and `/metrics`, and on SIGTERM / Ctrl-C stops taking messages, lets the turns in
 //! flight finish (bounded by `[server] shutdown_grace_secs`) and closes the database.
 
@@ -11,14 +12,18 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use kaiwa_adapters::AdapterHealth;
+use kaiwa_adapters::discord::{
+    DiscordAdapter, DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox,
+};
 use kaiwa_adapters::telegram::{
     TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
 };
-use kaiwa_core::admin::{AdminSink, LogAdminSink};
+use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
 use kaiwa_core::flows::reading::schedule::send_due_reviews;
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use kaiwa_core::store::Store;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -100,23 +105,41 @@ async fn shutdown_signal() {
 }
 
 pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> {
-    let telegram_token = optional_secret(&settings.telegram.token_env);
-    let Some(telegram_token) = telegram_token else {
+    let (tg, dc) = (&settings.telegram, &settings.discord);
+    let telegram_token = optional_secret(&tg.token_env);
+    let discord_token = optional_secret(&dc.token_env);
+    if telegram_token.is_none() && discord_token.is_none() {
         bail!(
-            "no chat platform is configured: set {} (a Telegram bot token) to run the bot; \
-             `kaiwa chat <flow>` talks to the flows in this terminal instead",
-            settings.telegram.token_env
+            "no chat platform is configured: set {} (a Telegram bot token) or {} (a Discord bot \
+             token) to run the bot; `kaiwa chat <flow>` talks to the flows in this terminal instead",
+            tg.token_env,
+            dc.token_env
         );
-    };
-    let tg = &settings.telegram;
-    let telegram_api =
-        TelegramApi::new(&telegram_token, tg.api_url.as_deref()).context("[telegram]")?;
-    let admin: Arc<dyn AdminSink> = match tg.admin_chat_id {
-        Some(chat) => Arc::new(TelegramAdminSink::new(telegram_api.clone(), chat)),
-        None => {
-            tracing::warn!("no admin chat configured; audit summaries go to the log only");
+    }
+    let telegram_api = telegram_token
+        .as_deref()
+        .map(|token| TelegramApi::new(token, tg.api_url.as_deref()))
+        .transpose()
+        .context("[telegram]")?;
+    let discord_api = discord_token
+        .as_deref()
+        .map(|token| DiscordApi::new(token, dc.api_proxy.as_deref()));
+    let mut sinks: Vec<Arc<dyn AdminSink>> = Vec::new();
+    if let (Some(api), Some(chat)) = (&telegram_api, tg.admin_chat_id) {
+        sinks.push(Arc::new(TelegramAdminSink::new(api.clone(), chat)));
+    }
+    if let (Some(api), Some(channel)) = (&discord_api, dc.admin_channel_id) {
+        sinks.push(Arc::new(DiscordAdminSink::new(api.clone(), channel)));
+    }
+    let admin: Arc<dyn AdminSink> = match sinks.len() {
+        0 => {
+            tracing::warn!(
+                "no admin chat or channel configured; audit summaries go to the log only"
+            );
             Arc::new(LogAdminSink)
         }
+        1 => sinks.remove(0),
+        _ => Arc::new(FanoutAdminSink(sinks)),
     };
     let app = App::build(settings, database_url, admin).await?;
     let orchestrator = app.orchestrator.clone();
@@ -127,23 +150,48 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     };
     let mut adapters = JoinSet::new();
     let mut health = Vec::new();
-    let telegram_outbox: Arc<dyn Outbox> = Arc::new(TelegramOutbox::new(telegram_api.clone()));
-    let telegram = TelegramAdapter::new(
-        telegram_api,
-        TelegramConfig {
-            token: telegram_token,
-            api_url: tg.api_url.clone(),
-            admin_chat_id: tg.admin_chat_id,
-            private_flow: tg.private_flow.clone(),
-            private_flow_arg: tg.private_flow_arg.clone(),
-            group_flow: tg.group_flow.clone(),
-            poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
-        },
-        orchestrator.clone(),
-    );
-    health.push(telegram.health());
-    let rx = stop_rx.clone();
-    adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
+    let mut outboxes: HashMap<Platform, Arc<dyn Outbox>> = HashMap::new();
+    if let (Some(api), Some(token)) = (telegram_api, telegram_token) {
+        outboxes.insert(
+            Platform::Telegram,
+            Arc::new(TelegramOutbox::new(api.clone())),
+        );
+        let telegram = TelegramAdapter::new(
+            api,
+            TelegramConfig {
+                token,
+                api_url: tg.api_url.clone(),
+                admin_chat_id: tg.admin_chat_id,
+                private_flow: tg.private_flow.clone(),
+                private_flow_arg: tg.private_flow_arg.clone(),
+                group_flow: tg.group_flow.clone(),
+                poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
+            },
+            orchestrator.clone(),
+        );
+        health.push(telegram.health());
+        let rx = stop_rx.clone();
+        adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
+    }
+    if let (Some(api), Some(token)) = (discord_api, discord_token) {
+        outboxes.insert(Platform::Discord, Arc::new(DiscordOutbox::new(api.clone())));
+        let discord = DiscordAdapter::new(
+            api,
+            DiscordConfig {
+                token,
+                admin_channel_id: dc.admin_channel_id,
+                helpdesk_channel_ids: dc.helpdesk_channel_ids.clone(),
+                reading_channel_ids: dc.reading_channel_ids.clone(),
+                api_proxy: dc.api_proxy.clone(),
+                dm_flow: Some(dc.dm_flow.clone()),
+                dm_flow_arg: dc.dm_flow_arg.clone(),
+            },
+            orchestrator.clone(),
+        );
+        health.push(discord.health());
+        let rx = stop_rx.clone();
+        adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });
+    }
 
     // the weekly reviews users opted in to, checked every minute
     let reviews = {
@@ -154,8 +202,8 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
             loop {
                 tokio::select! {
                     _ = tick.tick() => {
-                        let outbox = telegram_outbox.clone();
-                        let outbox_for = move |p: Platform| (p == Platform::Telegram).then(|| outbox.clone());
+                        let outboxes = outboxes.clone();
+                        let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
                         if let Err(e) = send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await {
                             tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
                         }

@@ -1,6 +1,7 @@
-//! `kaiwa run` as a process: refuses to idle without a platform token, serves Telegram (the
-//! fake Bot API on 127.0.0.1), `/healthz` and `/metrics`, and stops cleanly on SIGTERM.
+//! `kaiwa run` as a process: refuses to idle without a platform token, serves Telegram and
+//! Discord (the fakes on 127.0.0.1), `/healthz` and `/metrics`, and stops cleanly on SIGTERM.
 
+use kaiwa_tests::fake_discord::FakeDiscord;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -8,12 +9,13 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "777000:RUN-secret-token";
+const DISCORD_TOKEN: &str = "discord-RUN-secret";
 
 fn config_dir() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/../config").to_string()
 }
 
-fn config(telegram_url: &str) -> String {
+fn config(telegram_url: &str, discord_proxy: &str) -> String {
     let dir = config_dir();
     format!(
         r#"
@@ -34,6 +36,12 @@ admin_chat_id = -100777
 private_flow = "interview"
 private_flow_arg = "engineer"
 poll_timeout_secs = 1
+
+[discord]
+token_env = "KAIWA_TEST_DISCORD_TOKEN"
+api_proxy = "{discord_proxy}"
+admin_channel_id = 900
+dm_flow_arg = "engineer"
 "#
     )
 }
@@ -42,7 +50,7 @@ poll_timeout_secs = 1
 async fn without_a_platform_token_it_names_the_variable_and_exits_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kaiwa.toml");
-    std::fs::write(&path, config("http://127.0.0.1:9")).expect("config");
+    std::fs::write(&path, config("http://127.0.0.1:9", "http://127.0.0.1:9")).expect("config");
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
         .arg("run")
         .env("KAIWA_CONFIG", &path)
@@ -51,20 +59,23 @@ async fn without_a_platform_token_it_names_the_variable_and_exits_non_zero() {
             format!("sqlite://{}/kaiwa.db", dir.path().display()),
         )
         .env_remove("KAIWA_TEST_TELEGRAM_TOKEN")
+        .env_remove("KAIWA_TEST_DISCORD_TOKEN")
         .output()
         .await
         .expect("runs");
     assert_ne!(output.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("KAIWA_TEST_TELEGRAM_TOKEN"), "{stderr}");
+    assert!(stderr.contains("KAIWA_TEST_DISCORD_TOKEN"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
+async fn it_serves_telegram_and_discord_health_and_metrics_and_stops_on_sigterm() {
     let fake = FakeTelegram::start(TOKEN).await;
+    let discord = FakeDiscord::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kaiwa.toml");
-    std::fs::write(&path, config(fake.url())).expect("config");
+    std::fs::write(&path, config(fake.url(), discord.api_proxy())).expect("config");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
         .arg("run")
         .env("KAIWA_CONFIG", &path)
@@ -73,6 +84,7 @@ async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
             format!("sqlite://{}/kaiwa.db", dir.path().display()),
         )
         .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
+        .env("KAIWA_TEST_DISCORD_TOKEN", DISCORD_TOKEN)
         .env("RUST_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -107,6 +119,9 @@ async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
     let chat = Chat::private(31);
     fake.send_text(chat, 31, "/start");
     fake.wait_texts(chat, 1).await;
+    discord.wait_ready().await;
+    discord.user_message(20, None, 32, "/start");
+    discord.wait_texts(20, 1).await;
     let http = reqwest::Client::new();
     // the adapter is connected once it has polled
     let health = tokio::time::timeout(Duration::from_secs(20), async {
@@ -126,6 +141,7 @@ async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
     .expect("healthy");
     assert_eq!(health["database"], "ok");
     assert_eq!(health["adapters"]["telegram"], true);
+    assert_eq!(health["adapters"]["discord"], true);
 
     let metrics = http
         .get(format!("http://{address}/metrics"))
@@ -136,10 +152,10 @@ async fn it_serves_telegram_health_and_metrics_and_stops_on_sigterm() {
         .await
         .expect("text");
     assert!(
-        metrics.contains("kaiwa_turns_total{flow=\"interview\"} 1"),
+        metrics.contains("kaiwa_turns_total{flow=\"interview\"} 2"),
         "{metrics}"
     );
-    assert!(metrics.contains("kaiwa_active_sessions 1"), "{metrics}");
+    assert!(metrics.contains("kaiwa_active_sessions 2"), "{metrics}");
     assert!(metrics.contains("kaiwa_queued_messages 0"), "{metrics}");
 
     let pid = child.id().expect("pid");

@@ -60,6 +60,31 @@ impl AdminSink for LogAdminSink {
     }
 }
 
+/// Sends every notice to several sinks (the admin chat on Telegram and the admin channel on
+/// Discord); it counts as delivered when one of them took it.
+pub struct FanoutAdminSink(pub Vec<std::sync::Arc<dyn AdminSink>>);
+
+#[async_trait]
+impl AdminSink for FanoutAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        let mut last = None;
+        let mut delivered = false;
+        for sink in &self.0 {
+            match sink.notify(notice).await {
+                Ok(()) => delivered = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "an admin sink did not take the notice");
+                    last = Some(e);
+                }
+            }
+        }
+        match (delivered, last) {
+            (false, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Keeps notices in memory (tests).
 #[cfg(any(test, feature = "test-utils"))]
 #[derive(Default)]

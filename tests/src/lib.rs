@@ -7,5 +7,6 @@
 //! Nothing here reaches the internet; fakes speak the real wire protocol so the real clients
 //! (reqwest, teloxide, serenity) are what is tested.
 
+pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;

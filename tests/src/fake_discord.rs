@@ -1,0 +1,591 @@
+//! A fake Discord on 127.0.0.1 for the adapter's end-to-end tests: the REST API under
+//! `/api/v10` (what serenity sends through its `proxy` setting) and a gateway WebSocket.
+//!
+//! The gateway says Hello, reads Identify (answering READY) or Resume (answering RESUMED),
+//! acknowledges heartbeats, and dispatches the events a test injects (MESSAGE_CREATE,
+//! INTERACTION_CREATE); it can drop the connection to test resuming. The REST side records
+//! every request, creates messages and threads, answers channel look-ups, interaction
+//! callbacks and command registration, and can answer a 429 instead of the next message.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, routing::any};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+pub const BOT_ID: u64 = 5_000;
+pub const APP_ID: u64 = 5_001;
+pub const GUILD: u64 = 7_000;
+
+/// One recorded REST request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// Path below `/api/v10`, e.g. `/channels/10/messages`.
+    pub path: String,
+    pub body: Value,
+}
+
+enum Command {
+    Dispatch(&'static str, Value),
+    Drop,
+}
+
+#[derive(Default)]
+struct Inner {
+    requests: Vec<Request>,
+    next_id: u64,
+    /// thread id → parent channel id
+    threads: HashMap<u64, u64>,
+    /// paths whose next POST answers 429
+    rate_limited: HashMap<String, VecDeque<()>>,
+    /// events injected while no connection was ready
+    pending: Vec<(&'static str, Value)>,
+    seq: u64,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    connection: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    identifies: AtomicUsize,
+    resumes: AtomicUsize,
+    gateway_url: Mutex<String>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_id(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        inner.next_id
+    }
+}
+
+pub struct FakeDiscord {
+    rest: String,
+    shared: Arc<Shared>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for FakeDiscord {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn timestamp() -> &'static str {
+    "2026-11-22T12:00:00.000000+00:00"
+}
+
+pub fn user_json(id: u64, bot: bool) -> Value {
+    json!({
+        "id": id.to_string(), "username": format!("user{id}"), "discriminator": "0",
+        "global_name": if bot { Value::Null } else { json!(format!("User {id}")) },
+        "avatar": null, "bot": bot
+    })
+}
+
+fn member_json(user: u64) -> Value {
+    json!({
+        "user": user_json(user, false), "roles": [], "joined_at": timestamp(),
+        "deaf": false, "mute": false, "flags": 0
+    })
+}
+
+fn message_json(id: u64, channel: u64, guild: Option<u64>, author: Value, content: &str) -> Value {
+    let mut message = json!({
+        "id": id.to_string(), "channel_id": channel.to_string(), "author": author,
+        "content": content, "timestamp": timestamp(), "edited_timestamp": null, "tts": false,
+        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+        "embeds": [], "pinned": false, "type": 0, "components": []
+    });
+    if let Some(guild) = guild {
+        message["guild_id"] = json!(guild.to_string());
+    }
+    message
+}
+
+fn channel_json(id: u64, parent: Option<u64>, name: &str) -> Value {
+    let mut channel = json!({
+        "id": id.to_string(), "type": if parent.is_some() { 11 } else { 0 },
+        "guild_id": GUILD.to_string(), "name": name, "position": 0,
+        "permission_overwrites": [], "nsfw": false, "flags": 0
+    });
+    if let Some(parent) = parent {
+        channel["parent_id"] = json!(parent.to_string());
+        channel["thread_metadata"] = json!({
+            "archived": false, "auto_archive_duration": 1440,
+            "archive_timestamp": timestamp(), "locked": false
+        });
+    }
+    channel
+}
+
+impl FakeDiscord {
+    pub async fn start() -> FakeDiscord {
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                next_id: 100_000,
+                ..Inner::default()
+            }),
+            connection: Mutex::new(None),
+            identifies: AtomicUsize::new(0),
+            resumes: AtomicUsize::new(0),
+            gateway_url: Mutex::new(String::new()),
+        });
+        let gateway = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let gateway_url = format!("ws://{}", gateway.local_addr().expect("addr"));
+        *shared.gateway_url.lock().unwrap_or_else(|p| p.into_inner()) = gateway_url;
+        let gw_shared = shared.clone();
+        let gateway_task = tokio::spawn(async move {
+            while let Ok((stream, _)) = gateway.accept().await {
+                let shared = gw_shared.clone();
+                tokio::spawn(async move {
+                    if let Ok(ws) = tokio_tungstenite::accept_async(stream).await {
+                        serve_gateway(ws, shared).await;
+                    }
+                });
+            }
+        });
+        let app = Router::new()
+            .route("/api/v10/{*path}", any(rest))
+            .with_state(shared.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let rest_url = format!("http://{}", listener.local_addr().expect("addr"));
+        let rest_task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeDiscord {
+            rest: rest_url,
+            shared,
+            tasks: vec![gateway_task, rest_task],
+        }
+    }
+
+    /// The base URL for `[discord] api_proxy`.
+    pub fn api_proxy(&self) -> &str {
+        &self.rest
+    }
+
+    /// How many times the bot identified / resumed.
+    pub fn identifies(&self) -> usize {
+        self.shared.identifies.load(Ordering::SeqCst)
+    }
+
+    pub fn resumes(&self) -> usize {
+        self.shared.resumes.load(Ordering::SeqCst)
+    }
+
+    fn dispatch(&self, event: &'static str, data: Value) {
+        let sent = self
+            .shared
+            .connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|tx| tx.send(Command::Dispatch(event, data.clone())).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            self.shared.lock().pending.push((event, data));
+        }
+    }
+
+    /// A user posts `text` in `channel` (`guild` None: a DM). Returns the message id.
+    pub fn user_message(&self, channel: u64, guild: Option<u64>, user: u64, text: &str) -> u64 {
+        let id = self.shared.next_id();
+        let message = message_json(id, channel, guild, user_json(user, false), text);
+        self.dispatch("MESSAGE_CREATE", message);
+        id
+    }
+
+    /// Delivers a message event again (a duplicate MESSAGE_CREATE).
+    pub fn repeat_message(&self, channel: u64, guild: Option<u64>, user: u64, id: u64, text: &str) {
+        let message = message_json(id, channel, guild, user_json(user, false), text);
+        self.dispatch("MESSAGE_CREATE", message);
+    }
+
+    fn interaction(
+        &self,
+        kind: u8,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        data: Value,
+        message: Option<u64>,
+    ) -> u64 {
+        let id = self.shared.next_id();
+        let mut interaction = json!({
+            "id": id.to_string(), "application_id": APP_ID.to_string(), "type": kind,
+            "data": data, "channel_id": channel.to_string(), "token": format!("itoken{id}"),
+            "version": 1, "locale": "en-US", "entitlements": [],
+            "attachment_size_limit": 8_388_608, "app_permissions": "0"
+        });
+        match guild {
+            Some(g) => {
+                interaction["guild_id"] = json!(g.to_string());
+                interaction["member"] = member_json(user);
+            }
+            None => interaction["user"] = user_json(user, false),
+        }
+        if let Some(message) = message {
+            interaction["message"] =
+                message_json(message, channel, guild, user_json(BOT_ID, true), "options");
+        }
+        self.dispatch("INTERACTION_CREATE", interaction);
+        id
+    }
+
+    /// A user presses the button `custom_id` under the bot's message `message`.
+    pub fn press(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        message: u64,
+        custom_id: &str,
+    ) -> u64 {
+        let data = json!({"custom_id": custom_id, "component_type": 2});
+        self.interaction(3, channel, guild, user, data, Some(message))
+    }
+
+    /// A user picks `values` in the select menu `custom_id`.
+    pub fn select(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        message: u64,
+        custom_id: &str,
+        values: &[&str],
+    ) -> u64 {
+        let data = json!({"custom_id": custom_id, "component_type": 3, "values": values});
+        self.interaction(3, channel, guild, user, data, Some(message))
+    }
+
+    /// A user runs the slash command `/name text`.
+    pub fn slash(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        name: &str,
+        text: &str,
+    ) -> u64 {
+        let mut data = json!({"id": "1", "name": name, "type": 1});
+        if !text.is_empty() {
+            data["options"] = json!([{"name": "text", "type": 3, "value": text}]);
+        }
+        self.interaction(2, channel, guild, user, data, None)
+    }
+
+    /// Closes the gateway connection (the bot must resume or reconnect).
+    pub fn drop_connection(&self) {
+        if let Some(tx) = self
+            .shared
+            .connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = tx.send(Command::Drop);
+        }
+    }
+
+    /// The next message posted to `channel` gets a 429.
+    pub fn rate_limit_next_message(&self, channel: u64) {
+        self.shared
+            .lock()
+            .rate_limited
+            .entry(format!("/channels/{channel}/messages"))
+            .or_default()
+            .push_back(());
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The bodies the bot posted as messages to `channel`, in order (429s excluded).
+    pub fn messages_in(&self, channel: u64) -> Vec<Value> {
+        let path = format!("/channels/{channel}/messages");
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path == path)
+            .map(|r| r.body)
+            .collect()
+    }
+
+    /// The message texts posted to `channel`.
+    pub fn texts_in(&self, channel: u64) -> Vec<String> {
+        self.messages_in(channel)
+            .iter()
+            .map(|b| b["content"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Threads the bot opened: (thread id, parent, name).
+    pub fn threads(&self) -> Vec<(u64, u64, String)> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/threads"))
+            .filter_map(|r| {
+                let parent = r.path.split('/').nth(2)?.parse().ok()?;
+                let id = r.body["_fake_id"].as_u64()?;
+                Some((id, parent, r.body["name"].as_str()?.to_string()))
+            })
+            .collect()
+    }
+
+    /// Interaction callbacks: (interaction id, response type, data).
+    pub fn callbacks(&self) -> Vec<(u64, u64, Value)> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with("/interactions/") && r.path.ends_with("/callback"))
+            .filter_map(|r| {
+                let id = r.path.split('/').nth(2)?.parse().ok()?;
+                Some((id, r.body["type"].as_u64()?, r.body["data"].clone()))
+            })
+            .collect()
+    }
+
+    /// Waits until `done` holds (panics after `timeout` with what was recorded).
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&FakeDiscord) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if done(self) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let log: Vec<String> = self
+                    .requests()
+                    .iter()
+                    .map(|r| format!("{} {} {}", r.method, r.path, r.body))
+                    .collect();
+                panic!(
+                    "timed out waiting for {what}; requests:\n{}",
+                    log.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `channel` holds at least `n` bot messages; returns their texts.
+    pub async fn wait_texts(&self, channel: u64, n: usize) -> Vec<String> {
+        self.wait_for(
+            &format!("{n} messages in {channel}"),
+            Duration::from_secs(20),
+            |f| f.messages_in(channel).len() >= n,
+        )
+        .await;
+        self.texts_in(channel)
+    }
+
+    /// Waits for the first Identify and the command registration.
+    pub async fn wait_ready(&self) {
+        self.wait_for(
+            "READY and the slash commands",
+            Duration::from_secs(30),
+            |f| {
+                f.identifies() >= 1
+                    && f.requests()
+                        .iter()
+                        .any(|r| r.method == "PUT" && r.path.ends_with("/commands"))
+            },
+        )
+        .await;
+    }
+}
+
+async fn serve_gateway(
+    ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    shared: Arc<Shared>,
+) {
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": 41_250}});
+    if sink.send(WsMessage::Text(hello.to_string())).await.is_err() {
+        return;
+    }
+    let frame = |shared: &Shared, t: &str, d: Value| {
+        let mut inner = shared.lock();
+        inner.seq += 1;
+        json!({"op": 0, "t": t, "s": inner.seq, "d": d}).to_string()
+    };
+    loop {
+        tokio::select! {
+            incoming = stream.next() => {
+                let Some(Ok(message)) = incoming else { break };
+                let WsMessage::Text(text) = message else {
+                    if matches!(message, WsMessage::Close(_)) { break }
+                    continue;
+                };
+                let Ok(payload) = serde_json::from_str::<Value>(&text) else { continue };
+                match payload["op"].as_u64() {
+                    Some(1) => {
+                        let _ = sink.send(WsMessage::Text(json!({"op": 11}).to_string())).await;
+                    }
+                    Some(2) | Some(6) => {
+                        let resumed = payload["op"] == 6;
+                        let reply = if resumed {
+                            shared.resumes.fetch_add(1, Ordering::SeqCst);
+                            frame(&shared, "RESUMED", json!({}))
+                        } else {
+                            shared.identifies.fetch_add(1, Ordering::SeqCst);
+                            let url = shared.gateway_url.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                            frame(&shared, "READY", json!({
+                                "v": 10, "user": user_json(BOT_ID, true), "guilds": [],
+                                "session_id": "fake-session", "resume_gateway_url": url,
+                                "application": {"id": APP_ID.to_string(), "flags": 0}
+                            }))
+                        };
+                        if sink.send(WsMessage::Text(reply)).await.is_err() { break }
+                        *shared.connection.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+                        let pending = std::mem::take(&mut shared.lock().pending);
+                        for (t, d) in pending {
+                            let _ = tx.send(Command::Dispatch(t, d));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            command = rx.recv() => {
+                match command {
+                    Some(Command::Dispatch(t, d)) => {
+                        if sink.send(WsMessage::Text(frame(&shared, t, d))).await.is_err() { break }
+                    }
+                    Some(Command::Drop) | None => break,
+                }
+            }
+        }
+    }
+}
+
+async fn rest(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    Path(path): Path<String>,
+    uri: Uri,
+    body: axum::body::Bytes,
+) -> Response {
+    let _ = uri;
+    let path = format!("/{path}");
+    let mut body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let method = method.as_str().to_string();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let id = |i: usize| {
+        parts
+            .get(i)
+            .and_then(|p| p.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let record = |shared: &Shared, body: Value| {
+        shared.lock().requests.push(Request {
+            method: method.clone(),
+            path: path.clone(),
+            body,
+        });
+    };
+    let response = match (method.as_str(), parts.as_slice()) {
+        ("GET", ["gateway"]) | ("GET", ["gateway", "bot"]) => {
+            let url = shared
+                .gateway_url
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            json!({"url": url, "shards": 1, "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})
+        }
+        ("GET", ["users", "@me"]) => user_json(BOT_ID, true),
+        ("GET", ["channels", _]) => {
+            let channel = id(1);
+            let parent = shared.lock().threads.get(&channel).copied();
+            channel_json(channel, parent, "channel")
+        }
+        ("POST", ["channels", _, "messages"]) => {
+            let limited = shared
+                .lock()
+                .rate_limited
+                .get_mut(&path)
+                .and_then(VecDeque::pop_front)
+                .is_some();
+            if limited {
+                record(&shared, json!({"_rate_limited": true}));
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"message": "You are being rate limited.", "retry_after": 0.3, "global": false})),
+                )
+                    .into_response();
+            }
+            let message_id = shared.next_id();
+            let content = body["content"].as_str().unwrap_or_default().to_string();
+            body["_fake_id"] = json!(message_id);
+            record(&shared, body);
+            message_json(
+                message_id,
+                id(1),
+                Some(GUILD),
+                user_json(BOT_ID, true),
+                &content,
+            )
+        }
+        ("POST", ["channels", _, "messages", _, "threads"]) => {
+            let thread = shared.next_id();
+            shared.lock().threads.insert(thread, id(1));
+            let name = body["name"].as_str().unwrap_or_default().to_string();
+            body["_fake_id"] = json!(thread);
+            record(&shared, body);
+            channel_json(thread, Some(id(1)), &name)
+        }
+        ("POST", ["channels", _, "typing"]) => {
+            record(&shared, body);
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        ("PUT", ["applications", _, "commands"]) => {
+            record(&shared, body);
+            json!([])
+        }
+        ("POST", ["interactions", _, _, "callback"]) => {
+            record(&shared, body);
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        ("PATCH", ["webhooks", _, _, "messages", "@original"]) => {
+            let content = body["content"].as_str().unwrap_or_default().to_string();
+            record(&shared, body);
+            message_json(
+                shared.next_id(),
+                1,
+                Some(GUILD),
+                user_json(BOT_ID, true),
+                &content,
+            )
+        }
+        _ => {
+            record(&shared, body);
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({"message": "Unknown route", "code": 0})),
+            )
+                .into_response();
+        }
+    };
+    Json(response).into_response()
+}

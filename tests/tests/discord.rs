@@ -1,0 +1,479 @@
+//! The Discord adapter end to end: the real serenity client (gateway and REST) against the
+//! fake Discord on 127.0.0.1, with the real orchestrator, flows and SQLite store.
+
+use kaiwa_adapters::discord::{DiscordAdapter, DiscordAdminSink, DiscordApi, DiscordConfig};
+use kaiwa_core::flow::FlowRegistry;
+use kaiwa_core::flows::interview::form::Form;
+use kaiwa_core::flows::{FlowConfig, builtin};
+use kaiwa_core::kb::KnowledgeBase;
+use kaiwa_core::llm::ModelRouter;
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::store::Store;
+use kaiwa_core::store::sqlite::SqliteStore;
+use kaiwa_tests::fake_discord::{FakeDiscord, GUILD};
+use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const TOKEN: &str = "discord-secret-token";
+const ADMIN: u64 = 900;
+const HELPDESK: u64 = 10;
+const DM: u64 = 20;
+const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
+const SURVEY: &str = r#"
+title = "Stack survey"
+variant = "plain"
+languages = ["en"]
+
+[[fields]]
+id = "languages"
+label = "Languages you use"
+intent = "Plan the workshops"
+required = true
+type = "multi_choice"
+question = "Which languages do you use?"
+
+[[fields.options]]
+value = "rust"
+label = "Rust"
+
+[[fields.options]]
+value = "go"
+label = "Go"
+
+[[fields.options]]
+value = "python"
+label = "Python"
+"#;
+
+struct Bot {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+    store: Arc<SqliteStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Bot {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), &mut self.task).await;
+        self.store.close().await;
+    }
+}
+
+async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    let store = Arc::new(SqliteStore::connect(&db).await.expect("store"));
+    let api = DiscordApi::new(TOKEN, Some(fake.api_proxy()));
+    let admin = Arc::new(DiscordAdminSink::new(api.clone(), ADMIN));
+    let kb_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb");
+    let config = FlowConfig {
+        forms: vec![
+            Form::parse("engineer", ENGINEER).expect("engineer form"),
+            Form::parse("survey", SURVEY).expect("survey form"),
+        ],
+        default_form: Some("engineer".into()),
+        kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
+        catalogue: None,
+    };
+    let flows = FlowRegistry::new(builtin(&config)).expect("flows");
+    let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+    let config = DiscordConfig {
+        token: TOKEN.into(),
+        admin_channel_id: Some(ADMIN),
+        helpdesk_channel_ids: vec![HELPDESK],
+        reading_channel_ids: Vec::new(),
+        api_proxy: Some(fake.api_proxy().into()),
+        dm_flow: Some("interview".into()),
+        dm_flow_arg: Some(form.into()),
+    };
+    let adapter = DiscordAdapter::new(api, config, orchestrator);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        if let Err(e) = adapter
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+        {
+            eprintln!("the Discord adapter stopped: {e}");
+        }
+    });
+    fake.wait_ready().await;
+    Bot {
+        stop: Some(stop),
+        task,
+        store,
+        _dir: dir,
+    }
+}
+
+/// New texts in `channel` after `before`, once the bot has gone quiet.
+async fn replies(fake: &FakeDiscord, channel: u64, before: usize) -> Vec<String> {
+    fake.wait_texts(channel, before + 1).await;
+    let mut seen = fake.texts_in(channel).len();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = fake.texts_in(channel).len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    fake.texts_in(channel)[before..].to_vec()
+}
+
+async fn say(fake: &FakeDiscord, channel: u64, user: u64, text: &str) -> Vec<String> {
+    let before = fake.texts_in(channel).len();
+    let guild = (channel != DM).then_some(GUILD);
+    fake.user_message(channel, guild, user, text);
+    replies(fake, channel, before).await
+}
+
+/// The latest message with components in `channel`: (message id, components).
+fn last_components(fake: &FakeDiscord, channel: u64) -> (u64, Value) {
+    fake.messages_in(channel)
+        .into_iter()
+        .rev()
+        .find(|m| m["components"].as_array().is_some_and(|c| !c.is_empty()))
+        .map(|m| {
+            (
+                m["_fake_id"].as_u64().unwrap_or_default(),
+                m["components"].clone(),
+            )
+        })
+        .expect("a message with components")
+}
+
+fn button(fake: &FakeDiscord, channel: u64, label: &str) -> (u64, String) {
+    let (message, rows) = last_components(fake, channel);
+    let id = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["label"].as_str().is_some_and(|l| l.contains(label)))
+        .and_then(|b| b["custom_id"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no button {label:?} in {rows}"));
+    (message, id)
+}
+
+async fn tap(fake: &FakeDiscord, channel: u64, user: u64, label: &str) -> Vec<String> {
+    let (message, id) = button(fake, channel, label);
+    let before = fake.texts_in(channel).len();
+    let guild = (channel != DM).then_some(GUILD);
+    fake.press(channel, guild, user, message, &id);
+    replies(fake, channel, before).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_help_desk_question_opens_a_thread_answered_with_citations_and_a_handoff_reaches_the_admins()
+ {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    let commands = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PUT" && r.path.ends_with("/commands"))
+        .expect("slash commands registered");
+    let names: Vec<&str> = commands
+        .body
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for expected in ["start", "help", "interview", "ask"] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+    assert!(
+        commands.body[0]["description_localizations"]["ja"].is_string(),
+        "{}",
+        commands.body[0]
+    );
+
+    fake.user_message(HELPDESK, Some(GUILD), 41, "How do I stop a conversation?");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, parent, name) = fake.threads()[0].clone();
+    assert_eq!(parent, HELPDESK);
+    assert_eq!(name, "How do I stop a conversation?");
+    let answer = replies(&fake, thread, 0).await;
+    assert!(
+        answer[0].contains("Sources:\n[1] en/user-guide.md#Stopping a conversation"),
+        "{answer:?}"
+    );
+    assert!(
+        fake.texts_in(HELPDESK).is_empty(),
+        "nothing in the channel itself"
+    );
+    let (_, rows) = last_components(&fake, thread);
+    assert_eq!(rows[0]["components"][0]["type"], 2, "feedback buttons");
+
+    // a follow-up inside the thread continues the session there
+    let more = say(&fake, thread, 41, "How do I export submissions?").await;
+    assert!(more[0].contains("Exporting submissions"), "{more:?}");
+    assert_eq!(fake.threads().len(), 1, "no second thread");
+
+    tap(&fake, thread, 41, "No").await;
+    tap(&fake, thread, 41, "human").await;
+    fake.wait_for("the handoff embed", Duration::from_secs(20), |f| {
+        !f.messages_in(ADMIN).is_empty()
+    })
+    .await;
+    let embed = &fake.messages_in(ADMIN)[0]["embeds"][0];
+    assert!(
+        embed["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("handoff")),
+        "{embed}"
+    );
+    assert!(
+        embed["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("How do I export submissions?")),
+        "{embed}"
+    );
+    // every component press was acknowledged by updating its message, components disabled
+    let updates: Vec<_> = fake.callbacks().into_iter().filter(|c| c.1 == 7).collect();
+    assert_eq!(updates.len(), 2);
+    assert_eq!(
+        updates[0].2["components"][0]["components"][0]["disabled"],
+        true
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_dm_interview_runs_through_buttons_and_text_with_the_audit_embed_for_the_admins() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 51, "/start").await;
+    tap(&fake, DM, 51, "English").await;
+    say(&fake, DM, 51, "Japan").await;
+    say(
+        &fake,
+        DM,
+        51,
+        "Hanako Yamada, you can reach me at hanako@example.com",
+    )
+    .await;
+    say(&fake, DM, 51, "5").await;
+    say(&fake, DM, 51, "Rust").await;
+    say(&fake, DM, 51, "I want to build developer tools").await;
+    tap(&fake, DM, 51, "Remote").await;
+    say(&fake, DM, 51, "2026-04-01").await;
+    let end = say(&fake, DM, 51, "https://github.com/hanako").await;
+    assert!(end.iter().any(|t| t.contains("submitted")), "{end:?}");
+    fake.wait_for("the audit embed", Duration::from_secs(20), |f| {
+        !f.messages_in(ADMIN).is_empty()
+    })
+    .await;
+    let embed = &fake.messages_in(ADMIN)[0]["embeds"][0];
+    assert!(
+        embed["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("[audit]")),
+        "{embed}"
+    );
+    let fields = embed["fields"].as_array().cloned().unwrap_or_default();
+    assert!(
+        fields
+            .iter()
+            .any(|f| f["name"] == "Audit" && f["value"] == "passed"),
+        "{embed}"
+    );
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs[0].submission.values["work_style"], "remote");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_select_menu_round_trip() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "survey", ModelRouter::none()).await;
+    say(&fake, DM, 61, "/start").await;
+    tap(&fake, DM, 61, "English").await;
+    say(&fake, DM, 61, "Japan").await;
+    let (message, rows) = last_components(&fake, DM);
+    let menu = &rows[0]["components"][0];
+    assert_eq!(menu["type"], 3, "a select menu: {rows}");
+    assert_eq!(menu["max_values"], 3);
+    let custom_id = menu["custom_id"].as_str().unwrap_or_default().to_string();
+    let before = fake.texts_in(DM).len();
+    fake.select(DM, None, 61, message, &custom_id, &["0", "2"]);
+    let confirm = replies(&fake, DM, before).await;
+    assert!(
+        confirm.iter().any(|t| t.contains("rust, python")),
+        "{confirm:?}"
+    );
+    let update = fake
+        .callbacks()
+        .into_iter()
+        .rfind(|c| c.1 == 7)
+        .expect("updated");
+    assert!(
+        update.2["content"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("✓ Rust, Python")),
+        "{:?}",
+        update.2
+    );
+    tap(&fake, DM, 61, "Confirm").await;
+    let subs = bot.store.submissions(Some("survey")).await.expect("subs");
+    assert_eq!(subs[0].submission.values["languages"], "rust, python");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_component_gets_an_ephemeral_notice_and_changes_nothing() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 71, "/start").await;
+    let (old_message, english) = button(&fake, DM, "English");
+    tap(&fake, DM, 71, "English").await;
+    let sent = fake.texts_in(DM).len();
+    fake.press(DM, None, 71, old_message, &english);
+    fake.press(DM, None, 71, old_message, "someone|else");
+    fake.wait_for("two ephemeral notices", Duration::from_secs(20), |f| {
+        f.callbacks()
+            .iter()
+            .filter(|c| c.1 == 4 && c.2["flags"] == 64)
+            .count()
+            == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fake.texts_in(DM).len(), sent, "nothing else was sent");
+    let next = say(&fake, DM, 71, "Japan").await;
+    assert!(next.last().is_some_and(|t| t.contains("name")), "{next:?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_message_create_is_processed_once() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 81, "/start").await;
+    tap(&fake, DM, 81, "English").await;
+    let before = fake.texts_in(DM).len();
+    let id = fake.user_message(DM, None, 81, "Japan");
+    replies(&fake, DM, before).await;
+    let after = fake.texts_in(DM).len();
+    fake.repeat_message(DM, None, 81, id, "Japan");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(fake.texts_in(DM).len(), after);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_gateway_connection_is_resumed_and_the_next_message_is_not_lost() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 91, "/start").await;
+    fake.drop_connection();
+    // sent while the bot is reconnecting: held by the fake until it resumes
+    let before = fake.texts_in(DM).len();
+    fake.user_message(DM, None, 91, "2");
+    let reply = replies(&fake, DM, before).await;
+    assert!(
+        reply.last().is_some_and(|t| t.contains("お住まいの国")),
+        "answered in Japanese: {reply:?}"
+    );
+    assert!(fake.resumes() + fake.identifies() >= 2, "reconnected");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_message_is_sent_after_waiting() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    fake.rate_limit_next_message(DM);
+    let replies = say(&fake, DM, 95, "/start").await;
+    assert!(!replies.is_empty());
+    let mut unique = replies.clone();
+    unique.dedup();
+    assert_eq!(unique, replies, "nothing sent twice");
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.body.get("_rate_limited").is_some()),
+        "the 429 happened"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
+    let paragraph = |i: usize| format!("Paragraph {i}: {}", "dolor sit amet ".repeat(30));
+    let long: Vec<String> = (0..11).map(paragraph).collect();
+    let long = long.join("\n\n");
+    assert!(long.chars().count() > 5_000);
+    let model = FakeOpenAi::start([Reply::text(&long)])
+        .await
+        .expect("model");
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::new(Some(Arc::new(client)))).await;
+    say(&fake, DM, 99, "/chat").await;
+    let pieces = say(&fake, DM, 99, "tell me a long story").await;
+    assert_eq!(
+        pieces.len(),
+        3,
+        "{:?}",
+        pieces.iter().map(|p| p.chars().count()).collect::<Vec<_>>()
+    );
+    for piece in &pieces {
+        assert!(piece.chars().count() <= 2000);
+        assert!(
+            piece.starts_with("Paragraph "),
+            "cut on a paragraph: {piece:.30}"
+        );
+    }
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(words(&pieces.join("\n\n")), words(&long));
+    assert!(
+        fake.requests().iter().any(|r| r.path.ends_with("/typing")),
+        "typing while the model works"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_is_deferred_then_answered_in_the_channel() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    let id = fake.slash(DM, None, 97, "interview", "engineer");
+    let greeting = replies(&fake, DM, 0).await;
+    assert!(
+        greeting.iter().any(|t| t.contains("Which language")),
+        "{greeting:?}"
+    );
+    fake.wait_for(
+        "the deferred response is finished",
+        Duration::from_secs(20),
+        |f| {
+            f.requests()
+                .iter()
+                .any(|r| r.method == "PATCH" && r.path.ends_with("/messages/@original"))
+        },
+    )
+    .await;
+    let deferred = fake.callbacks();
+    assert_eq!(deferred.len(), 1);
+    assert_eq!(
+        (deferred[0].0, deferred[0].1),
+        (id, 5),
+        "acknowledged with a deferral"
+    );
+    bot.stop().await;
+}
