@@ -4,6 +4,7 @@
 use kaiwa_adapters::discord::{DiscordAdapter, DiscordAdminSink, DiscordApi, DiscordConfig};
 use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::Form;
+use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::ModelRouter;
@@ -23,6 +24,7 @@ const TOKEN: &str = "discord-secret-token";
 const ADMIN: u64 = 900;
 const HELPDESK: u64 = 10;
 const DM: u64 = 20;
+const READING: u64 = 30;
 const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
 const SURVEY: &str = r#"
 title = "Stack survey"
@@ -81,7 +83,9 @@ async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
         ],
         default_form: Some("engineer".into()),
         kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
-        catalogue: None,
+        catalogue: Some(Arc::new(
+            Catalogue::parse(include_str!("../../config/books.toml")).expect("catalogue"),
+        )),
     };
     let flows = FlowRegistry::new(builtin(&config)).expect("flows");
     let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
@@ -89,7 +93,7 @@ async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
         token: TOKEN.into(),
         admin_channel_id: Some(ADMIN),
         helpdesk_channel_ids: vec![HELPDESK],
-        reading_channel_ids: Vec::new(),
+        reading_channel_ids: vec![READING],
         api_proxy: Some(fake.api_proxy().into()),
         dm_flow: Some("interview".into()),
         dm_flow_arg: Some(form.into()),
@@ -475,5 +479,27 @@ async fn a_slash_command_is_deferred_then_answered_in_the_channel() {
         (id, 5),
         "acknowledged with a deferral"
     );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_book_in_a_reading_channel_gets_its_own_thread() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    fake.user_message(READING, Some(GUILD), 33, "/reading start Kokoro");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, parent, name) = fake.threads()[0].clone();
+    assert_eq!((parent, name.as_str()), (READING, "Kokoro"));
+    let greeting = replies(&fake, thread, 0).await;
+    assert!(greeting[0].contains("«Kokoro»"), "{greeting:?}");
+    let records = bot
+        .store
+        .reading_records(kaiwa_core::message::Platform::Discord, "33")
+        .await
+        .expect("records");
+    assert_eq!(records.len(), 1);
     bot.stop().await;
 }
