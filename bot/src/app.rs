@@ -31,7 +31,14 @@ impl App {
         let store = Arc::new(open_store(database_url).await?);
         let models = build_models(settings.llm.as_ref())?;
         let flows = build_flows(settings)?;
-        let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+        let limits = &settings.limits;
+        let orchestrator = Arc::new(
+            Orchestrator::new(store.clone(), flows, models, admin)
+                .with_rate_limit(limits.messages_per_minute)
+                .with_max_waiting(limits.max_waiting)
+                .with_max_message_chars(limits.max_message_chars)
+                .with_kept_submissions(settings.privacy.keep_submissions),
+        );
         Ok(App {
             orchestrator,
             store,

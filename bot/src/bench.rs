@@ -155,12 +155,16 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         latency: options.model_latency,
         calls: AtomicU64::new(0),
     });
-    let orchestrator = Arc::new(Orchestrator::new(
-        store.clone(),
-        flows,
-        ModelRouter::new(Some(model.clone())),
-        Arc::new(NullAdmin),
-    ));
+    let orchestrator = Arc::new(
+        Orchestrator::new(
+            store.clone(),
+            flows,
+            ModelRouter::new(Some(model.clone())),
+            Arc::new(NullAdmin),
+        )
+        // simulated users type as fast as the machine lets them: no per-user rate limit
+        .with_rate_limit(0),
+    );
     let gate = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(options.sessions);

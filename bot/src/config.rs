@@ -28,6 +28,56 @@ pub struct Settings {
     /// Discord; `kaiwa run` starts it when the token variable is set.
     #[serde(default)]
     pub discord: DiscordSettings,
+    #[serde(default)]
+    pub limits: LimitSettings,
+    #[serde(default)]
+    pub privacy: PrivacySettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Messages one user may send per minute in one place (0: no limit).
+    #[serde(default = "default_rate")]
+    pub messages_per_minute: usize,
+    /// Messages that may wait behind a session's running turn before "please wait".
+    #[serde(default = "default_waiting")]
+    pub max_waiting: usize,
+    /// Longer messages get a clear reply and are not stored.
+    #[serde(default = "default_max_chars")]
+    pub max_message_chars: usize,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            messages_per_minute: default_rate(),
+            max_waiting: default_waiting(),
+            max_message_chars: default_max_chars(),
+        }
+    }
+}
+
+fn default_rate() -> usize {
+    kaiwa_core::orchestrator::DEFAULT_RATE_PER_MINUTE
+}
+
+fn default_waiting() -> usize {
+    kaiwa_core::orchestrator::DEFAULT_MAX_WAITING
+}
+
+fn default_max_chars() -> usize {
+    kaiwa_core::orchestrator::DEFAULT_MAX_MESSAGE_CHARS
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacySettings {
+    /// `/forget` keeps submitted applications for the hiring team (the user is told).
+    #[serde(default)]
+    pub keep_submissions: bool,
+    /// Transcripts of sessions idle longer than this many days are deleted (`kaiwa run`).
+    pub transcript_days: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -154,6 +204,8 @@ impl Default for Settings {
             server: ServerSettings::default(),
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
+            limits: LimitSettings::default(),
+            privacy: PrivacySettings::default(),
         }
     }
 }

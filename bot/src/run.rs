@@ -29,6 +29,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+/// How often the retention job runs.
+const RETENTION_CHECK: Duration = Duration::from_secs(3600);
+
 /// How often `kaiwa run` looks for weekly reviews that are due.
 const REVIEW_CHECK: Duration = Duration::from_secs(60);
 
@@ -214,6 +217,28 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
         })
     };
 
+    // retention: transcripts of sessions idle for longer than the configured days
+    let retention = settings.privacy.transcript_days.map(|days| {
+        let store = orchestrator.store().clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RETENTION_CHECK);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let before = chrono::Utc::now() - chrono::Duration::days(days.into());
+                        match store.delete_transcripts_before(before).await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::info!(messages = n, days, "old transcripts deleted"),
+                            Err(e) => tracing::warn!(error = %e, "retention job failed; retrying later"),
+                        }
+                    }
+                    _ = stop.changed() => break,
+                }
+            }
+        })
+    });
+
     let listener = tokio::net::TcpListener::bind(&settings.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
@@ -267,6 +292,9 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     }
     let _ = server.await;
     let _ = reviews.await;
+    if let Some(retention) = retention {
+        let _ = retention.await;
+    }
     app.store.close().await;
     tracing::info!("stopped");
     match failure {

@@ -142,7 +142,7 @@ pub struct CommandInfo {
 }
 
 /// The commands every flow answers (handled by the orchestrator).
-pub const GENERIC_COMMANDS: [CommandInfo; 3] = [
+pub const GENERIC_COMMANDS: [CommandInfo; 5] = [
     CommandInfo {
         name: "start",
         description_en: "start the conversation over",
@@ -157,6 +157,16 @@ pub const GENERIC_COMMANDS: [CommandInfo; 3] = [
         name: "end",
         description_en: "end the current conversation",
         description_ja: "現在の会話を終える",
+    },
+    CommandInfo {
+        name: "mydata",
+        description_en: "everything stored about you, as JSON",
+        description_ja: "保存されているあなたのデータ（JSON）",
+    },
+    CommandInfo {
+        name: "forget",
+        description_en: "delete everything stored about you",
+        description_ja: "あなたのデータをすべて削除する",
     },
 ];
 

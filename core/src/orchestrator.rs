@@ -13,7 +13,7 @@ use crate::admin::{AdminSink, DeliveryError};
 use crate::agent::LlmLedger;
 use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
 use crate::llm::ModelRouter;
-use crate::message::{Body, Incoming, Outgoing, SessionKey};
+use crate::message::{Body, Incoming, OptionItem, OptionsRequest, Outgoing, SessionKey};
 use crate::metrics::{Metrics, kind};
 use crate::state::StateChange;
 use crate::store::{
@@ -60,7 +60,52 @@ pub struct Orchestrator {
     locks: SessionLocks,
     max_message_chars: usize,
     metrics: Arc<Metrics>,
+    rate: RateLimiter,
+    max_waiting: usize,
+    keep_submissions: bool,
 }
+
+/// At most `per_minute` messages per user and place in any 60 seconds (0: no limit).
+#[derive(Default)]
+struct RateLimiter {
+    per_minute: usize,
+    recent: Mutex<HashMap<SessionKey, std::collections::VecDeque<std::time::Instant>>>,
+}
+
+impl RateLimiter {
+    fn allow(&self, key: &SessionKey) -> bool {
+        if self.per_minute == 0 {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        let window = Duration::from_secs(60);
+        let mut map = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 10_000 {
+            map.retain(|_, times| {
+                times
+                    .back()
+                    .is_some_and(|t| now.duration_since(*t) < window)
+            });
+        }
+        let times = map.entry(key.clone()).or_default();
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= window)
+        {
+            times.pop_front();
+        }
+        if times.len() >= self.per_minute {
+            return false;
+        }
+        times.push_back(now);
+        true
+    }
+}
+
+/// Messages a user may send in a minute before "slow down" (per place).
+pub const DEFAULT_RATE_PER_MINUTE: usize = 30;
+/// Messages that may wait behind a session's running turn.
+pub const DEFAULT_MAX_WAITING: usize = 8;
 
 /// Messages longer than this are refused (issue: 4,000 characters).
 pub const DEFAULT_MAX_MESSAGE_CHARS: usize = 4_000;
@@ -80,12 +125,36 @@ impl Orchestrator {
             locks: SessionLocks::default(),
             max_message_chars: DEFAULT_MAX_MESSAGE_CHARS,
             metrics: Arc::new(Metrics::default()),
+            rate: RateLimiter {
+                per_minute: DEFAULT_RATE_PER_MINUTE,
+                ..RateLimiter::default()
+            },
+            max_waiting: DEFAULT_MAX_WAITING,
+            keep_submissions: false,
         }
     }
 
     /// Longer messages get a clear reply and are not stored at all.
     pub fn with_max_message_chars(mut self, max: usize) -> Self {
         self.max_message_chars = max.max(1);
+        self
+    }
+
+    /// At most `per_minute` messages per user and place in any minute (0: unlimited).
+    pub fn with_rate_limit(mut self, per_minute: usize) -> Self {
+        self.rate.per_minute = per_minute;
+        self
+    }
+
+    /// At most `max_waiting` messages wait behind a session's running turn; more are refused.
+    pub fn with_max_waiting(mut self, max_waiting: usize) -> Self {
+        self.max_waiting = max_waiting;
+        self
+    }
+
+    /// `/forget` keeps interview submissions (for the hiring team) and says so.
+    pub fn with_kept_submissions(mut self, keep: bool) -> Self {
+        self.keep_submissions = keep;
         self
     }
 
@@ -111,8 +180,20 @@ impl Orchestrator {
         let key = incoming.key();
         let span = tracing::info_span!("turn", session = %key, message_id = %incoming.message_id);
         async {
+            if !matches!(incoming.body, Body::Open) && !self.rate.allow(&key) {
+                tracing::info!("rate limit: message refused");
+                self.metrics.error(kind::RATE_LIMITED);
+                let text = "You are sending messages faster than I can take them. Please wait a moment, then send that again. / メッセージが速すぎます。少し待ってからもう一度送ってください。";
+                return self.reply_only(&incoming, None, text.into(), outbox).await;
+            }
             let waiting = self.metrics.queued();
-            let _lease = self.locks.acquire(&key).await;
+            let Some(_lease) = self.locks.acquire(&key, self.max_waiting).await else {
+                drop(waiting);
+                tracing::info!("session queue full: message refused");
+                self.metrics.error(kind::QUEUE_FULL);
+                let text = "I am still working on your earlier messages. Please wait for my answer, then send that again. / 前のメッセージを処理中です。返事を待ってからもう一度送ってください。";
+                return self.reply_only(&incoming, None, text.into(), outbox).await;
+            };
             drop(waiting);
             let result = self.handle_locked(incoming, key, outbox).await;
             if result.is_err() {
@@ -152,6 +233,10 @@ impl Orchestrator {
                 duplicate: true,
             });
         }
+        let active = match self.privacy(&incoming, &key, active, outbox).await? {
+            Privacy::Done(report) => return Ok(report),
+            Privacy::NotMine(active) => *active,
+        };
         let plan = self.plan(&incoming, active)?;
         let (session, finish_session, input) = match plan {
             Plan::Reply { session, text } => {
@@ -227,6 +312,121 @@ impl Orchestrator {
             replace_pending: true,
         };
         self.commit_and_deliver(&incoming, turn, outbox).await
+    }
+
+    /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.
+    async fn privacy(
+        &self,
+        incoming: &Incoming,
+        key: &SessionKey,
+        active: Option<SessionRecord>,
+        outbox: &dyn Outbox,
+    ) -> Result<Privacy, OrchestratorError> {
+        let lang = active
+            .as_ref()
+            .and_then(|s| s.language.clone())
+            .unwrap_or_else(|| "en".into());
+        let say = |en: &str, ja: &str| crate::i18n::pick(&lang, en, ja);
+        match &incoming.body {
+            Body::Command { name, .. } if name == "mydata" => {
+                let data = self.store.user_data(key.platform, &key.user).await?;
+                let json = serde_json::to_string_pretty(&data).unwrap_or_default();
+                let text = format!(
+                    "{}\n{json}",
+                    say(
+                        "Everything I have stored about you (JSON):",
+                        "保存しているあなたのデータ（JSON）:"
+                    )
+                );
+                // not stored again: the reply is the data itself
+                let report = self.reply_only(incoming, None, text, outbox).await?;
+                Ok(Privacy::Done(report))
+            }
+            Body::Command { name, .. } if name == "forget" => {
+                let mut request = OptionsRequest::new(
+                    say(
+                        "Delete everything I have stored about you (conversations, answers, reading notes, profile)? This cannot be undone.",
+                        "保存しているあなたのデータ（会話、回答、読書メモ、プロフィール）をすべて削除しますか？元に戻せません。",
+                    ),
+                    vec![
+                        OptionItem::new(FORGET_YES, say("Delete everything", "すべて削除する")),
+                        OptionItem::new(FORGET_NO, say("Cancel", "やめる")),
+                    ],
+                    false,
+                );
+                request.request_id = format!("{FORGET_PREFIX}{}", request.request_id);
+                let session = active.unwrap_or_else(|| {
+                    let flow = incoming
+                        .flow
+                        .as_deref()
+                        .filter(|f| self.flows.get(f).is_some())
+                        .unwrap_or(self.flows.default_flow());
+                    SessionRecord::draft(key.clone(), flow)
+                });
+                let turn = FinishedTurn {
+                    session,
+                    finish_session: None,
+                    output: TurnOutput {
+                        outgoing: vec![Outgoing::Options(request)],
+                        ..Default::default()
+                    },
+                    ledger: LlmLedger::new(),
+                    replace_pending: true,
+                };
+                Ok(Privacy::Done(
+                    self.commit_and_deliver(incoming, turn, outbox).await?,
+                ))
+            }
+            Body::Choice { request_id, values }
+                if request_id.starts_with(FORGET_PREFIX)
+                    && active
+                        .as_ref()
+                        .and_then(|s| s.pending_options.as_ref())
+                        .is_some_and(|p| &p.request_id == request_id) =>
+            {
+                if values.iter().any(|v| v == FORGET_YES) {
+                    let rows = self
+                        .store
+                        .forget_user(key.platform, &key.user, self.keep_submissions)
+                        .await?;
+                    tracing::info!(rows, "a user's data was deleted at their request");
+                    let mut text = say(
+                        "Done: everything I had stored about you is deleted.",
+                        "保存していたあなたのデータをすべて削除しました。",
+                    );
+                    if self.keep_submissions {
+                        text.push(' ');
+                        text.push_str(&say(
+                            "Applications you submitted are kept for the hiring team, as this service's policy says; ask them to delete those.",
+                            "送信済みの応募内容は、このサービスの方針により採用担当のために保管されます。削除は採用担当に依頼してください。",
+                        ));
+                    }
+                    return Ok(Privacy::Done(
+                        self.reply_only(incoming, None, text, outbox).await?,
+                    ));
+                }
+                let Some(session) = active else {
+                    return Ok(Privacy::NotMine(Box::new(None)));
+                };
+                let mut output = TurnOutput::default();
+                output.say(say("Nothing was deleted.", "何も削除していません。"));
+                // a session opened only for the question ends with it
+                if session.state.as_object().is_none_or(|m| m.is_empty()) {
+                    output.end();
+                }
+                let turn = FinishedTurn {
+                    session,
+                    finish_session: None,
+                    output,
+                    ledger: LlmLedger::new(),
+                    replace_pending: true,
+                };
+                Ok(Privacy::Done(
+                    self.commit_and_deliver(incoming, turn, outbox).await?,
+                ))
+            }
+            _ => Ok(Privacy::NotMine(Box::new(active))),
+        }
     }
 
     /// Decides what an incoming message means for the session of its place.
@@ -584,6 +784,15 @@ struct FinishedTurn {
     replace_pending: bool,
 }
 
+const FORGET_PREFIX: &str = "fg";
+const FORGET_YES: &str = "forget:yes";
+const FORGET_NO: &str = "forget:no";
+
+enum Privacy {
+    Done(TurnReport),
+    NotMine(Box<Option<SessionRecord>>),
+}
+
 enum Plan {
     /// Run the flow.
     Turn {
@@ -634,29 +843,44 @@ fn unknown_command(session: &SessionRecord, body: &Body) -> String {
 /// One async mutex per active session key; entries are dropped when no turn holds or awaits them.
 #[derive(Default)]
 struct SessionLocks {
-    map: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<()>>>>,
+    map: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    lock: Arc<tokio::sync::Mutex<()>>,
+    /// Messages of this session in the orchestrator: the one running and those waiting.
+    queued: std::sync::atomic::AtomicUsize,
 }
 
 struct Lease<'a> {
     locks: &'a SessionLocks,
     key: SessionKey,
-    entry: Arc<tokio::sync::Mutex<()>>,
-    _guard: tokio::sync::OwnedMutexGuard<()>,
+    slot: Arc<Slot>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl SessionLocks {
-    async fn acquire(&self, key: &SessionKey) -> Lease<'_> {
-        let entry = {
+    /// Waits for the session's turn; `None` (at once) when `max_waiting` messages already
+    /// wait behind the running one.
+    async fn acquire(&self, key: &SessionKey, max_waiting: usize) -> Option<Lease<'_>> {
+        use std::sync::atomic::Ordering;
+        let slot = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(key.clone()).or_default().clone()
         };
-        let guard = entry.clone().lock_owned().await;
-        Lease {
+        let mut lease = Lease {
             locks: self,
             key: key.clone(),
-            entry,
-            _guard: guard,
+            slot,
+            guard: None,
+        };
+        let before = lease.slot.queued.fetch_add(1, Ordering::SeqCst);
+        if before > max_waiting {
+            return None;
         }
+        lease.guard = Some(lease.slot.lock.clone().lock_owned().await);
+        Some(lease)
     }
 
     #[cfg(test)]
@@ -667,9 +891,13 @@ impl SessionLocks {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
+        self.slot
+            .queued
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.guard = None;
         let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
-        // ours, the map's and the guard's: nobody else waits for this session
-        if Arc::strong_count(&self.entry) <= 3 {
+        // ours and the map's: nobody else waits for this session
+        if Arc::strong_count(&self.slot) <= 2 {
             map.remove(&self.key);
         }
     }

@@ -100,7 +100,10 @@ async fn setup(probe: Arc<Probe>) -> (Orchestrator, Arc<SqliteStore>) {
         flows,
         ModelRouter::none(),
         Arc::new(CollectingAdminSink::default()),
-    );
+    )
+    // these tests flood sessions on purpose; the limits have their own tests
+    .with_rate_limit(0)
+    .with_max_waiting(1_000);
     (orchestrator, store)
 }
 
@@ -458,5 +461,135 @@ async fn an_oversized_message_gets_a_clear_reply_and_nothing_is_stored() {
             .await
             .expect("checks"),
         "may be sent again shortened"
+    );
+}
+
+#[tokio::test]
+async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processed() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let orchestrator = orchestrator.with_rate_limit(3);
+    let outbox = Collect::default();
+    for i in 0..5 {
+        orchestrator
+            .handle(text("c", &format!("m{i}"), &format!("t{i}")), &outbox)
+            .await
+            .expect("handled");
+    }
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 3);
+    let texts = outbox.texts();
+    assert!(
+        texts[3].contains("faster than I can take them"),
+        "{texts:?}"
+    );
+    let session = store
+        .active_session(&text("c", "", "").key())
+        .await
+        .expect("loads")
+        .expect("exists");
+    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    assert_eq!(
+        seen.texts,
+        ["t0", "t1", "t2"],
+        "refused messages are not stored"
+    );
+    assert!(
+        !store
+            .is_processed(Platform::Console, "c", "m3")
+            .await
+            .expect("checks"),
+        "a refused message can be sent again"
+    );
+    // another user is not slowed down by this one
+    orchestrator
+        .handle(text("d", "x1", "hello"), &outbox)
+        .await
+        .expect("handled");
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_session_queue_refuses_more_messages_at_once() {
+    // the first turn waits at the barrier, the rest pile up behind it
+    let probe = Arc::new(Probe::new(Some(2)));
+    let (orchestrator, _store) = setup(probe.clone()).await;
+    let orchestrator = Arc::new(orchestrator.with_max_waiting(2));
+    let outbox = Arc::new(Collect::default());
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (o, b) = (orchestrator.clone(), outbox.clone());
+        tasks.push(tokio::spawn(async move {
+            o.handle(text("c", &format!("m{i}"), &format!("t{i}")), b.as_ref())
+                .await
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // refusals come back at once, while the first turn still waits
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = outbox
+        .texts()
+        .iter()
+        .filter(|t| t.contains("still working on your earlier messages"))
+        .count();
+    assert_eq!(refused, 3, "{:?}", outbox.texts());
+    assert_eq!(
+        orchestrator.metrics().queued_now(),
+        2,
+        "two wait behind the running turn"
+    );
+    // each message of another session meets one of c's turns at the barrier
+    for i in 0..3 {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            orchestrator.handle(text("d", &format!("x{i}"), "go"), outbox.as_ref()),
+        )
+        .await
+        .expect("not stuck")
+        .expect("handled");
+    }
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+    assert_eq!(
+        probe.turns.load(Ordering::SeqCst),
+        6,
+        "three for c, three for d"
+    );
+}
+
+#[tokio::test]
+async fn retention_deletes_only_transcripts_idle_longer_than_the_cutoff() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe).await;
+    let outbox = Collect::default();
+    let report = orchestrator
+        .handle(text("c", "m1", "keep me for now"), &outbox)
+        .await
+        .expect("handled");
+    let now = chrono::Utc::now();
+    let kept = store
+        .delete_transcripts_before(now - chrono::Duration::days(30))
+        .await
+        .expect("runs");
+    assert_eq!(kept, 0, "a fresh conversation is kept");
+    assert_eq!(
+        store
+            .recent_messages(report.session_id, 10)
+            .await
+            .expect("loads")
+            .len(),
+        2
+    );
+    let deleted = store
+        .delete_transcripts_before(now + chrono::Duration::minutes(1))
+        .await
+        .expect("runs");
+    assert_eq!(deleted, 2);
+    assert!(
+        store
+            .recent_messages(report.session_id, 10)
+            .await
+            .expect("loads")
+            .is_empty()
     );
 }

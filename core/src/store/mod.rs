@@ -325,5 +325,22 @@ pub trait Store: Send + Sync {
     /// Everyone who opted in to the weekly review.
     async fn weekly_reviews(&self) -> Result<Vec<reading::WeeklyReviewSubscription>, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).
+    /// Deletes everything stored about one user (sessions, messages, tickets, reading data,
+    /// profile, reviews, and submissions unless `keep_submissions`). Returns the rows deleted.
+    async fn forget_user(
+        &self,
+        platform: Platform,
+        user: &str,
+        keep_submissions: bool,
+    ) -> Result<u64, StoreError>;
+    /// Everything stored about one user, as JSON (`/mydata`).
+    async fn user_data(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<serde_json::Value, StoreError>;
+    /// Deletes the messages of sessions idle for longer than `older_than` (retention).
+    /// Returns the messages deleted.
+    async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
     async fn close(&self);
 }

@@ -971,6 +971,102 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn forget_user(
+        &self,
+        platform: Platform,
+        user: &str,
+        keep_submissions: bool,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .writer
+            .begin()
+            .await
+            .map_err(StoreError::db("starting to forget a user"))?;
+        let p = platform.as_str();
+        let mut deleted = 0;
+        // children first, counted; the users row cascades to sessions, messages and tickets
+        let mut statements = vec![
+            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = ?1 AND user_id = ?2)",
+            "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = ?1 AND user_id = ?2)",
+            "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = ?1 AND user_id = ?2)",
+            "DELETE FROM moods WHERE record_id IN (SELECT id FROM reading_records WHERE platform = ?1 AND user_id = ?2)",
+            "DELETE FROM reading_records WHERE platform = ?1 AND user_id = ?2",
+            "DELETE FROM profile_entries WHERE platform = ?1 AND user_id = ?2",
+            "DELETE FROM mentor_feedback WHERE platform = ?1 AND user_id = ?2",
+            "DELETE FROM recommendations WHERE platform = ?1 AND user_id = ?2",
+            "DELETE FROM weekly_reviews WHERE platform = ?1 AND user_id = ?2",
+        ];
+        if !keep_submissions {
+            statements.push("DELETE FROM submissions WHERE platform = ?1 AND user_id = ?2");
+        }
+        statements.push("DELETE FROM sessions WHERE platform = ?1 AND user_id = ?2");
+        statements.push("DELETE FROM users WHERE platform = ?1 AND user_id = ?2");
+        for sql in statements {
+            let done = sqlx::query(sql)
+                .bind(p)
+                .bind(user)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("forgetting a user"))?;
+            deleted += done.rows_affected();
+        }
+        tx.commit()
+            .await
+            .map_err(StoreError::db("forgetting a user"))?;
+        Ok(deleted)
+    }
+
+    async fn user_data(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<serde_json::Value, StoreError> {
+        use serde_json::{Value, json};
+        let p = platform.as_str();
+        // each query returns JSON rows built by SQLite itself
+        let rows = |sql: &'static str| {
+            let pool = self.pool.clone();
+            let user = user.to_string();
+            async move {
+                let rows: Vec<(String,)> = sqlx::query_as(sql)
+                    .bind(p)
+                    .bind(&user)
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(StoreError::db("reading a user's data"))?;
+                rows.into_iter()
+                    .map(|(text,)| {
+                        serde_json::from_str::<Value>(&text).map_err(|e| corrupt("user data", e))
+                    })
+                    .collect::<Result<Vec<Value>, StoreError>>()
+            }
+        };
+        Ok(json!({
+            "platform": p,
+            "user": user,
+            "profile": rows("SELECT json_object('display_name', display_name, 'first_seen_ms', first_seen_ms, 'last_seen_ms', last_seen_ms) FROM users WHERE platform = ?1 AND user_id = ?2").await?,
+            "sessions": rows("SELECT json_object('id', s.id, 'flow', s.flow, 'status', s.status, 'chat', s.chat, 'thread', s.thread, 'language', s.language, 'country', s.country, 'timezone', s.timezone, 'created_ms', s.created_ms, 'messages', (SELECT json_group_array(json_object('role', m.role, 'text', m.text, 'created_ms', m.created_ms)) FROM (SELECT * FROM messages m WHERE m.session_id = s.id ORDER BY m.id) m)) FROM sessions s WHERE s.platform = ?1 AND s.user_id = ?2 ORDER BY s.id").await?,
+            "submissions": rows("SELECT json_object('id', id, 'form', form_id, 'status', status, 'values', json(field_values), 'created_ms', created_ms) FROM submissions WHERE platform = ?1 AND user_id = ?2 ORDER BY id").await?,
+            "help_desk_tickets": rows("SELECT json_object('question', t.question, 'answer', t.answer, 'feedback', t.feedback, 'created_ms', t.created_ms) FROM helpdesk_tickets t JOIN sessions s ON s.id = t.session_id WHERE s.platform = ?1 AND s.user_id = ?2 ORDER BY t.id").await?,
+            "reading": rows("SELECT json_object('title', r.title, 'author', r.author, 'status', r.status, 'mode', r.interaction_mode, 'insights', (SELECT json_group_array(json_object('kind', i.kind, 'text', i.text, 'created_ms', i.created_ms)) FROM insights i WHERE i.record_id = r.id), 'moods', (SELECT json_group_array(json_object('phase', m.phase, 'label', m.label, 'score', m.score)) FROM moods m WHERE m.record_id = r.id)) FROM reading_records r WHERE r.platform = ?1 AND r.user_id = ?2 ORDER BY r.id").await?,
+            "profile_entries": rows("SELECT json_object('kind', kind, 'text', text, 'created_ms', created_ms) FROM profile_entries WHERE platform = ?1 AND user_id = ?2 ORDER BY id").await?,
+            "mentor_feedback": rows("SELECT json_object('type', feedback_type, 'content', content, 'created_ms', created_ms) FROM mentor_feedback WHERE platform = ?1 AND user_id = ?2 ORDER BY id").await?,
+            "recommendations": rows("SELECT json_object('title', title, 'reason', reason, 'created_ms', created_ms) FROM recommendations WHERE platform = ?1 AND user_id = ?2 ORDER BY id").await?,
+            "weekly_review": rows("SELECT json_object('chat', chat, 'thread', thread, 'timezone', timezone) FROM weekly_reviews WHERE platform = ?1 AND user_id = ?2").await?,
+        }))
+    }
+
+    async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE updated_ms < ?)",
+        )
+        .bind(ms(before))
+        .execute(&self.writer)
+        .await
+        .map_err(StoreError::db("deleting old transcripts"))?;
+        Ok(done.rows_affected())
+    }
+
     async fn close(&self) {
         self.pool.close().await;
         self.writer.close().await;

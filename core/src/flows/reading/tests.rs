@@ -668,3 +668,98 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
     assert!(h.store.weekly_reviews().await.expect("subs").is_empty());
     assert_eq!(run(due + Duration::days(14)).await.expect("tick"), 0);
 }
+
+#[tokio::test]
+async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.line("/reading start kokoro").await;
+    h.choose(&["curious"]).await;
+    h.line("Sensei's secret weighs on him").await;
+    h.line("/review weekly on Asia/Tokyo").await;
+    // another reader, elsewhere
+    for (id, text) in [
+        ("o1", "/reading start sanshiro"),
+        ("o2", "Mineko is a puzzle"),
+    ] {
+        let incoming = Incoming {
+            platform: Platform::Telegram,
+            chat: "77".into(),
+            thread: String::new(),
+            user: UserRef {
+                id: "other".into(),
+                display_name: "Ken".into(),
+            },
+            message_id: id.into(),
+            body: Body::from_text(text),
+            flow: Some(ID.into()),
+            flow_arg: None,
+        };
+        h.orchestrator
+            .handle(incoming, &h.outbox)
+            .await
+            .expect("turn");
+    }
+    let mine = h.line("/mydata").await;
+    let json = mine[0].split_once('\n').map(|(_, j)| j).unwrap_or_default();
+    let data: serde_json::Value = serde_json::from_str(json).expect("JSON");
+    assert_eq!(data["user"], "reader");
+    assert_eq!(data["reading"][0]["title"], "Kokoro");
+    assert!(json.contains("Sensei's secret weighs on him"));
+    assert!(
+        !json.contains("Mineko") && !json.contains("sanshiro"),
+        "{json}"
+    );
+    assert_eq!(data["weekly_review"][0]["timezone"], "Asia/Tokyo");
+
+    let count = |d: &serde_json::Value| {
+        [
+            "sessions",
+            "reading",
+            "profile_entries",
+            "mentor_feedback",
+            "weekly_review",
+        ]
+        .iter()
+        .map(|k| d[k].as_array().map_or(0, Vec::len))
+        .sum::<usize>()
+    };
+    assert!(count(&data) >= 3);
+
+    let asked = h.line("/forget").await;
+    assert!(asked[0].contains("Delete everything"), "{asked:?}");
+    let kept = h.choose(&["forget:no"]).await;
+    assert_eq!(kept, ["Nothing was deleted."]);
+    let after_no = h
+        .store
+        .user_data(Platform::Telegram, "reader")
+        .await
+        .expect("data");
+    assert_eq!(count(&after_no), count(&data));
+
+    h.line("/forget").await;
+    let done = h.choose(&["forget:yes"]).await;
+    assert!(
+        done[0].contains("everything I had stored about you is deleted"),
+        "{done:?}"
+    );
+    let gone = h
+        .store
+        .user_data(Platform::Telegram, "reader")
+        .await
+        .expect("data");
+    assert_eq!(count(&gone), 0, "{gone}");
+    assert!(gone["profile"].as_array().is_some_and(Vec::is_empty));
+    assert!(h.store.weekly_reviews().await.expect("subs").is_empty());
+    let other = h
+        .store
+        .user_data(Platform::Telegram, "other")
+        .await
+        .expect("data");
+    assert_eq!(
+        other["reading"][0]["title"], "sanshiro",
+        "another user's data stays"
+    );
+    // the next message starts afresh
+    let again = h.line("/reading start kokoro").await;
+    assert!(again[0].contains("«Kokoro»"), "{again:?}");
+}
