@@ -53,6 +53,12 @@ enum Command {
     },
     /// Create or upgrade the database schema.
     Migrate,
+    /// Model calls, tokens and latency per flow and agent, from the llm_calls ledger.
+    Stats {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate the configuration and the forms.
     Check,
     /// Load-test the bot: simulated users through the real orchestrator, flows and SQLite.
@@ -169,6 +175,42 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let result = console::run(&app.orchestrator, stdin, tokio::io::stdout(), options).await;
             app.store.close().await;
             result.context("the console conversation stopped")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { json } => {
+            let store = app::open_store(&database_url).await?;
+            let usage = store.llm_usage().await?;
+            store.close().await;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&usage)?);
+            } else if usage.is_empty() {
+                println!("no model calls recorded yet");
+            } else {
+                println!(
+                    "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10} {:>10}",
+                    "flow",
+                    "agent",
+                    "calls",
+                    "errors",
+                    "prompt_tok",
+                    "compl_tok",
+                    "avg_ms",
+                    "max_ms"
+                );
+                for u in &usage {
+                    println!(
+                        "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10.0} {:>10}",
+                        u.flow,
+                        u.agent,
+                        u.calls,
+                        u.errors,
+                        u.prompt_tokens,
+                        u.completion_tokens,
+                        u.avg_latency_ms,
+                        u.max_latency_ms
+                    );
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {

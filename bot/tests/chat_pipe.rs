@@ -440,3 +440,30 @@ async fn the_mentor_reviews_what_was_read_through_a_pipe_without_a_model() {
     );
     assert!(review.stdout.contains("Next step"), "{}", review.stdout);
 }
+
+#[tokio::test]
+async fn stats_sum_the_model_ledger_per_flow_and_agent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = FakeOpenAi::start([Reply::text("Hello!"), Reply::text("Fine, thanks.")])
+        .await
+        .expect("server");
+    let config = config_for(&server);
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "assistant", "--user", "sam"],
+        "1\nhi\nhow are you?\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let stats = kaiwa(dir.path(), &config, &["stats", "--json"], "").await;
+    assert_eq!(stats.code, Some(0), "stderr: {}", stats.stderr);
+    let usage: serde_json::Value = serde_json::from_str(&stats.stdout).expect("JSON");
+    assert_eq!(usage[0]["flow"], "assistant", "{usage}");
+    assert_eq!(usage[0]["agent"], "assistant");
+    assert_eq!(usage[0]["calls"], 2);
+    assert_eq!(usage[0]["errors"], 0);
+    let table = kaiwa(dir.path(), &config, &["stats"], "").await;
+    assert!(table.stdout.starts_with("flow"), "{}", table.stdout);
+    assert!(table.stdout.contains("assistant"), "{}", table.stdout);
+}

@@ -113,6 +113,19 @@ pub struct StoredMessage {
     pub at: DateTime<Utc>,
 }
 
+/// Model usage of one agent in one flow, summed over the `llm_calls` ledger (`kaiwa stats`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmUsage {
+    pub flow: String,
+    pub agent: String,
+    pub calls: u64,
+    pub errors: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub avg_latency_ms: f64,
+    pub max_latency_ms: u64,
+}
+
 /// One row of the `llm_calls` ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LlmCallRecord {
@@ -301,6 +314,8 @@ pub trait Store: Send + Sync {
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
     /// The ledger, optionally for one session, oldest first.
     async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError>;
+    /// The ledger summed per flow and agent (calls without a session count as flow `-`).
+    async fn llm_usage(&self) -> Result<Vec<LlmUsage>, StoreError>;
     /// Stored submissions, oldest first, optionally of one form.
     async fn submissions(&self, form_id: Option<&str>)
     -> Result<Vec<SubmissionRecord>, StoreError>;

@@ -971,6 +971,35 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn llm_usage(&self) -> Result<Vec<super::LlmUsage>, StoreError> {
+        let rows: Vec<(String, String, i64, i64, i64, i64, f64, i64)> = sqlx::query_as(
+            "SELECT COALESCE(s.flow, '-'), c.agent, COUNT(*), COUNT(c.error), \
+             COALESCE(SUM(c.prompt_tokens), 0), COALESCE(SUM(c.completion_tokens), 0), \
+             COALESCE(AVG(c.latency_ms), 0.0), COALESCE(MAX(c.latency_ms), 0) \
+             FROM llm_calls c LEFT JOIN sessions s ON s.id = c.session_id \
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("summing the model ledger"))?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(
+                |(flow, agent, calls, errors, p, c, avg, max)| super::LlmUsage {
+                    flow,
+                    agent,
+                    calls: n(calls),
+                    errors: n(errors),
+                    prompt_tokens: n(p),
+                    completion_tokens: n(c),
+                    avg_latency_ms: avg,
+                    max_latency_ms: n(max),
+                },
+            )
+            .collect())
+    }
+
     async fn forget_user(
         &self,
         platform: Platform,
