@@ -11,7 +11,8 @@ use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::message::Platform;
+use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::sqlite::SqliteStore;
 use std::path::Path;
 use std::sync::Arc;
@@ -37,13 +38,35 @@ impl App {
                 .with_rate_limit(limits.messages_per_minute)
                 .with_max_waiting(limits.max_waiting)
                 .with_max_message_chars(limits.max_message_chars)
-                .with_kept_submissions(settings.privacy.keep_submissions),
+                .with_kept_submissions(settings.privacy.keep_submissions)
+                .with_admin_access(admin_access(settings)),
         );
         Ok(App {
             orchestrator,
             store,
         })
     }
+}
+
+/// Admin user ids and admin places from `[telegram]` and `[discord]`.
+pub fn admin_access(settings: &Settings) -> AdminAccess {
+    let mut access = AdminAccess::default();
+    let (tg, dc) = (&settings.telegram, &settings.discord);
+    access.admins.insert(
+        Platform::Telegram,
+        tg.admins.iter().map(ToString::to_string).collect(),
+    );
+    access.admins.insert(
+        Platform::Discord,
+        dc.admins.iter().map(ToString::to_string).collect(),
+    );
+    if let Some(chat) = tg.admin_chat_id {
+        access.places.insert(Platform::Telegram, chat.to_string());
+    }
+    if let Some(channel) = dc.admin_channel_id {
+        access.places.insert(Platform::Discord, channel.to_string());
+    }
+    access
 }
 
 /// The forms of `[flows] forms_dir`; a missing folder means no forms.

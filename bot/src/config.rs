@@ -86,8 +86,11 @@ pub struct DiscordSettings {
     /// The environment variable holding the bot token.
     #[serde(default = "default_discord_token_env")]
     pub token_env: String,
-    /// Channel for audit summaries and handoffs (embeds).
+    /// Channel for audit summaries and handoffs (embeds); admin commands work there.
     pub admin_channel_id: Option<u64>,
+    /// User ids allowed to use the admin commands.
+    #[serde(default)]
+    pub admins: Vec<u64>,
     /// Channels where a new message opens a help-desk thread.
     #[serde(default)]
     pub helpdesk_channel_ids: Vec<u64>,
@@ -107,6 +110,7 @@ impl Default for DiscordSettings {
         DiscordSettings {
             token_env: default_discord_token_env(),
             admin_channel_id: None,
+            admins: Vec::new(),
             helpdesk_channel_ids: Vec::new(),
             reading_channel_ids: Vec::new(),
             api_proxy: None,
@@ -158,8 +162,11 @@ pub struct TelegramSettings {
     /// The environment variable holding the bot token.
     #[serde(default = "default_telegram_token_env")]
     pub token_env: String,
-    /// Chat for audit summaries and handoffs (e.g. -1001234567890).
+    /// Chat for audit summaries and handoffs (e.g. -1001234567890); admin commands work there.
     pub admin_chat_id: Option<i64>,
+    /// User ids allowed to use the admin commands (`/sessions`, `/transcript`, `/export`).
+    #[serde(default)]
+    pub admins: Vec<i64>,
     /// A self-hosted Bot API server; default the official one.
     pub api_url: Option<String>,
     /// The flow a private chat starts with (default: `[flows] default`) and its argument
@@ -178,6 +185,7 @@ impl Default for TelegramSettings {
         TelegramSettings {
             token_env: default_telegram_token_env(),
             admin_chat_id: None,
+            admins: Vec::new(),
             api_url: None,
             private_flow: None,
             private_flow_arg: None,

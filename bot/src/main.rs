@@ -4,7 +4,6 @@
 mod app;
 mod bench;
 mod config;
-mod export;
 mod run;
 
 use anyhow::{Context, bail};
@@ -331,7 +330,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExportFormat::Json => {
                     serde_json::to_string_pretty(&records).context("encoding JSON")? + "\n"
                 }
-                ExportFormat::Csv => export::csv(definition, &records),
+                ExportFormat::Csv => kaiwa_core::export::csv(definition, &records),
             };
             match output {
                 Some(path) => std::fs::write(&path, text)

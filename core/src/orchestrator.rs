@@ -63,7 +63,35 @@ pub struct Orchestrator {
     rate: RateLimiter,
     max_waiting: usize,
     keep_submissions: bool,
+    access: AdminAccess,
 }
+
+/// Who may use the admin commands (`/sessions`, `/transcript ID`, `/export FORM`), and where:
+/// only listed users, and only in their platform's admin chat or channel.
+#[derive(Debug, Clone, Default)]
+pub struct AdminAccess {
+    /// Admin user ids per platform.
+    pub admins: HashMap<crate::message::Platform, Vec<String>>,
+    /// The admin chat (Telegram) or channel (Discord) per platform.
+    pub places: HashMap<crate::message::Platform, String>,
+}
+
+impl AdminAccess {
+    pub fn allows(&self, key: &SessionKey) -> bool {
+        let admin = self
+            .admins
+            .get(&key.platform)
+            .is_some_and(|ids| ids.iter().any(|id| id == &key.user));
+        let place = self
+            .places
+            .get(&key.platform)
+            .is_some_and(|chat| chat == &key.chat);
+        admin && place
+    }
+}
+
+/// The admin commands.
+pub const ADMIN_COMMANDS: [&str; 3] = ["sessions", "transcript", "export"];
 
 /// At most `per_minute` messages per user and place in any 60 seconds (0: no limit).
 #[derive(Default)]
@@ -131,6 +159,7 @@ impl Orchestrator {
             },
             max_waiting: DEFAULT_MAX_WAITING,
             keep_submissions: false,
+            access: AdminAccess::default(),
         }
     }
 
@@ -155,6 +184,12 @@ impl Orchestrator {
     /// `/forget` keeps interview submissions (for the hiring team) and says so.
     pub fn with_kept_submissions(mut self, keep: bool) -> Self {
         self.keep_submissions = keep;
+        self
+    }
+
+    /// Who may use the admin commands, and where.
+    pub fn with_admin_access(mut self, access: AdminAccess) -> Self {
+        self.access = access;
         self
     }
 
@@ -222,6 +257,12 @@ impl Orchestrator {
                 );
                 return self.reply_only(&incoming, None, text, outbox).await;
             }
+        }
+        if let Body::Command { name, args } = &incoming.body
+            && ADMIN_COMMANDS.contains(&name.as_str())
+        {
+            let text = self.admin_command(&key, name, args).await?;
+            return self.reply_only(&incoming, None, text, outbox).await;
         }
         let (duplicate, active) = self.store.load_for_turn(&key, &incoming.message_id).await?;
         if duplicate {
@@ -312,6 +353,77 @@ impl Orchestrator {
             replace_pending: true,
         };
         self.commit_and_deliver(&incoming, turn, outbox).await
+    }
+
+    /// `/sessions`, `/transcript ID`, `/export FORM` for admins in the admin place; everyone
+    /// else is refused and the attempt is logged. Nothing of it is stored in a transcript.
+    async fn admin_command(
+        &self,
+        key: &SessionKey,
+        name: &str,
+        args: &str,
+    ) -> Result<String, OrchestratorError> {
+        if !self.access.allows(key) {
+            tracing::warn!(user = %key.user, chat = %key.chat, command = name, "admin command refused");
+            return Ok("This command is not allowed here. / ここでは使えないコマンドです。".into());
+        }
+        tracing::info!(user = %key.user, command = name, "admin command");
+        Ok(match name {
+            "sessions" => {
+                let sessions = self.store.active_sessions(50).await?;
+                if sessions.is_empty() {
+                    "No conversations in progress.".into()
+                } else {
+                    let mut out = format!("{} conversations in progress:\n", sessions.len());
+                    for s in sessions {
+                        out.push_str(&format!(
+                            "#{} {} {} user {} (updated {})\n",
+                            s.id,
+                            s.flow,
+                            s.key.platform,
+                            s.key.user,
+                            s.updated_at.format("%Y-%m-%d %H:%M UTC")
+                        ));
+                    }
+                    out
+                }
+            }
+            "transcript" => {
+                let Ok(id) = args.trim().trim_start_matches('#').parse::<i64>() else {
+                    return Ok("Usage: /transcript SESSION_ID (see /sessions)".into());
+                };
+                match self.store.session(id).await? {
+                    None => format!("There is no session #{id}."),
+                    Some(session) => {
+                        let messages = self.store.recent_messages(id, 200).await?;
+                        let mut out = format!(
+                            "Session #{id} ({}, {} user {}):\n",
+                            session.flow, session.key.platform, session.key.user
+                        );
+                        for m in messages {
+                            out.push_str(&format!("[{}] {}\n", m.role.as_str(), m.text));
+                        }
+                        out
+                    }
+                }
+            }
+            _ => {
+                let form = args.trim();
+                if form.is_empty() {
+                    return Ok("Usage: /export FORM_ID".into());
+                }
+                let records = self.store.submissions(Some(form)).await?;
+                if records.is_empty() {
+                    format!("No submissions for the form {form:?}.")
+                } else {
+                    format!(
+                        "{} submissions of {form}:\n{}",
+                        records.len(),
+                        crate::export::csv(None, &records)
+                    )
+                }
+            }
+        })
     }
 
     /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.

@@ -8,7 +8,8 @@ use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::message::Platform;
+use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::Store;
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 
 const TOKEN: &str = "123456:TEST-secret-token";
 const ADMIN: i64 = -100_999;
+const ADMIN_USER: i64 = 9;
 const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
 const SURVEY: &str = r#"
 title = "Stack survey"
@@ -82,7 +84,12 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
         catalogue: None,
     };
     let flows = FlowRegistry::new(builtin(&config)).expect("flows");
-    let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+    let access = AdminAccess {
+        admins: [(Platform::Telegram, vec![ADMIN_USER.to_string()])].into(),
+        places: [(Platform::Telegram, ADMIN.to_string())].into(),
+    };
+    let orchestrator =
+        Arc::new(Orchestrator::new(store.clone(), flows, models, admin).with_admin_access(access));
     let config = TelegramConfig {
         token: TOKEN.into(),
         api_url: Some(fake.url().into()),
@@ -495,5 +502,56 @@ async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
         !fake.calls_of("sendChatAction").is_empty(),
         "typing while the model works"
     );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_work_only_for_admins_in_the_admin_chat() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let applicant = Chat::private(1301);
+    say(&fake, applicant, 1301, "/start").await;
+    tap(&fake, applicant, 1301, "English").await;
+    say(&fake, applicant, 1301, "Japan").await;
+    let admin_chat = Chat::private(ADMIN);
+
+    // not an admin, in the admin chat
+    let refused = say(&fake, admin_chat, 1302, "/sessions").await;
+    assert_eq!(refused.len(), 1);
+    assert!(refused[0].contains("not allowed"), "{refused:?}");
+    // an admin, but outside the admin chat
+    let elsewhere = say(
+        &fake,
+        Chat::private(ADMIN_USER),
+        ADMIN_USER,
+        "/transcript 1",
+    )
+    .await;
+    assert!(elsewhere[0].contains("not allowed"), "{elsewhere:?}");
+    // the applicant cannot read anyone's transcript either
+    let mine = say(&fake, applicant, 1301, "/transcript 1").await;
+    assert!(mine[0].contains("not allowed"), "{mine:?}");
+
+    let listed = say(&fake, admin_chat, ADMIN_USER, "/sessions").await;
+    assert!(
+        listed[0].contains("interview telegram user 1301"),
+        "{listed:?}"
+    );
+    let id: String = listed[0]
+        .split('#')
+        .nth(1)
+        .unwrap_or_default()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let transcript = say(&fake, admin_chat, ADMIN_USER, &format!("/transcript {id}")).await;
+    assert!(transcript[0].contains("[user] Japan"), "{transcript:?}");
+    let export = say(&fake, admin_chat, ADMIN_USER, "/export engineer").await;
+    assert!(export[0].contains("No submissions"), "{export:?}");
+    // plain talk in the admin chat starts nothing
+    fake.send_text(admin_chat, ADMIN_USER, "hello team");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.texts_in(admin_chat).len(), 4);
     bot.stop().await;
 }

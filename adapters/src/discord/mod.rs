@@ -581,6 +581,18 @@ impl Handler {
                     }
                 }
             }
+            // the admin channel takes admin commands only
+            None if self.config.admin_channel_id == Some(msg.channel_id.get()) => {
+                if !text.starts_with('/') {
+                    return;
+                }
+                Place {
+                    chat: msg.channel_id.get().to_string(),
+                    thread: String::new(),
+                    flow: None,
+                    flow_arg: None,
+                }
+            }
             None => match self.place_of(msg.channel_id, dm).await {
                 Some(place) => place,
                 None => return,

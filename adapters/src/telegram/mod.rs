@@ -478,7 +478,15 @@ async fn on_message(
         return Ok(());
     };
     let private = message.chat.is_private();
-    let Some((flow, flow_arg)) = ctx.flow_for(private) else {
+    let in_admin_chat = ctx.config.admin_chat_id == Some(message.chat.id.0);
+    if in_admin_chat && !message.text().is_some_and(|t| t.starts_with('/')) {
+        // the admin chat takes admin commands only
+        return Ok(());
+    }
+    let Some((flow, flow_arg)) = ctx
+        .flow_for(private)
+        .or_else(|| in_admin_chat.then_some((None, None)))
+    else {
         return Ok(());
     };
     let place = Place::of(&message);

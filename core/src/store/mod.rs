@@ -282,6 +282,8 @@ pub trait Store: Send + Sync {
     /// The active session of a place, if any.
     async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError>;
     async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError>;
+    /// The most recently active sessions in progress (the admins' `/sessions`).
+    async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError>;
     /// Sessions in progress (`/metrics`; also the database check of `/healthz`).
     async fn count_active_sessions(&self) -> Result<i64, StoreError>;
     async fn is_processed(

@@ -605,6 +605,17 @@ impl Store for SqliteStore {
         row.as_ref().map(session_from_row).transpose()
     }
 
+    async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' ORDER BY updated_ms DESC LIMIT ?"
+        ))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("listing sessions"))?;
+        rows.iter().map(session_from_row).collect()
+    }
+
     async fn count_active_sessions(&self) -> Result<i64, StoreError> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions WHERE status = 'active'")
             .fetch_one(&self.pool)

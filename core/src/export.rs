@@ -1,8 +1,8 @@
-//! `kaiwa export`: submissions as CSV (one row per submission, one column per form field, in
+//! Submissions as CSV (`kaiwa export`, the admins' `/export`) (one row per submission, one column per form field, in
 //! the form's order; fields no longer in the form follow) or JSON.
 
-use kaiwa_core::flows::interview::form::Form;
-use kaiwa_core::store::SubmissionRecord;
+use crate::flows::interview::form::Form;
+use crate::store::SubmissionRecord;
 
 fn quote(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
