@@ -9,6 +9,7 @@ use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
 use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
+use kaiwa_core::llm::breaker::{Breaker, BreakerModel};
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
@@ -134,6 +135,20 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
     let Some(llm) = llm else {
         return Ok(ModelRouter::none());
     };
+    // one circuit breaker per endpoint, shared by the agents that use it
+    let breakers: std::cell::RefCell<Vec<(String, Arc<Breaker>)>> = Default::default();
+    let breaker_for = |base_url: &str| {
+        let mut list = breakers.borrow_mut();
+        if let Some((_, b)) = list.iter().find(|(url, _)| url == base_url) {
+            return b.clone();
+        }
+        let b = Breaker::new(
+            llm.breaker_failures,
+            Duration::from_secs(llm.breaker_cooldown_secs),
+        );
+        list.push((base_url.to_string(), b.clone()));
+        b
+    };
     let client = |base_url: &str,
                   model: &str,
                   key_env: Option<&str>,
@@ -144,7 +159,8 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
         config.timeout = Duration::from_secs(timeout);
         config.max_retries = llm.max_retries;
         config.supports_required_tool_choice = llm.supports_required_tool_choice;
-        Ok(Arc::new(OpenAiClient::new(config)?))
+        let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config)?);
+        Ok(Arc::new(BreakerModel::new(client, breaker_for(base_url))))
     };
     let default = client(
         &llm.base_url,
@@ -164,7 +180,8 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
         .with_context(|| format!("[llm.agents.{agent}]"))?;
         router = router.with_agent(agent.clone(), model);
     }
-    Ok(router)
+    let breakers = breakers.into_inner().into_iter().map(|(_, b)| b).collect();
+    Ok(router.with_breakers(breakers))
 }
 
 #[cfg(test)]

@@ -276,6 +276,12 @@ pub struct LlmSettings {
     pub timeout_secs: u64,
     #[serde(default = "default_retries")]
     pub max_retries: u32,
+    /// Failed calls in a row after which an endpoint's circuit breaker opens (agents use their
+    /// floor) and how long it stays open before a trial call.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    #[serde(default = "default_breaker_cooldown")]
+    pub breaker_cooldown_secs: u64,
     /// Set for servers that accept `tool_choice: "required"`.
     #[serde(default)]
     pub supports_required_tool_choice: bool,
@@ -295,6 +301,14 @@ pub struct AgentLlmSettings {
 
 fn default_timeout() -> u64 {
     60
+}
+
+fn default_breaker_failures() -> u32 {
+    5
+}
+
+fn default_breaker_cooldown() -> u64 {
+    30
 }
 
 fn default_retries() -> u32 {

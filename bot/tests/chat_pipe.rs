@@ -467,3 +467,62 @@ async fn stats_sum_the_model_ledger_per_flow_and_agent() {
     assert!(table.stdout.starts_with("flow"), "{}", table.stdout);
     assert!(table.stdout.contains("assistant"), "{}", table.stdout);
 }
+
+#[tokio::test]
+async fn a_dead_model_server_opens_the_breaker_and_the_interview_goes_on_by_its_floor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // nothing listens on a port we bound and closed: every call is refused at once
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let config = format!(
+        "{}\n[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\nmax_retries = 0\ntimeout_secs = 2\nbreaker_failures = 2\nbreaker_cooldown_secs = 600\n",
+        forms_config()
+    );
+    let answers = "1\nJapan\nHanako Yamada\nhanako@example.com\n";
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &[
+            "chat",
+            "interview",
+            "--form",
+            "engineer",
+            "--user",
+            "hanako",
+        ],
+        answers,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let notice = "The language model is not answering right now";
+    assert_eq!(
+        run.stdout.matches(notice).count(),
+        1,
+        "told once: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("How many years of professional software development experience"),
+        "the floor carried on: {}",
+        run.stdout
+    );
+    let stats = kaiwa(dir.path(), &config, &["stats", "--json"], "").await;
+    let usage: serde_json::Value = serde_json::from_str(&stats.stdout).expect("JSON");
+    let calls: u64 = usage
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u["calls"].as_u64())
+        .sum();
+    let errors: u64 = usage
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u["errors"].as_u64())
+        .sum();
+    assert_eq!(calls, errors, "every call failed: {usage}");
+    assert!(calls >= 2, "{usage}");
+}

@@ -64,6 +64,8 @@ pub struct Orchestrator {
     max_waiting: usize,
     keep_submissions: bool,
     access: AdminAccess,
+    /// Places told of the current model outage.
+    told: Mutex<(u64, std::collections::HashSet<SessionKey>)>,
 }
 
 /// Who may use the admin commands (`/sessions`, `/transcript ID`, `/export FORM`), and where:
@@ -160,6 +162,7 @@ impl Orchestrator {
             max_waiting: DEFAULT_MAX_WAITING,
             keep_submissions: false,
             access: AdminAccess::default(),
+            told: Mutex::new((0, std::collections::HashSet::new())),
         }
     }
 
@@ -345,6 +348,22 @@ impl Orchestrator {
                 .outgoing
                 .push(Outgoing::text(unknown_command(&session, &incoming.body)));
         }
+        if let Some(outage) = self.models.outage()
+            && self.first_to_hear_of(outage, &key)
+        {
+            // once per outage and place: the answers are simpler for a while
+            let notice = pick(
+                &session,
+                "(The language model is not answering right now, so my replies are simpler for a while.)",
+                "（現在、言語モデルが応答しないため、しばらく簡易的な応答になります。）",
+            );
+            let at = output
+                .outgoing
+                .iter()
+                .position(|o| matches!(o, Outgoing::Options(_)))
+                .unwrap_or(output.outgoing.len());
+            output.outgoing.insert(at, Outgoing::text(notice));
+        }
         let turn = FinishedTurn {
             session,
             finish_session,
@@ -353,6 +372,15 @@ impl Orchestrator {
             replace_pending: true,
         };
         self.commit_and_deliver(&incoming, turn, outbox).await
+    }
+
+    /// True the first time `key` hears of `outage` (later outages are told again).
+    fn first_to_hear_of(&self, outage: u64, key: &SessionKey) -> bool {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.0 != outage {
+            *told = (outage, std::collections::HashSet::new());
+        }
+        told.1.insert(key.clone())
     }
 
     /// `/sessions`, `/transcript ID`, `/export FORM` for admins in the admin place; everyone

@@ -6,6 +6,7 @@
 //! stay in its own module; everything above speaks the types here. [`ModelRouter`] picks the
 //! model an agent uses (per-agent overrides, or none: then agents use their rule-based floor).
 
+pub mod breaker;
 pub mod openai;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod scripted;
@@ -166,6 +167,8 @@ pub enum ModelError {
     Malformed(String),
     #[error("scripted model: {0}")]
     Script(String),
+    #[error("the model endpoint is failing; its circuit breaker is open")]
+    CircuitOpen,
 }
 
 impl ModelError {
@@ -178,6 +181,7 @@ impl ModelError {
             ModelError::Connect(_) => "connect",
             ModelError::Malformed(_) => "malformed",
             ModelError::Script(_) => "script",
+            ModelError::CircuitOpen => "circuit_open",
         }
     }
 }
@@ -195,6 +199,7 @@ pub trait ChatModel: Send + Sync {
 pub struct ModelRouter {
     default: Option<Arc<dyn ChatModel>>,
     per_agent: HashMap<String, Arc<dyn ChatModel>>,
+    breakers: Vec<Arc<breaker::Breaker>>,
 }
 
 impl ModelRouter {
@@ -207,7 +212,20 @@ impl ModelRouter {
         ModelRouter {
             default,
             per_agent: HashMap::new(),
+            breakers: Vec::new(),
         }
+    }
+
+    /// Registers the breakers of the endpoints, so the orchestrator can tell users once when
+    /// one is open.
+    pub fn with_breakers(mut self, breakers: Vec<Arc<breaker::Breaker>>) -> Self {
+        self.breakers = breakers;
+        self
+    }
+
+    /// `Some(outage)` while any endpoint's breaker is open.
+    pub fn outage(&self) -> Option<u64> {
+        self.breakers.iter().filter_map(|b| b.open_outage()).max()
     }
 
     /// Routes `agent` to `model` instead of the default.
