@@ -179,3 +179,103 @@ async fn it_serves_telegram_and_discord_health_and_metrics_and_stops_on_sigterm(
         "the token leaked:\n{log}"
     );
 }
+
+/// Starts `kaiwa run` on `dir`'s config and database; its log is collected.
+fn spawn_run(dir: &std::path::Path) -> (tokio::process::Child, Arc<Mutex<String>>) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("run")
+        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.display()),
+        )
+        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
+        .env_remove("KAIWA_TEST_DISCORD_TOKEN")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kaiwa starts");
+    let log = Arc::new(Mutex::new(String::new()));
+    if let Some(stderr) = child.stderr.take() {
+        let collected = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+    }
+    (child, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_mid_turn_handles_the_message_after_restart_without_repeating_anything() {
+    use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+    let telegram = FakeTelegram::start(TOKEN).await;
+    // the first model call never answers: the process is killed while waiting for it
+    let model = FakeOpenAi::start([Reply::Hang]).await.expect("model");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_secs = 60\nmax_retries = 0\n",
+        config(telegram.url(), "http://127.0.0.1:9").replace(
+            "private_flow = \"interview\"\nprivate_flow_arg = \"engineer\"",
+            "private_flow = \"assistant\""
+        ),
+        model.base_url()
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), config).expect("config");
+    let chat = Chat::private(41);
+
+    let (mut first, _log) = spawn_run(dir.path());
+    telegram.send_text(chat, 41, "/start");
+    let greeting = telegram.wait_texts(chat, 2).await;
+    telegram.send_text(chat, 41, "hello there");
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while model.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the turn reached the model");
+    // let the dispatcher poll again: Telegram now considers the update delivered
+    let polls = telegram.polls();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while telegram.polls() < polls + 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("polled again");
+    first.start_kill().expect("SIGKILL");
+    let _ = first.wait().await;
+
+    model.push(Reply::text("Hi! Nice to meet you."));
+    let (mut second, log) = spawn_run(dir.path());
+    let texts = telegram.wait_texts(chat, greeting.len() + 1).await;
+    assert_eq!(
+        texts.last().map(String::as_str),
+        Some("Hi! Nice to meet you.")
+    );
+    // nothing sent twice, nothing lost
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let texts = telegram.texts_in(chat);
+    assert_eq!(texts.len(), greeting.len() + 1, "{texts:#?}");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the interrupted turn ran once more, not twice"
+    );
+    let last_request = model.requests()[1].to_string();
+    assert!(last_request.contains("hello there"), "{last_request}");
+    let _ = second.start_kill();
+    let _ = second.wait().await;
+    let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        log.contains("handling messages left unfinished by the last run"),
+        "{log}"
+    );
+}

@@ -209,6 +209,53 @@ impl Orchestrator {
         &self.flows
     }
 
+    /// [`Self::handle`] for platform adapters: the message is kept in the store's inbox until
+    /// its turn is done, so a crash mid-turn does not lose it ([`Self::replay_inbox`] at the
+    /// next start handles it; the store's deduplication keeps a turn from running twice).
+    pub async fn handle_durable(
+        &self,
+        incoming: Incoming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let (platform, chat, id) = (
+            incoming.platform,
+            incoming.chat.clone(),
+            incoming.message_id.clone(),
+        );
+        if let Err(e) = self.store.inbox_put(&incoming).await {
+            tracing::warn!(error = %e, "could not keep the message in the inbox");
+        }
+        let result = self.handle(incoming, outbox).await;
+        if result.is_ok()
+            && let Err(e) = self.store.inbox_done(platform, &chat, &id).await
+        {
+            tracing::warn!(error = %e, "could not clear the inbox");
+        }
+        result
+    }
+
+    /// Handles the messages of `platform` left in the inbox by a crash. Returns how many.
+    pub async fn replay_inbox(
+        &self,
+        platform: crate::message::Platform,
+        outbox: &dyn Outbox,
+    ) -> Result<usize, OrchestratorError> {
+        let pending = self.store.inbox_pending(platform).await?;
+        let n = pending.len();
+        if n > 0 {
+            tracing::info!(
+                messages = n,
+                "handling messages left unfinished by the last run"
+            );
+        }
+        for incoming in pending {
+            let (chat, id) = (incoming.chat.clone(), incoming.message_id.clone());
+            self.handle(incoming, outbox).await?;
+            self.store.inbox_done(platform, &chat, &id).await?;
+        }
+        Ok(n)
+    }
+
     /// Handles one message: one turn, committed, then delivered through `outbox`.
     pub async fn handle(
         &self,

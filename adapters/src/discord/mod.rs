@@ -519,7 +519,11 @@ impl Handler {
     }
 
     async fn turn(&self, incoming: Incoming, reply_to: ChannelId) {
-        if let Err(error) = self.orchestrator.handle(incoming, &self.outbox).await {
+        if let Err(error) = self
+            .orchestrator
+            .handle_durable(incoming, &self.outbox)
+            .await
+        {
             tracing::error!(%error, channel = %reply_to, "turn not stored");
             if let Err(e) = self.api.send_text(reply_to, SAVE_FAILED, Vec::new()).await {
                 tracing::warn!(error = %e, "could not tell the user");
@@ -800,6 +804,13 @@ impl EventHandler for Handler {
         self.health.ok();
         tracing::info!(bot = %ready.user.name, "Discord connected");
         self.api.http.set_application_id(ready.application.id);
+        if let Err(e) = self
+            .orchestrator
+            .replay_inbox(Platform::Discord, &self.outbox)
+            .await
+        {
+            tracing::warn!(error = %e, "could not handle the messages left by the last run");
+        }
         let commands = self.orchestrator.flows().menu_commands();
         if let Err(e) = self.api.set_commands(&commands).await {
             tracing::warn!(error = %e, "could not register the Discord slash commands");

@@ -427,7 +427,11 @@ impl Context {
     }
 
     async fn turn(&self, incoming: Incoming, place: Place) {
-        if let Err(error) = self.orchestrator.handle(incoming, &self.outbox).await {
+        if let Err(error) = self
+            .orchestrator
+            .handle_durable(incoming, &self.outbox)
+            .await
+        {
             tracing::error!(%error, chat = %place.chat, "turn not stored");
             if let Err(e) = self.api.send_text(place, SAVE_FAILED, None).await {
                 tracing::warn!(error = %e, "could not tell the user");
@@ -661,6 +665,13 @@ impl TelegramAdapter {
             tracing::warn!(error = %e, "could not register the Telegram command menu");
         }
         let poll_timeout = config.poll_timeout;
+        let replay_outbox = TelegramOutbox::new(api.clone());
+        if let Err(e) = orchestrator
+            .replay_inbox(Platform::Telegram, &replay_outbox)
+            .await
+        {
+            tracing::warn!(error = %e, "could not handle the messages left by the last run");
+        }
         let ctx = Arc::new(Context {
             outbox: TelegramOutbox::new(api.clone()),
             api: api.clone(),

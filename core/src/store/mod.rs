@@ -10,7 +10,7 @@
 pub mod reading;
 pub mod sqlite;
 
-use crate::message::{OptionsRequest, Platform, SessionKey, UserRef};
+use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};
 use crate::state::StateChange;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -359,5 +359,15 @@ pub trait Store: Send + Sync {
     /// Deletes the messages of sessions idle for longer than `older_than` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn).
+    async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError>;
+    async fn inbox_done(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError>;
+    /// Messages of `platform` received but not finished, oldest first.
+    async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError>;
     async fn close(&self);
 }

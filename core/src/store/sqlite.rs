@@ -12,7 +12,7 @@ use super::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
     StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit,
 };
-use crate::message::{Platform, SessionKey};
+use crate::message::{Incoming, Platform, SessionKey};
 use crate::state::StateChange;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -1105,6 +1105,52 @@ impl Store for SqliteStore {
         .await
         .map_err(StoreError::db("deleting old transcripts"))?;
         Ok(done.rows_affected())
+    }
+
+    async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
+        let json = serde_json::to_string(incoming).map_err(|e| corrupt("inbox entry", e))?;
+        sqlx::query(
+            "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(incoming.platform.as_str())
+        .bind(&incoming.chat)
+        .bind(&incoming.message_id)
+        .bind(json)
+        .bind(ms(Utc::now()))
+        .execute(&self.writer)
+        .await
+        .map_err(StoreError::db("keeping a received message"))?;
+        Ok(())
+    }
+
+    async fn inbox_done(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM inbox WHERE platform = ? AND chat = ? AND message_id = ?")
+            .bind(platform.as_str())
+            .bind(chat)
+            .bind(message_id)
+            .execute(&self.writer)
+            .await
+            .map_err(StoreError::db("clearing a handled message"))?;
+        Ok(())
+    }
+
+    async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT incoming FROM inbox WHERE platform = ? ORDER BY created_ms, rowid",
+        )
+        .bind(platform.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("reading the inbox"))?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).map_err(|e| corrupt("inbox entry", e)))
+            .collect()
     }
 
     async fn close(&self) {
