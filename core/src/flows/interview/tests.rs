@@ -626,3 +626,120 @@ async fn a_plain_signup_in_japanese_with_a_model_never_runs_quick_check_or_the_a
     assert_eq!(subs[0].submission.language.as_deref(), Some("ja"));
     assert_eq!(subs[0].submission.values["guests"], "1");
 }
+
+/// Fails 30 % of calls, in turn: HTTP 500, a timeout, malformed output, an unknown tool, a
+/// known tool with invalid arguments. The rest go to the well-behaved interview model.
+struct Chaos {
+    inner: crate::llm::scripted::ScriptedModel,
+    calls: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl crate::llm::ChatModel for Chaos {
+    fn name(&self) -> &str {
+        "chaos"
+    }
+    async fn chat(
+        &self,
+        request: crate::llm::ChatRequest,
+    ) -> Result<crate::llm::ChatResponse, crate::llm::ModelError> {
+        use crate::llm::{ChatResponse, ModelError};
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n % 10 >= 3 {
+            return self.inner.chat(request).await;
+        }
+        let k = self.failed.fetch_add(1, Ordering::SeqCst);
+        match k % 5 {
+            0 => Err(ModelError::Http {
+                status: 500,
+                body: "internal error".into(),
+            }),
+            1 => Err(ModelError::Timeout(std::time::Duration::from_secs(30))),
+            2 => Err(ModelError::Malformed("not JSON".into())),
+            3 => Ok(ChatResponse::tool_call(
+                "launch_rockets",
+                serde_json::json!({}),
+            )),
+            _ => Ok(match request.tools.first() {
+                Some(tool) => ChatResponse::tool_call(&tool.name, serde_json::json!({"x": [1]})),
+                None => ChatResponse::text(""),
+            }),
+        }
+    }
+}
+
+/// Answers whatever the interview asks, the way an applicant would.
+fn applicant_answer(question: &str) -> &'static str {
+    let q = question.to_lowercase();
+    let table = [
+        ("country", "Japan"),
+        ("email", "hanako@example.com"),
+        ("name", "Hanako Yamada"),
+        ("years", "7"),
+        ("experience", "7"),
+        ("skill", "Rust, Go"),
+        ("language", "Rust, Go"),
+        ("motivation", "I love building developer tools"),
+        ("why", "I love building developer tools"),
+        ("start", "2026-04-01"),
+        ("date", "2026-04-01"),
+        ("portfolio", "https://github.com/hanako"),
+        ("url", "https://github.com/hanako"),
+        ("github", "https://github.com/hanako"),
+    ];
+    table
+        .iter()
+        .find(|(k, _)| q.contains(k))
+        .map_or("Rust, Go", |(_, a)| a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_interviews_complete_while_the_model_fails_thirty_percent_of_calls() {
+    let chaos = Arc::new(Chaos {
+        inner: fake_model(Arc::new(|_| None)).unrecorded(),
+        calls: AtomicUsize::new(0),
+        failed: AtomicUsize::new(0),
+    });
+    let mut completed = 0;
+    for i in 0..50 {
+        let router = ModelRouter::new(Some(chaos.clone()));
+        let h = Harness::new("sqlite::memory:", router, "engineer").await;
+        let mut texts = h.open().await;
+        let mut done = false;
+        for _ in 0..60 {
+            if texts.iter().any(|t| t.contains("submitted")) {
+                done = true;
+                break;
+            }
+            texts = match h.outbox.last_options() {
+                Some(options) if texts.last() == Some(&options.prompt) => {
+                    let value = ["en", "remote", "confirm"]
+                        .iter()
+                        .find(|v| options.options.iter().any(|o| o.value == **v))
+                        .map(|v| v.to_string())
+                        .or_else(|| options.options.first().map(|o| o.value.clone()))
+                        .unwrap_or_default();
+                    h.choose(&value).await
+                }
+                _ => h.say(applicant_answer(&last(&texts))).await,
+            };
+        }
+        assert!(done, "interview {i} did not complete: {texts:?}");
+        let subs = h.store.submissions(Some("engineer")).await.expect("subs");
+        assert_eq!(subs.len(), 1, "interview {i}");
+        assert_eq!(
+            subs[0].submission.status,
+            SubmissionStatus::Submitted,
+            "interview {i}"
+        );
+        let ledger = h.store.llm_calls(None).await.expect("ledger");
+        assert!(!ledger.is_empty());
+        completed += 1;
+    }
+    assert_eq!(completed, 50);
+    let calls = chaos.calls.load(Ordering::SeqCst);
+    let failed = chaos.failed.load(Ordering::SeqCst);
+    assert!(calls > 500, "{calls} calls");
+    assert!(failed * 10 >= calls * 3 - 10, "{failed} of {calls} failed");
+}
