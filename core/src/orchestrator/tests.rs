@@ -593,3 +593,51 @@ async fn retention_deletes_only_transcripts_idle_longer_than_the_cutoff() {
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_database_is_waited_for_and_the_turn_is_not_lost() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    let store = Arc::new(SqliteStore::connect(&url).await.expect("store"));
+    let probe = Arc::new(Probe::new(None));
+    let flows = FlowRegistry::new(vec![probe.clone() as Arc<dyn Flow>]).expect("flows");
+    let orchestrator = Orchestrator::new(
+        store.clone(),
+        flows,
+        ModelRouter::none(),
+        Arc::new(CollectingAdminSink::default()),
+    );
+    // another process holds the write lock for a while
+    let mut other = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connects");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .expect("locks");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        sqlx::query("COMMIT")
+            .execute(&mut other)
+            .await
+            .expect("unlocks");
+    });
+    let outbox = Collect::default();
+    let started = std::time::Instant::now();
+    let report = orchestrator
+        .handle(text("c", "m1", "survives the lock"), &outbox)
+        .await
+        .expect("the turn waits for the lock instead of failing");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it did wait"
+    );
+    release.await.expect("released");
+    assert_eq!(outbox.texts(), ["got survives the lock"]);
+    let messages = store
+        .recent_messages(report.session_id, 10)
+        .await
+        .expect("loads");
+    assert_eq!(messages.len(), 2, "stored before it was delivered");
+}

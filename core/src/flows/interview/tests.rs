@@ -743,3 +743,46 @@ async fn fifty_interviews_complete_while_the_model_fails_thirty_percent_of_calls
     assert!(calls > 500, "{calls} calls");
     assert!(failed * 10 >= calls * 3 - 10, "{failed} of {calls} failed");
 }
+
+#[tokio::test]
+async fn forget_keeps_submissions_only_when_the_service_says_so() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    h.say("Japan").await;
+    for answer in [
+        "Hanako Yamada",
+        "hanako@example.com",
+        "5",
+        "Rust",
+        "I want to build developer tools",
+    ] {
+        h.say(answer).await;
+    }
+    h.choose("remote").await;
+    h.say("2026-04-01").await;
+    h.say("https://github.com/hanako").await;
+    assert_eq!(h.store.submissions(None).await.expect("subs").len(), 1);
+    let kept = h
+        .store
+        .forget_user(Platform::Console, "applicant", true)
+        .await
+        .expect("forgets");
+    assert!(kept > 0);
+    assert_eq!(
+        h.store.submissions(None).await.expect("subs").len(),
+        1,
+        "kept for the hiring team"
+    );
+    let data = h
+        .store
+        .user_data(Platform::Console, "applicant")
+        .await
+        .expect("data");
+    assert!(data["sessions"].as_array().is_some_and(Vec::is_empty));
+    h.store
+        .forget_user(Platform::Console, "applicant", false)
+        .await
+        .expect("forgets");
+    assert!(h.store.submissions(None).await.expect("subs").is_empty());
+}
