@@ -16,6 +16,8 @@ pub mod discord;
 pub mod split;
 pub mod telegram;
 
+use std::collections::{HashSet, VecDeque};
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -93,5 +95,52 @@ impl AdapterHealth {
                 .is_some_and(|t| t.elapsed() > FAILURE_MEMORY),
             _ => false,
         }
+    }
+}
+
+/// The ids of the most recent platform events, to drop a duplicate delivery before it costs
+/// anything (the store's deduplication still guards every turn, across restarts).
+pub struct SeenIds<T> {
+    capacity: usize,
+    seen: Mutex<(HashSet<T>, VecDeque<T>)>,
+}
+
+impl<T: Hash + Eq + Clone> SeenIds<T> {
+    pub fn new(capacity: usize) -> Self {
+        SeenIds {
+            capacity: capacity.max(1),
+            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+        }
+    }
+
+    /// `false` when `id` was seen before.
+    pub fn first_sight(&self, id: T) -> bool {
+        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *guard;
+        if !set.insert(id.clone()) {
+            return false;
+        }
+        order.push_back(id);
+        if order.len() > self.capacity
+            && let Some(old) = order.pop_front()
+        {
+            set.remove(&old);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seen_ids_forget_the_oldest() {
+        let seen = SeenIds::new(2);
+        assert!(seen.first_sight(1));
+        assert!(!seen.first_sight(1));
+        assert!(seen.first_sight(2));
+        assert!(seen.first_sight(3));
+        assert!(seen.first_sight(1), "1 was forgotten");
     }
 }

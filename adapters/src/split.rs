@@ -43,6 +43,16 @@ fn first_char_len(s: &str) -> usize {
     s.chars().next().map_or(1, char::len_utf8)
 }
 
+/// `text` cut to at most `max` characters, with an ellipsis when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// UTF-16 code units of a character (Telegram counts message length in them).
 pub fn utf16_len(c: char) -> usize {
     c.len_utf16()

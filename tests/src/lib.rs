@@ -10,3 +10,30 @@
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
+
+/// A plain form with one multi-select field, for the adapters' multi-select tests.
+pub const SURVEY_FORM: &str = r#"
+title = "Stack survey"
+variant = "plain"
+languages = ["en"]
+
+[[fields]]
+id = "languages"
+label = "Languages you use"
+intent = "Plan the workshops"
+required = true
+type = "multi_choice"
+question = "Which languages do you use?"
+
+[[fields.options]]
+value = "rust"
+label = "Rust"
+
+[[fields.options]]
+value = "go"
+label = "Go"
+
+[[fields.options]]
+value = "python"
+label = "Python"
+"#;

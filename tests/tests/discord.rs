@@ -26,31 +26,7 @@ const HELPDESK: u64 = 10;
 const DM: u64 = 20;
 const READING: u64 = 30;
 const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
-const SURVEY: &str = r#"
-title = "Stack survey"
-variant = "plain"
-languages = ["en"]
-
-[[fields]]
-id = "languages"
-label = "Languages you use"
-intent = "Plan the workshops"
-required = true
-type = "multi_choice"
-question = "Which languages do you use?"
-
-[[fields.options]]
-value = "rust"
-label = "Rust"
-
-[[fields.options]]
-value = "go"
-label = "Go"
-
-[[fields.options]]
-value = "python"
-label = "Python"
-"#;
+const SURVEY: &str = kaiwa_tests::SURVEY_FORM;
 
 struct Bot {
     stop: Option<oneshot::Sender<()>>,

@@ -17,8 +17,8 @@
 //! - A message is processed once: recent ids are remembered in memory and every turn is
 //!   deduplicated by the store.
 
-use crate::split::split_text;
-use crate::{AdapterError, AdapterHealth};
+use crate::split::{split_text, truncate};
+use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::flow::CommandInfo;
@@ -34,7 +34,7 @@ use serenity::all::{
     CreateSelectMenuKind, CreateSelectMenuOption, CreateThread, EditInteractionResponse,
     EventHandler, GatewayIntents, Http, HttpBuilder, Interaction, Message, Ready,
 };
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -167,15 +167,6 @@ pub fn components(request: &OptionsRequest, disabled: bool) -> Vec<CreateActionR
         .chunks(PER_ROW)
         .map(|row| CreateActionRow::Buttons(row.to_vec()))
         .collect()
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// REST calls that wait out 429s (needed when serenity's rate limiter is off).
@@ -429,27 +420,12 @@ struct Handler {
     orchestrator: Arc<Orchestrator>,
     config: DiscordConfig,
     health: Arc<AdapterHealth>,
-    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    seen: SeenIds<String>,
     /// thread id → parent channel id (looked up once per thread)
     parents: Mutex<HashMap<u64, Option<u64>>>,
 }
 
 impl Handler {
-    fn first_sight(&self, id: String) -> bool {
-        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, order) = &mut *guard;
-        if !set.insert(id.clone()) {
-            return false;
-        }
-        order.push_back(id);
-        if order.len() > SEEN
-            && let Some(old) = order.pop_front()
-        {
-            set.remove(&old);
-        }
-        true
-    }
-
     fn flow_of_channel(&self, channel: u64) -> Option<&'static str> {
         if self.config.helpdesk_channel_ids.contains(&channel) {
             Some("helpdesk")
@@ -532,7 +508,7 @@ impl Handler {
     }
 
     async fn on_message(&self, msg: Message) {
-        if msg.author.bot || !self.first_sight(format!("m{}", msg.id)) {
+        if msg.author.bot || !self.seen.first_sight(format!("m{}", msg.id)) {
             return;
         }
         self.health.ok();
@@ -630,7 +606,7 @@ impl Handler {
     }
 
     async fn on_component(&self, ctx: &Context, component: ComponentInteraction) {
-        if !self.first_sight(format!("i{}", component.id)) {
+        if !self.seen.first_sight(format!("i{}", component.id)) {
             return;
         }
         self.health.ok();
@@ -731,7 +707,7 @@ impl Handler {
     }
 
     async fn on_command(&self, ctx: &Context, command: CommandInteraction) {
-        if !self.first_sight(format!("i{}", command.id)) {
+        if !self.seen.first_sight(format!("i{}", command.id)) {
             return;
         }
         self.health.ok();
@@ -873,7 +849,7 @@ impl DiscordAdapter {
             orchestrator,
             config: config.clone(),
             health: health.clone(),
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            seen: SeenIds::new(SEEN),
             parents: Mutex::new(HashMap::new()),
         };
         // the client takes its own Http; both point at the same place with the same token

@@ -15,17 +15,16 @@
 
 pub mod keyboard;
 
-use crate::split::split_text;
-use crate::{AdapterError, AdapterHealth};
+use crate::split::{split_text, truncate};
+use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::flow::CommandInfo;
 use kaiwa_core::message::{Body, Incoming, Outgoing, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use keyboard::{Press, keyboard, values_of};
-use std::collections::{HashSet, VecDeque};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use teloxide::dispatching::{Dispatcher, UpdateFilterExt};
 use teloxide::prelude::*;
@@ -314,15 +313,6 @@ fn html_cost(c: char) -> usize {
     c.len_utf16()
 }
 
-fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
 /// Renders replies in a chat.
 pub struct TelegramOutbox {
     api: TelegramApi,
@@ -406,26 +396,10 @@ struct Context {
     orchestrator: Arc<Orchestrator>,
     config: TelegramConfig,
     health: Arc<AdapterHealth>,
-    seen: Mutex<(HashSet<u32>, VecDeque<u32>)>,
+    seen: SeenIds<u32>,
 }
 
 impl Context {
-    /// `false` when the update id was seen before.
-    fn first_sight(&self, update: u32) -> bool {
-        let mut guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, order) = &mut *guard;
-        if !set.insert(update) {
-            return false;
-        }
-        order.push_back(update);
-        if order.len() > SEEN_UPDATES
-            && let Some(old) = order.pop_front()
-        {
-            set.remove(&old);
-        }
-        true
-    }
-
     async fn turn(&self, incoming: Incoming, place: Place) {
         if let Err(error) = self
             .orchestrator
@@ -474,7 +448,7 @@ async fn on_message(
     ctx: Arc<Context>,
 ) -> Result<(), AdapterError> {
     ctx.health.ok();
-    if !ctx.first_sight(update.id.0) {
+    if !ctx.seen.first_sight(update.id.0) {
         tracing::info!(update = update.id.0, "duplicate Telegram update ignored");
         return Ok(());
     }
@@ -526,7 +500,7 @@ async fn on_callback(
     ctx: Arc<Context>,
 ) -> Result<(), AdapterError> {
     ctx.health.ok();
-    if !ctx.first_sight(update.id.0) {
+    if !ctx.seen.first_sight(update.id.0) {
         tracing::info!(update = update.id.0, "duplicate Telegram update ignored");
         return Ok(());
     }
@@ -678,7 +652,7 @@ impl TelegramAdapter {
             orchestrator,
             config,
             health: health.clone(),
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            seen: SeenIds::new(SEEN_UPDATES),
         });
         let handler = dptree::entry()
             .branch(Update::filter_message().endpoint(on_message))
