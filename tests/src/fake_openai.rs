@@ -69,9 +69,14 @@ impl Reply {
     }
 }
 
+/// Computes a reply from a request body (for servers that must follow a conversation).
+pub type Handler = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     replies: VecDeque<Reply>,
+    /// Answers when the script is empty.
+    handler: Option<Handler>,
     requests: Vec<Value>,
     authorizations: Vec<Option<String>>,
 }
@@ -98,6 +103,13 @@ impl FakeOpenAi {
             let _ = axum::serve(listener, app).await;
         });
         Ok(FakeOpenAi { addr, shared, task })
+    }
+
+    /// A server that answers every request with `handler` (after any scripted replies).
+    pub async fn serve(handler: Handler) -> std::io::Result<Self> {
+        let server = Self::start([]).await?;
+        server.lock().handler = Some(handler);
+        Ok(server)
     }
 
     /// `http://127.0.0.1:PORT/v1`
@@ -143,14 +155,18 @@ async fn completions(
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         let value = serde_json::from_slice(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
-        s.requests.push(value);
         s.authorizations.push(
             headers
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
         );
-        s.replies.pop_front()
+        let reply = s
+            .replies
+            .pop_front()
+            .or_else(|| s.handler.as_ref().map(|h| h(&value)));
+        s.requests.push(value);
+        reply
     };
     match reply {
         Some(Reply::Json(v)) => (StatusCode::OK, axum::Json(v)).into_response(),

@@ -9,7 +9,8 @@ use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::message::Platform;
+use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::Store;
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_tests::fake_discord::{FakeDiscord, GUILD};
@@ -22,6 +23,7 @@ use tokio::task::JoinHandle;
 
 const TOKEN: &str = "discord-secret-token";
 const ADMIN: u64 = 900;
+const ADMIN_USER: u64 = 77;
 const HELPDESK: u64 = 10;
 const DM: u64 = 20;
 const READING: u64 = 30;
@@ -64,7 +66,12 @@ async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
         )),
     };
     let flows = FlowRegistry::new(builtin(&config)).expect("flows");
-    let orchestrator = Arc::new(Orchestrator::new(store.clone(), flows, models, admin));
+    let access = AdminAccess {
+        admins: [(Platform::Discord, vec![ADMIN_USER.to_string()])].into(),
+        places: [(Platform::Discord, ADMIN.to_string())].into(),
+    };
+    let orchestrator =
+        Arc::new(Orchestrator::new(store.clone(), flows, models, admin).with_admin_access(access));
     let config = DiscordConfig {
         token: TOKEN.into(),
         admin_channel_id: Some(ADMIN),
@@ -473,9 +480,30 @@ async fn a_book_in_a_reading_channel_gets_its_own_thread() {
     assert!(greeting[0].contains("«Kokoro»"), "{greeting:?}");
     let records = bot
         .store
-        .reading_records(kaiwa_core::message::Platform::Discord, "33")
+        .reading_records(Platform::Discord, "33")
         .await
         .expect("records");
     assert_eq!(records.len(), 1);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_work_only_for_admins_in_the_admin_channel() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 76, "/start").await;
+    let refused = say(&fake, ADMIN, 78, "/sessions").await;
+    assert!(refused[0].contains("not allowed"), "{refused:?}");
+    let elsewhere = say(&fake, DM, ADMIN_USER, "/sessions").await;
+    assert!(elsewhere[0].contains("not allowed"), "{elsewhere:?}");
+    let listed = say(&fake, ADMIN, ADMIN_USER, "/sessions").await;
+    assert!(
+        listed[0].contains("interview discord user 76"),
+        "{listed:?}"
+    );
+    // plain talk in the admin channel starts nothing
+    fake.user_message(ADMIN, Some(GUILD), ADMIN_USER, "hello team");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.texts_in(ADMIN).len(), 2);
     bot.stop().await;
 }
