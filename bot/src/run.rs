@@ -79,6 +79,27 @@ async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
     )
 }
 
+/// Runs `job` now and then every `period` until `stop` changes (shutdown).
+fn every<F, Fut>(
+    period: Duration,
+    mut stop: watch::Receiver<bool>,
+    mut job: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => job().await,
+                _ = stop.changed() => break,
+            }
+        }
+    })
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     let ctrl_c = async {
@@ -199,19 +220,14 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     // the weekly reviews users opted in to, checked every minute
     let reviews = {
         let orchestrator = orchestrator.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(REVIEW_CHECK);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let outboxes = outboxes.clone();
-                        let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
-                        if let Err(e) = send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await {
-                            tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
-                        }
-                    }
-                    _ = stop.changed() => break,
+        every(REVIEW_CHECK, stop_rx.clone(), move || {
+            let (orchestrator, outboxes) = (orchestrator.clone(), outboxes.clone());
+            async move {
+                let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
+                if let Err(e) =
+                    send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await
+                {
+                    tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
                 }
             }
         })
@@ -220,20 +236,14 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     // retention: transcripts of sessions idle for longer than the configured days
     let retention = settings.privacy.transcript_days.map(|days| {
         let store = orchestrator.store().clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RETENTION_CHECK);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let before = chrono::Utc::now() - chrono::Duration::days(days.into());
-                        match store.delete_transcripts_before(before).await {
-                            Ok(0) => {}
-                            Ok(n) => tracing::info!(messages = n, days, "old transcripts deleted"),
-                            Err(e) => tracing::warn!(error = %e, "retention job failed; retrying later"),
-                        }
-                    }
-                    _ = stop.changed() => break,
+        every(RETENTION_CHECK, stop_rx.clone(), move || {
+            let store = store.clone();
+            async move {
+                let before = chrono::Utc::now() - chrono::Duration::days(days.into());
+                match store.delete_transcripts_before(before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(messages = n, days, "old transcripts deleted"),
+                    Err(e) => tracing::warn!(error = %e, "retention job failed; retrying later"),
                 }
             }
         })
