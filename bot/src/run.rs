@@ -175,7 +175,7 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     let mut adapters = JoinSet::new();
     let mut health = Vec::new();
     let mut outboxes: HashMap<Platform, Arc<dyn Outbox>> = HashMap::new();
-    if let (Some(api), Some(token)) = (telegram_api, telegram_token) {
+    if let Some(api) = telegram_api {
         outboxes.insert(
             Platform::Telegram,
             Arc::new(TelegramOutbox::new(api.clone())),
@@ -183,8 +183,6 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
         let telegram = TelegramAdapter::new(
             api,
             TelegramConfig {
-                token,
-                api_url: tg.api_url.clone(),
                 admin_chat_id: tg.admin_chat_id,
                 private_flow: tg.private_flow.clone(),
                 private_flow_arg: tg.private_flow_arg.clone(),

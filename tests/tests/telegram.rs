@@ -67,8 +67,6 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
     let orchestrator =
         Arc::new(Orchestrator::new(store.clone(), flows, models, admin).with_admin_access(access));
     let config = TelegramConfig {
-        token: TOKEN.into(),
-        api_url: Some(fake.url().into()),
         admin_chat_id: Some(ADMIN),
         private_flow: Some("interview".into()),
         private_flow_arg: Some(form.into()),

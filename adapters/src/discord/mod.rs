@@ -181,17 +181,22 @@ fn is_rate_limited(e: &serenity::Error) -> bool {
     matches!(e, serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) if r.status_code.as_u16() == 429)
 }
 
+/// A REST client for `token`, through `api_proxy` when one is set.
+fn build_http(token: &str, api_proxy: Option<&str>) -> Http {
+    let mut builder = HttpBuilder::new(token);
+    if let Some(proxy) = api_proxy {
+        // serenity ignores the proxy while its rate limiter is on (serenity #1739)
+        builder = builder
+            .proxy(proxy.trim_end_matches('/'))
+            .ratelimiter_disabled(true);
+    }
+    builder.build()
+}
+
 impl DiscordApi {
     pub fn new(token: &str, api_proxy: Option<&str>) -> DiscordApi {
-        let mut builder = HttpBuilder::new(token);
-        if let Some(proxy) = api_proxy {
-            // serenity ignores the proxy while its rate limiter is on (serenity #1739)
-            builder = builder
-                .proxy(proxy.trim_end_matches('/'))
-                .ratelimiter_disabled(true);
-        }
         DiscordApi {
-            http: Arc::new(builder.build()),
+            http: Arc::new(build_http(token, api_proxy)),
         }
     }
 
@@ -294,18 +299,23 @@ fn delivery_error(e: serenity::Error) -> DeliveryError {
     }
 }
 
-/// Where a session's replies go: its thread, or its channel.
-fn target(key: &SessionKey) -> Result<ChannelId, DeliveryError> {
-    let id = if key.thread.is_empty() {
-        &key.chat
-    } else {
-        &key.thread
-    };
+/// Where a conversation's replies go: its thread, or its channel (`None`: not a channel id).
+fn channel_of(chat: &str, thread: &str) -> Option<ChannelId> {
+    let id = if thread.is_empty() { chat } else { thread };
     id.parse::<u64>()
         .ok()
         .filter(|id| *id != 0)
         .map(ChannelId::new)
-        .ok_or_else(|| DeliveryError::Rejected(format!("not a Discord channel: {id}")))
+}
+
+/// Where a session's replies go.
+fn target(key: &SessionKey) -> Result<ChannelId, DeliveryError> {
+    channel_of(&key.chat, &key.thread).ok_or_else(|| {
+        DeliveryError::Rejected(format!(
+            "not a Discord channel: {}/{}",
+            key.chat, key.thread
+        ))
+    })
 }
 
 /// Renders replies in a channel or thread.
@@ -765,13 +775,9 @@ impl Handler {
     }
 }
 
+/// Where replies to a place go (places are built from channel ids the gateway sent).
 fn target_of(place: &Place) -> ChannelId {
-    let id = if place.thread.is_empty() {
-        &place.chat
-    } else {
-        &place.thread
-    };
-    ChannelId::new(id.parse::<u64>().unwrap_or(1).max(1))
+    channel_of(&place.chat, &place.thread).unwrap_or(ChannelId::new(1))
 }
 
 #[async_trait]
@@ -853,15 +859,7 @@ impl DiscordAdapter {
             parents: Mutex::new(HashMap::new()),
         };
         // the client takes its own Http; both point at the same place with the same token
-        let http = {
-            let mut builder = HttpBuilder::new(&config.token);
-            if let Some(proxy) = &config.api_proxy {
-                builder = builder
-                    .proxy(proxy.trim_end_matches('/'))
-                    .ratelimiter_disabled(true);
-            }
-            builder.build()
-        };
+        let http = build_http(&config.token, config.api_proxy.as_deref());
         let mut client = serenity::client::ClientBuilder::new_with_http(http, intents)
             .event_handler(handler)
             .await

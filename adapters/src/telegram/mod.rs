@@ -38,13 +38,10 @@ use teloxide::{ApiError, RequestError};
 /// Telegram's limit on one message's text, in UTF-16 code units.
 pub const MESSAGE_LIMIT: usize = 4096;
 
-/// How the adapter is set up (from `[telegram]` in the configuration).
-#[derive(Clone)]
+/// How the adapter behaves (from `[telegram]` in the configuration). The token and the API
+/// URL live in the [`TelegramApi`] it is given.
+#[derive(Debug, Clone)]
 pub struct TelegramConfig {
-    /// The bot token (from the environment; never logged).
-    pub token: String,
-    /// A self-hosted Bot API server (or a test's fake); `None` for the official one.
-    pub api_url: Option<String>,
     /// Where audit summaries and handoffs go.
     pub admin_chat_id: Option<i64>,
     /// The flow a private chat starts with (`None`: the default flow) and its argument.
@@ -54,18 +51,6 @@ pub struct TelegramConfig {
     pub group_flow: Option<String>,
     /// Long-poll timeout; must stay below the HTTP client's ~17 s.
     pub poll_timeout: Duration,
-}
-
-impl std::fmt::Debug for TelegramConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TelegramConfig")
-            .field("token", &"<redacted>")
-            .field("api_url", &self.api_url)
-            .field("admin_chat_id", &self.admin_chat_id)
-            .field("private_flow", &self.private_flow)
-            .field("group_flow", &self.group_flow)
-            .finish()
-    }
 }
 
 /// A chat and, in a forum, a topic.
