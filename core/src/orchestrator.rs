@@ -324,10 +324,9 @@ impl Orchestrator {
                 duplicate: true,
             });
         }
-        let active = match self.privacy(&incoming, &key, active, outbox).await? {
-            Privacy::Done(report) => return Ok(report),
-            Privacy::NotMine(active) => *active,
-        };
+        if let Some(report) = self.privacy(&incoming, &key, &active, outbox).await? {
+            return Ok(report);
+        }
         let plan = self.plan(&incoming, active)?;
         let (session, finish_session, input) = match plan {
             Plan::Reply { session, text } => {
@@ -502,18 +501,19 @@ impl Orchestrator {
     }
 
     /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.
+    /// `None` for every other message (the common case costs a match, no clone).
     async fn privacy(
         &self,
         incoming: &Incoming,
         key: &SessionKey,
-        active: Option<SessionRecord>,
+        active: &Option<SessionRecord>,
         outbox: &dyn Outbox,
-    ) -> Result<Privacy, OrchestratorError> {
+    ) -> Result<Option<TurnReport>, OrchestratorError> {
         let lang = active
             .as_ref()
-            .and_then(|s| s.language.clone())
-            .unwrap_or_else(|| "en".into());
-        let say = |en: &str, ja: &str| crate::i18n::pick(&lang, en, ja);
+            .and_then(|s| s.language.as_deref())
+            .unwrap_or("en");
+        let say = |en: &str, ja: &str| crate::i18n::pick(lang, en, ja);
         match &incoming.body {
             Body::Command { name, .. } if name == "mydata" => {
                 let data = self.store.user_data(key.platform, &key.user).await?;
@@ -526,8 +526,7 @@ impl Orchestrator {
                     )
                 );
                 // not stored again: the reply is the data itself
-                let report = self.reply_only(incoming, None, text, outbox).await?;
-                Ok(Privacy::Done(report))
+                Ok(Some(self.reply_only(incoming, None, text, outbox).await?))
             }
             Body::Command { name, .. } if name == "forget" => {
                 let mut request = OptionsRequest::new(
@@ -542,7 +541,7 @@ impl Orchestrator {
                     false,
                 );
                 request.request_id = format!("{FORGET_PREFIX}{}", request.request_id);
-                let session = active.unwrap_or_else(|| {
+                let session = active.clone().unwrap_or_else(|| {
                     let flow = incoming
                         .flow
                         .as_deref()
@@ -560,9 +559,7 @@ impl Orchestrator {
                     ledger: LlmLedger::new(),
                     replace_pending: true,
                 };
-                Ok(Privacy::Done(
-                    self.commit_and_deliver(incoming, turn, outbox).await?,
-                ))
+                Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
             }
             Body::Choice { request_id, values }
                 if request_id.starts_with(FORGET_PREFIX)
@@ -588,12 +585,10 @@ impl Orchestrator {
                             "送信済みの応募内容は、このサービスの方針により採用担当のために保管されます。削除は採用担当に依頼してください。",
                         ));
                     }
-                    return Ok(Privacy::Done(
-                        self.reply_only(incoming, None, text, outbox).await?,
-                    ));
+                    return Ok(Some(self.reply_only(incoming, None, text, outbox).await?));
                 }
-                let Some(session) = active else {
-                    return Ok(Privacy::NotMine(Box::new(None)));
+                let Some(session) = active.clone() else {
+                    return Ok(None);
                 };
                 let mut output = TurnOutput::default();
                 output.say(say("Nothing was deleted.", "何も削除していません。"));
@@ -608,11 +603,9 @@ impl Orchestrator {
                     ledger: LlmLedger::new(),
                     replace_pending: true,
                 };
-                Ok(Privacy::Done(
-                    self.commit_and_deliver(incoming, turn, outbox).await?,
-                ))
+                Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
             }
-            _ => Ok(Privacy::NotMine(Box::new(active))),
+            _ => Ok(None),
         }
     }
 
@@ -974,11 +967,6 @@ struct FinishedTurn {
 const FORGET_PREFIX: &str = "fg";
 const FORGET_YES: &str = "forget:yes";
 const FORGET_NO: &str = "forget:no";
-
-enum Privacy {
-    Done(TurnReport),
-    NotMine(Box<Option<SessionRecord>>),
-}
 
 enum Plan {
     /// Run the flow.

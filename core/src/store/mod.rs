@@ -356,7 +356,7 @@ pub trait Store: Send + Sync {
         platform: Platform,
         user: &str,
     ) -> Result<serde_json::Value, StoreError>;
-    /// Deletes the messages of sessions idle for longer than `older_than` (retention).
+    /// Deletes the messages of sessions last active before `before` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
     /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn).
