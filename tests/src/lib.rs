@@ -37,3 +37,21 @@ label = "Go"
 value = "python"
 label = "Python"
 "#;
+
+/// The texts after the first `before`, once `texts` has stopped growing for a quarter second
+/// (a bot's reply can be several messages).
+pub async fn once_quiet(texts: impl Fn() -> Vec<String>, before: usize) -> Vec<String> {
+    let mut seen = texts().len();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let now = texts().len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    texts()
+        .get(before..)
+        .map(<[String]>::to_vec)
+        .unwrap_or_default()
+}

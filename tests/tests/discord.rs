@@ -105,16 +105,7 @@ async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
 /// New texts in `channel` after `before`, once the bot has gone quiet.
 async fn replies(fake: &FakeDiscord, channel: u64, before: usize) -> Vec<String> {
     fake.wait_texts(channel, before + 1).await;
-    let mut seen = fake.texts_in(channel).len();
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = fake.texts_in(channel).len();
-        if now == seen {
-            break;
-        }
-        seen = now;
-    }
-    fake.texts_in(channel)[before..].to_vec()
+    kaiwa_tests::once_quiet(|| fake.texts_in(channel), before).await
 }
 
 async fn say(fake: &FakeDiscord, channel: u64, user: u64, text: &str) -> Vec<String> {

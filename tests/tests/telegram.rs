@@ -94,16 +94,7 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
 /// quiet for a moment. Returns the new texts.
 async fn replies(fake: &FakeTelegram, chat: Chat, before: usize) -> Vec<String> {
     fake.wait_texts(chat, before + 1).await;
-    let mut seen = fake.texts_in(chat).len();
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = fake.texts_in(chat).len();
-        if now == seen {
-            break;
-        }
-        seen = now;
-    }
-    fake.texts_in(chat)[before..].to_vec()
+    kaiwa_tests::once_quiet(|| fake.texts_in(chat), before).await
 }
 
 async fn say(fake: &FakeTelegram, chat: Chat, user: i64, text: &str) -> Vec<String> {
