@@ -599,14 +599,7 @@ impl Handler {
             platform: Platform::Discord,
             chat: place.chat,
             thread: place.thread,
-            user: UserRef {
-                id: msg.author.id.get().to_string(),
-                display_name: msg
-                    .author
-                    .global_name
-                    .clone()
-                    .unwrap_or_else(|| msg.author.name.clone()),
-            },
+            user: user_ref(&msg.author),
             message_id: format!("m{}", msg.id),
             body: Body::from_text(text),
             flow: place.flow,
@@ -686,14 +679,7 @@ impl Handler {
             platform: Platform::Discord,
             chat: place.chat,
             thread: place.thread,
-            user: UserRef {
-                id: key.user,
-                display_name: component
-                    .user
-                    .global_name
-                    .clone()
-                    .unwrap_or_else(|| component.user.name.clone()),
-            },
+            user: user_ref(&component.user),
             message_id: format!("i{}", component.id),
             body: Body::Choice {
                 request_id: request.request_id.clone(),
@@ -751,14 +737,7 @@ impl Handler {
             platform: Platform::Discord,
             chat: place.chat,
             thread: place.thread,
-            user: UserRef {
-                id: command.user.id.get().to_string(),
-                display_name: command
-                    .user
-                    .global_name
-                    .clone()
-                    .unwrap_or_else(|| command.user.name.clone()),
-            },
+            user: user_ref(&command.user),
             message_id: format!("i{}", command.id),
             body: Body::Command {
                 name: command.data.name.clone(),
@@ -772,6 +751,17 @@ impl Handler {
         if let Err(e) = command.edit_response(&ctx.http, done).await {
             tracing::warn!(error = %e, "could not finish a slash command");
         }
+    }
+}
+
+/// The user as the core knows them: id, and the display name (global name, else username).
+fn user_ref(user: &serenity::all::User) -> UserRef {
+    UserRef {
+        id: user.id.get().to_string(),
+        display_name: user
+            .global_name
+            .clone()
+            .unwrap_or_else(|| user.name.clone()),
     }
 }
 
