@@ -15,7 +15,7 @@ use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::Orchestrator;
 use kaiwa_core::state::StateChange;
 use kaiwa_core::store::sqlite::SqliteStore;
-use kaiwa_core::store::{ProcessedUpdate, SessionRecord, Store, TurnCommit};
+use kaiwa_core::store::{FlowState, ProcessedUpdate, SessionRecord, Store, TurnCommit};
 use kaiwa_core::testing::RecordingOutbox;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ fn store_commit(c: &mut Criterion) {
                             text: "a question".into(),
                         },
                         StateChange::SetFlowState {
-                            state: serde_json::json!({"n": n}),
+                            state: FlowState::of(&serde_json::json!({"n": n})).expect("state"),
                         },
                         StateChange::AddAssistantMessage {
                             text: "an answer".into(),

@@ -59,16 +59,15 @@ impl TurnContext<'_> {
 
     /// The flow state, or its default when the session is new or the state is empty.
     pub fn state<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, FlowError> {
-        match &self.session.state {
-            serde_json::Value::Object(map) if map.is_empty() => Ok(T::default()),
-            serde_json::Value::Null => Ok(T::default()),
-            value => serde_json::from_value(value.clone()).map_err(|e| {
-                FlowError::State(format!(
-                    "session {} state does not parse: {e}",
-                    self.session.id
-                ))
-            }),
+        if self.session.state.is_empty() {
+            return Ok(T::default());
         }
+        self.session.state.parse().map_err(|e| {
+            FlowError::State(format!(
+                "session {} state does not parse: {e}",
+                self.session.id
+            ))
+        })
     }
 }
 
@@ -109,7 +108,8 @@ impl TurnOutput {
 
     /// Replaces the flow state with `state`.
     pub fn set_state<T: serde::Serialize>(&mut self, state: &T) -> Result<&mut Self, FlowError> {
-        let value = serde_json::to_value(state).map_err(|e| FlowError::State(e.to_string()))?;
+        let value =
+            crate::store::FlowState::of(state).map_err(|e| FlowError::State(e.to_string()))?;
         self.changes
             .push(StateChange::SetFlowState { state: value });
         Ok(self)

@@ -18,6 +18,7 @@ use crate::metrics::{Metrics, kind};
 use crate::state::StateChange;
 use crate::store::{
     CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, Store, StoreError, TurnCommit,
+    TurnLoad,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -314,7 +315,15 @@ impl Orchestrator {
             let text = self.admin_command(&key, name, args).await?;
             return self.reply_only(&incoming, None, text, outbox).await;
         }
-        let (duplicate, active) = self.store.load_for_turn(&key, &incoming.message_id).await?;
+        let TurnLoad {
+            duplicate,
+            session: active,
+            history,
+        } = self
+            .store
+            .load_for_turn(&key, &incoming.message_id, HISTORY_LIMIT)
+            .await?;
+        let history_of = active.as_ref().map(|s| s.id);
         if duplicate {
             tracing::info!("duplicate update ignored");
             return Ok(TurnReport {
@@ -351,12 +360,10 @@ impl Orchestrator {
             return self.reply_only(&incoming, None, text, outbox).await;
         };
 
-        let history = if session.is_new() {
-            Vec::new()
+        let history = if history_of == Some(session.id) && !session.is_new() {
+            history
         } else {
-            self.store
-                .recent_messages(session.id, HISTORY_LIMIT)
-                .await?
+            Vec::new()
         };
         if !self.models.is_empty() {
             // best effort: a lost typing indicator harms nobody
@@ -593,7 +600,7 @@ impl Orchestrator {
                 let mut output = TurnOutput::default();
                 output.say(say("Nothing was deleted.", "何も削除していません。"));
                 // a session opened only for the question ends with it
-                if session.state.as_object().is_none_or(|m| m.is_empty()) {
+                if session.state.is_empty() {
                     output.end();
                 }
                 let turn = FinishedTurn {

@@ -7,7 +7,7 @@
 
 use crate::message::OptionsRequest;
 use crate::store::reading::ReadingChange;
-use crate::store::{SessionRecord, SessionStatus, Submission, Ticket};
+use crate::store::{FlowState, SessionRecord, SessionStatus, Submission, Ticket};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub enum StateChange {
     },
     /// Replaces the flow's own state (JSON owned by the flow).
     SetFlowState {
-        state: serde_json::Value,
+        state: FlowState,
     },
     /// The options the user may answer now; `None` clears them (a later press is stale).
     SetPendingOptions {

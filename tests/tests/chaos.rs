@@ -59,7 +59,7 @@ fn request_of(body: &Value) -> ChatRequest {
         .map(|t| ToolSpec {
             name: text(&t["function"]["name"]),
             description: text(&t["function"]["description"]),
-            parameters: t["function"]["parameters"].clone(),
+            parameters: t["function"]["parameters"].clone().into(),
         })
         .collect();
     ChatRequest {

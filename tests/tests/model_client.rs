@@ -39,7 +39,7 @@ fn request() -> ChatRequest {
         tools: vec![ToolSpec {
             name: "ask".into(),
             description: "Ask the user".into(),
-            parameters: json!({"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}),
+            parameters: json!({"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}).into(),
         }],
         ..Default::default()
     }

@@ -10,8 +10,10 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::any::TypeId;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// What the loop does after a tool ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +75,7 @@ pub trait Tool<S>: Send + Sync {
 
 /// A tool with typed arguments. Wrap it with [`typed`] to get an `Arc<dyn Tool<S>>`.
 pub trait TypedTool<S>: Send + Sync + 'static {
-    type Args: DeserializeOwned + JsonSchema + Send;
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
     const NAME: &'static str;
     fn description(&self) -> String;
     fn run(
@@ -100,7 +102,7 @@ impl<S: Send + 'static, T: TypedTool<S>> Tool<S> for Typed<T> {
         ToolSpec {
             name: T::NAME.to_string(),
             description: self.0.description(),
-            parameters: schema_of::<T::Args>(),
+            parameters: cached_schema::<T::Args>(),
         }
     }
 
@@ -118,6 +120,26 @@ pub fn parse_arguments<A: DeserializeOwned>(arguments: &str) -> Result<A, ToolEr
         arguments
     };
     serde_json::from_str(text).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+}
+
+/// [`schema_of`], generated once per argument type: agents are built per turn, and walking
+/// the type with schemars on every model call cost more than the rest of the agent loop.
+fn cached_schema<T: JsonSchema + 'static>() -> Arc<Value> {
+    static CACHE: LazyLock<Mutex<HashMap<TypeId, Arc<Value>>>> = LazyLock::new(Default::default);
+    let id = TypeId::of::<T>();
+    let cached = CACHE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .cloned();
+    cached.unwrap_or_else(|| {
+        let schema = Arc::new(schema_of::<T>());
+        CACHE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, schema.clone());
+        schema
+    })
 }
 
 /// The JSON Schema of `T` as a function's `parameters`: inlined (no `$ref`, which small

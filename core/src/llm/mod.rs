@@ -57,11 +57,13 @@ impl ChatMessage {
 }
 
 /// A tool the model may call: name, description and JSON Schema of its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (The client's wire types in `openai.rs` do the serializing.)
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub parameters: serde_json::Value,
+    /// Shared: the same schema goes out with every request of every turn.
+    pub parameters: std::sync::Arc<serde_json::Value>,
 }
 
 /// A call the model asked for. `arguments` is the raw JSON text the model produced (it may
@@ -99,7 +101,7 @@ pub enum ToolChoice {
     Required,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,

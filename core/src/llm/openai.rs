@@ -237,7 +237,7 @@ impl<'a> WireRequest<'a> {
                     function: WireFunction {
                         name: &t.name,
                         description: &t.description,
-                        parameters: &t.parameters,
+                        parameters: t.parameters.as_ref(),
                     },
                 })
                 .collect(),
@@ -534,7 +534,7 @@ mod tests {
             tools: vec![super::super::ToolSpec {
                 name: "t".into(),
                 description: "d".into(),
-                parameters: serde_json::json!({"type":"object"}),
+                parameters: serde_json::json!({"type":"object"}).into(),
             }],
             tool_choice: ToolChoice::Required,
             ..Default::default()

@@ -142,7 +142,7 @@ async fn fifty_messages_to_one_session_run_one_at_a_time_in_order() {
         .await
         .expect("loads")
         .expect("exists");
-    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    let seen: Seen = session.state.parse().expect("state");
     let expected: Vec<String> = (0..50).map(|i| format!("t{i}")).collect();
     assert_eq!(seen.texts, expected);
     assert_eq!(session.version, 50);
@@ -351,7 +351,7 @@ async fn a_failing_turn_apologises_keeps_the_message_and_the_next_one_works() {
         .await
         .expect("loads")
         .expect("exists");
-    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    let seen: Seen = session.state.parse().expect("state");
     assert_eq!(seen.texts, ["one", "two"]);
     let transcript: Vec<String> = store
         .recent_messages(first.session_id, 20)
@@ -487,7 +487,7 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
         .await
         .expect("loads")
         .expect("exists");
-    let seen: Seen = serde_json::from_value(session.state).expect("state");
+    let seen: Seen = session.state.parse().expect("state");
     assert_eq!(
         seen.texts,
         ["t0", "t1", "t2"],

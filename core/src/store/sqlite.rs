@@ -9,8 +9,8 @@ use super::reading::{
     ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
 };
 use super::{
-    CommittedTurn, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
-    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit,
+    CommittedTurn, FlowState, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
+    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
 use crate::state::StateChange;
@@ -21,7 +21,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool};
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 pub struct SqliteStore {
     /// Readers (WAL lets them run beside the writer).
@@ -29,6 +32,154 @@ pub struct SqliteStore {
     /// The one writer connection: writes queue here, in tokio, instead of spinning in
     /// SQLite's busy handler (which sleeps whole milliseconds between tries).
     writer: SqlitePool,
+    /// Turns and delivery marks for the group-commit task ([`group_commit`]).
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Most turns one transaction of the group-commit task carries.
+const MAX_BATCH: usize = 256;
+
+/// Work for the group-commit task; each job is answered once its transaction committed.
+enum Job {
+    Turn {
+        commit: Box<TurnCommit>,
+        reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
+    },
+    Delivered {
+        ids: Vec<i64>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+fn writer_gone() -> StoreError {
+    StoreError::Batch {
+        message: "the database writer has stopped".into(),
+        busy: false,
+    }
+}
+
+/// Group commit: every turn waiting when the writer becomes free goes into one transaction,
+/// each turn in its own savepoint (a refused turn — duplicate, conflict, failed statement —
+/// is rolled back alone and answered with its error). One commit, one WAL append and one
+/// lock hand-over serve the whole batch, so the writer keeps up with many sessions; a lone
+/// turn still commits at once (nothing waits to fill a batch).
+async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let turns = batch.len();
+        let span = tracing::trace_span!("group_commit", turns);
+        write_batch(&writer, &mut batch).instrument(span).await;
+    }
+}
+
+/// What a job's answer will be once the batch's commit is known.
+#[allow(clippy::large_enum_variant, reason = "lives only in one batch's Vec")]
+enum Outcome {
+    Turn(
+        Result<CommittedTurn, StoreError>,
+        oneshot::Sender<Result<CommittedTurn, StoreError>>,
+    ),
+    Delivered(oneshot::Sender<Result<(), StoreError>>),
+}
+
+async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let committed = run_batch(writer, batch, &mut outcomes).await;
+    // jobs the batch never reached (it failed before them)
+    for job in batch.drain(..) {
+        match job {
+            Job::Turn { reply, .. } => outcomes.push(Outcome::Turn(Err(writer_gone()), reply)),
+            Job::Delivered { reply, .. } => outcomes.push(Outcome::Delivered(reply)),
+        }
+    }
+    let failure = committed.err().map(|e| {
+        tracing::warn!(error = %e, "a batch of turns could not be committed");
+        StoreError::Batch {
+            busy: e.is_busy(),
+            message: e.to_string(),
+        }
+    });
+    let failed = || {
+        failure.as_ref().map(|e| match e {
+            StoreError::Batch { message, busy } => StoreError::Batch {
+                message: message.clone(),
+                busy: *busy,
+            },
+            _ => writer_gone(),
+        })
+    };
+    for outcome in outcomes {
+        // a receiver that gave up (its turn was cancelled) is no error here
+        match outcome {
+            Outcome::Turn(result, reply) => {
+                let _ = reply.send(match failed() {
+                    Some(e) if result.is_ok() => Err(e),
+                    _ => result,
+                });
+            }
+            Outcome::Delivered(reply) => {
+                let _ = reply.send(failed().map_or(Ok(()), Err));
+            }
+        }
+    }
+}
+
+/// Runs the jobs of `batch` (draining it) in one transaction and commits.
+async fn run_batch(
+    writer: &SqlitePool,
+    batch: &mut Vec<Job>,
+    outcomes: &mut Vec<Outcome>,
+) -> Result<(), StoreError> {
+    let mut tx = writer
+        .begin()
+        .await
+        .map_err(StoreError::db("starting a batch of turns"))?;
+    let now_ms = ms(Utc::now());
+    let mut delivered = Vec::new();
+    for job in batch.drain(..) {
+        match job {
+            Job::Turn { commit, reply } => {
+                sqlx::query("SAVEPOINT turn")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db("starting a turn"))?;
+                let result = write_turn(&mut tx, *commit, now_ms).await;
+                if result.is_err() {
+                    sqlx::query("ROLLBACK TO turn")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(StoreError::db("rolling a refused turn back"))?;
+                }
+                sqlx::query("RELEASE turn")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db("finishing a turn"))?;
+                outcomes.push(Outcome::Turn(result, reply));
+            }
+            Job::Delivered { ids, reply } => {
+                delivered.extend(ids);
+                outcomes.push(Outcome::Delivered(reply));
+            }
+        }
+    }
+    for ids in delivered.chunks(500) {
+        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "UPDATE messages SET delivered = 1 WHERE id IN (",
+        );
+        let mut list = update.separated(", ");
+        for id in ids {
+            list.push_bind(id);
+        }
+        update.push(")");
+        update
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("marking messages delivered"))?;
+    }
+    tx.commit()
+        .await
+        .map_err(StoreError::db("committing a batch of turns"))
 }
 
 const SESSION_COLUMNS: &str = "id, platform, chat, thread, user_id, flow, current_agent, language, country, \
@@ -82,7 +233,13 @@ impl SqliteStore {
                 .await
                 .map_err(StoreError::db("opening the database"))?
         };
-        Ok(SqliteStore { pool, writer })
+        let (jobs, queue) = mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(group_commit(writer.clone(), queue));
+        Ok(SqliteStore { pool, writer, jobs })
+    }
+
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs.send(job).await.map_err(|_| writer_gone())
     }
 
     /// The pool, for other stores of the same database (flows' own tables).
@@ -123,7 +280,7 @@ fn session_from_row(row: &SqliteRow) -> Result<SessionRecord, StoreError> {
         language: row.try_get("language").map_err(get)?,
         country: row.try_get("country").map_err(get)?,
         timezone: row.try_get("timezone").map_err(get)?,
-        state: serde_json::from_str(&state).map_err(|e| corrupt("session state", e))?,
+        state: FlowState::from_json(state).map_err(|e| corrupt("session state", e))?,
         pending_options: match pending {
             Some(p) => Some(serde_json::from_str(&p).map_err(|e| corrupt("pending options", e))?),
             None => None,
@@ -399,6 +556,218 @@ async fn apply_reading(
     Ok(())
 }
 
+/// One turn's writes on the writer connection, inside the batch's transaction (the caller
+/// wraps it in a savepoint, so a refused turn leaves nothing behind).
+async fn write_turn(
+    tx: &mut sqlx::SqliteConnection,
+    commit: TurnCommit,
+    now_ms: i64,
+) -> Result<CommittedTurn, StoreError> {
+    let mut session = commit.session;
+    let key = session.key.clone();
+
+    if let Some(previous) = commit.finish_session {
+        sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
+            .bind(now_ms)
+            .bind(previous)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("finishing the previous session"))?;
+    }
+
+    for change in &commit.changes {
+        session.apply(change);
+    }
+    let state = session.state.as_json();
+    let pending = session
+        .pending_options
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("pending options", e))?;
+
+    if session.is_new() {
+        // the user row is written when a session starts (sessions reference it)
+        sqlx::query(
+            "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
+        )
+        .bind(key.platform.as_str())
+        .bind(&commit.user.id)
+        .bind(&commit.user.display_name)
+        .bind(now_ms)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("saving the user"))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO sessions (platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
+             state, pending_options, status, version, created_ms, updated_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) RETURNING id",
+        )
+        .bind(key.platform.as_str())
+        .bind(&key.chat)
+        .bind(&key.thread)
+        .bind(&key.user)
+        .bind(&session.flow)
+        .bind(&session.current_agent)
+        .bind(&session.language)
+        .bind(&session.country)
+        .bind(&session.timezone)
+        .bind(state)
+        .bind(&pending)
+        .bind(session.status.as_str())
+        .bind(now_ms)
+        .bind(now_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::db("creating the session"))?;
+        session.id = id;
+        session.version = 1;
+        session.created_at = from_ms(now_ms);
+    } else {
+        let updated = sqlx::query(
+            "UPDATE sessions SET current_agent = ?, language = ?, country = ?, timezone = ?, state = ?, \
+             pending_options = ?, status = ?, version = version + 1, updated_ms = ? WHERE id = ? AND version = ?",
+        )
+        .bind(&session.current_agent)
+        .bind(&session.language)
+        .bind(&session.country)
+        .bind(&session.timezone)
+        .bind(state)
+        .bind(&pending)
+        .bind(session.status.as_str())
+        .bind(now_ms)
+        .bind(session.id)
+        .bind(session.version)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("updating the session"))?;
+        if updated.rows_affected() == 0 {
+            return Err(StoreError::Conflict {
+                session_id: session.id,
+            });
+        }
+        session.version += 1;
+    }
+    session.updated_at = from_ms(now_ms);
+
+    if let Some(p) = &commit.processed {
+        let inserted = sqlx::query(
+            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(p.platform.as_str())
+        .bind(&p.chat)
+        .bind(&p.message_id)
+        .bind(session.id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("marking the update processed"))?;
+        if inserted.rows_affected() == 0 {
+            // dropping the transaction rolls everything back
+            return Err(StoreError::Duplicate {
+                chat: p.chat.clone(),
+                message_id: p.message_id.clone(),
+            });
+        }
+    }
+
+    // all of the turn's messages in one statement
+    let messages: Vec<(Role, &String)> = commit
+        .changes
+        .iter()
+        .filter_map(|change| match change {
+            StateChange::AddUserMessage { text } => Some((Role::User, text)),
+            StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
+            _ => None,
+        })
+        .collect();
+    let mut assistant_message_ids = Vec::new();
+    if !messages.is_empty() {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
+        );
+        insert.push_values(&messages, |mut row, (role, text)| {
+            row.push_bind(session.id)
+                .push_bind(role.as_str())
+                .push_bind(text.as_str())
+                .push_bind(*role != Role::Assistant)
+                .push_bind(now_ms);
+        });
+        insert.push(" RETURNING id, role");
+        let rows = insert
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving the messages"))?;
+        for row in rows {
+            let role: String = row.try_get("role").map_err(|e| corrupt("message row", e))?;
+            if role == Role::Assistant.as_str() {
+                assistant_message_ids.push(
+                    row.try_get::<i64, _>("id")
+                        .map_err(|e| corrupt("message row", e))?,
+                );
+            }
+        }
+        // RETURNING order is unspecified; ids grow with insertion order
+        assistant_message_ids.sort_unstable();
+    }
+
+    for change in &commit.changes {
+        match change {
+            StateChange::SaveSubmission { submission } => {
+                insert_submission(tx, session.id, &key, submission, now_ms).await?;
+            }
+            StateChange::Reading { change } => {
+                apply_reading(tx, &key, change, now_ms).await?;
+            }
+            StateChange::SaveTicket { ticket } => {
+                let json = |v: &serde_json::Value| {
+                    serde_json::to_string(v).map_err(|e| corrupt("ticket", e))
+                };
+                sqlx::query(
+                    "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
+                     feedback, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(session.id)
+                .bind(ticket.ticket_no)
+                .bind(&ticket.question)
+                .bind(json(&serde_json::json!(ticket.plan))?)
+                .bind(json(&ticket.sub_answers)?)
+                .bind(&ticket.answer)
+                .bind(json(&serde_json::json!(ticket.sources))?)
+                .bind(&ticket.feedback)
+                .bind(now_ms)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("saving the ticket"))?;
+            }
+            StateChange::SetTicketFeedback {
+                ticket_no,
+                feedback,
+            } => {
+                sqlx::query("UPDATE helpdesk_tickets SET feedback = ?, updated_ms = ? WHERE session_id = ? AND ticket_no = ?")
+                    .bind(feedback)
+                    .bind(now_ms)
+                    .bind(session.id)
+                    .bind(ticket_no)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db("saving the feedback"))?;
+            }
+            _ => {}
+        }
+    }
+    insert_llm_calls(tx, Some(session.id), &commit.llm_calls).await?;
+    Ok(CommittedTurn {
+        session,
+        assistant_message_ids,
+    })
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn reading_records(
@@ -663,266 +1032,92 @@ impl Store for SqliteStore {
         &self,
         key: &SessionKey,
         message_id: &str,
-    ) -> Result<(bool, Option<SessionRecord>), StoreError> {
-        // one round trip: the dedupe check and the active session together
-        let row = sqlx::query(&format!(
-            "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = ?1 AND chat = ?2 AND message_id = ?3) AS dup, \
-             {} FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
-             AND s.user_id = ?5 AND s.status = 'active'",
-            SESSION_COLUMNS
-                .split(", ")
-                .map(|c| format!("s.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .bind(key.platform.as_str())
-        .bind(&key.chat)
-        .bind(message_id)
-        .bind(&key.thread)
-        .bind(&key.user)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(StoreError::db("loading the session"))?;
+        history: usize,
+    ) -> Result<TurnLoad, StoreError> {
+        // one round trip and one row: the dedupe check, the active session and its recent
+        // messages (as one JSON array, so the session's columns are not repeated per message)
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = ?1 AND chat = ?2 AND message_id = ?3) AS dup, \
+                 {}, CASE WHEN s.id IS NULL THEN NULL ELSE (SELECT json_group_array(json_array(m.id, m.role, m.text, m.created_ms)) \
+                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT ?6) m) END AS history \
+                 FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
+                 AND s.user_id = ?5 AND s.status = 'active'",
+                SESSION_COLUMNS
+                    .split(", ")
+                    .map(|c| format!("s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+        let row = sqlx::query(SQL.as_str())
+            .bind(key.platform.as_str())
+            .bind(&key.chat)
+            .bind(message_id)
+            .bind(&key.thread)
+            .bind(&key.user)
+            .bind(history.min(i64::MAX as usize) as i64)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("loading the session"))?;
         let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
         let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
-        let session = match id {
-            Some(_) => Some(session_from_row(&row)?),
-            None => None,
+        let Some(session_id) = id else {
+            return Ok(TurnLoad {
+                duplicate: dup && !message_id.is_empty(),
+                ..Default::default()
+            });
         };
-        Ok((dup && !message_id.is_empty(), session))
+        let session = session_from_row(&row)?;
+        let json: Option<String> = row
+            .try_get("history")
+            .map_err(|e| corrupt("message history", e))?;
+        let rows: Vec<(i64, String, String, i64)> = match json {
+            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("message history", e))?,
+            None => Vec::new(),
+        };
+        let mut messages = rows
+            .into_iter()
+            .map(|(id, role, text, at)| {
+                Ok(StoredMessage {
+                    id,
+                    session_id,
+                    role: Role::parse(&role).ok_or_else(|| corrupt("message role", &role))?,
+                    text,
+                    at: from_ms(at),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        messages.sort_unstable_by_key(|m| m.id);
+        Ok(TurnLoad {
+            duplicate: dup && !message_id.is_empty(),
+            session: Some(session),
+            history: messages,
+        })
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
-        let now_ms = ms(Utc::now());
-        let mut tx = self
-            .writer
-            .begin()
-            .await
-            .map_err(StoreError::db("starting a turn"))?;
-        let mut session = commit.session;
-        let key = session.key.clone();
-
-        if let Some(previous) = commit.finish_session {
-            sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
-                .bind(now_ms)
-                .bind(previous)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("finishing the previous session"))?;
-        }
-
-        for change in &commit.changes {
-            session.apply(change);
-        }
-        let state =
-            serde_json::to_string(&session.state).map_err(|e| corrupt("session state", e))?;
-        let pending = session
-            .pending_options
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| corrupt("pending options", e))?;
-
-        if session.is_new() {
-            // the user row is written when a session starts (sessions reference it)
-            sqlx::query(
-                "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
-                 ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
-            )
-            .bind(key.platform.as_str())
-            .bind(&commit.user.id)
-            .bind(&commit.user.display_name)
-            .bind(now_ms)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("saving the user"))?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO sessions (platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
-                 state, pending_options, status, version, created_ms, updated_ms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) RETURNING id",
-            )
-            .bind(key.platform.as_str())
-            .bind(&key.chat)
-            .bind(&key.thread)
-            .bind(&key.user)
-            .bind(&session.flow)
-            .bind(&session.current_agent)
-            .bind(&session.language)
-            .bind(&session.country)
-            .bind(&session.timezone)
-            .bind(&state)
-            .bind(&pending)
-            .bind(session.status.as_str())
-            .bind(now_ms)
-            .bind(now_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(StoreError::db("creating the session"))?;
-            session.id = id;
-            session.version = 1;
-            session.created_at = from_ms(now_ms);
-        } else {
-            let updated = sqlx::query(
-                "UPDATE sessions SET current_agent = ?, language = ?, country = ?, timezone = ?, state = ?, \
-                 pending_options = ?, status = ?, version = version + 1, updated_ms = ? WHERE id = ? AND version = ?",
-            )
-            .bind(&session.current_agent)
-            .bind(&session.language)
-            .bind(&session.country)
-            .bind(&session.timezone)
-            .bind(&state)
-            .bind(&pending)
-            .bind(session.status.as_str())
-            .bind(now_ms)
-            .bind(session.id)
-            .bind(session.version)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("updating the session"))?;
-            if updated.rows_affected() == 0 {
-                return Err(StoreError::Conflict {
-                    session_id: session.id,
-                });
-            }
-            session.version += 1;
-        }
-        session.updated_at = from_ms(now_ms);
-
-        if let Some(p) = &commit.processed {
-            let inserted = sqlx::query(
-                "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) VALUES (?, ?, ?, ?, ?) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(p.platform.as_str())
-            .bind(&p.chat)
-            .bind(&p.message_id)
-            .bind(session.id)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("marking the update processed"))?;
-            if inserted.rows_affected() == 0 {
-                // dropping the transaction rolls everything back
-                return Err(StoreError::Duplicate {
-                    chat: p.chat.clone(),
-                    message_id: p.message_id.clone(),
-                });
-            }
-        }
-
-        // all of the turn's messages in one statement
-        let messages: Vec<(Role, &String)> = commit
-            .changes
-            .iter()
-            .filter_map(|change| match change {
-                StateChange::AddUserMessage { text } => Some((Role::User, text)),
-                StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
-                _ => None,
-            })
-            .collect();
-        let mut assistant_message_ids = Vec::new();
-        if !messages.is_empty() {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
-            );
-            insert.push_values(&messages, |mut row, (role, text)| {
-                row.push_bind(session.id)
-                    .push_bind(role.as_str())
-                    .push_bind(text.as_str())
-                    .push_bind(*role != Role::Assistant)
-                    .push_bind(now_ms);
-            });
-            insert.push(" RETURNING id, role");
-            let rows = insert
-                .build()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(StoreError::db("saving the messages"))?;
-            for row in rows {
-                let role: String = row.try_get("role").map_err(|e| corrupt("message row", e))?;
-                if role == Role::Assistant.as_str() {
-                    assistant_message_ids.push(
-                        row.try_get::<i64, _>("id")
-                            .map_err(|e| corrupt("message row", e))?,
-                    );
-                }
-            }
-            // RETURNING order is unspecified; ids grow with insertion order
-            assistant_message_ids.sort_unstable();
-        }
-
-        for change in &commit.changes {
-            match change {
-                StateChange::SaveSubmission { submission } => {
-                    insert_submission(&mut tx, session.id, &key, submission, now_ms).await?;
-                }
-                StateChange::Reading { change } => {
-                    apply_reading(&mut tx, &key, change, now_ms).await?;
-                }
-                StateChange::SaveTicket { ticket } => {
-                    let json = |v: &serde_json::Value| {
-                        serde_json::to_string(v).map_err(|e| corrupt("ticket", e))
-                    };
-                    sqlx::query(
-                        "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
-                         feedback, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    )
-                    .bind(session.id)
-                    .bind(ticket.ticket_no)
-                    .bind(&ticket.question)
-                    .bind(json(&serde_json::json!(ticket.plan))?)
-                    .bind(json(&ticket.sub_answers)?)
-                    .bind(&ticket.answer)
-                    .bind(json(&serde_json::json!(ticket.sources))?)
-                    .bind(&ticket.feedback)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::db("saving the ticket"))?;
-                }
-                StateChange::SetTicketFeedback {
-                    ticket_no,
-                    feedback,
-                } => {
-                    sqlx::query("UPDATE helpdesk_tickets SET feedback = ?, updated_ms = ? WHERE session_id = ? AND ticket_no = ?")
-                        .bind(feedback)
-                        .bind(now_ms)
-                        .bind(session.id)
-                        .bind(ticket_no)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(StoreError::db("saving the feedback"))?;
-                }
-                _ => {}
-            }
-        }
-        insert_llm_calls(&mut tx, Some(session.id), &commit.llm_calls).await?;
-        tx.commit()
-            .await
-            .map_err(StoreError::db("committing the turn"))?;
-        Ok(CommittedTurn {
-            session,
-            assistant_message_ids,
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Turn {
+            commit: Box::new(commit),
+            reply,
         })
+        .await?;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
     async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError> {
         if message_ids.is_empty() {
             return Ok(());
         }
-        let placeholders = vec!["?"; message_ids.len()].join(",");
-        let sql = format!("UPDATE messages SET delivered = 1 WHERE id IN ({placeholders})");
-        let mut query = sqlx::query(&sql);
-        for id in message_ids {
-            query = query.bind(id);
-        }
-        query
-            .execute(&self.writer)
-            .await
-            .map_err(StoreError::db("marking messages delivered"))?;
-        Ok(())
+        // rides along with the next batch of turns instead of a transaction of its own
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Delivered {
+            ids: message_ids.to_vec(),
+            reply,
+        })
+        .await?;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
@@ -1222,7 +1417,7 @@ mod tests {
                         language: "ja".into(),
                     },
                     StateChange::SetFlowState {
-                        state: serde_json::json!({"step": 2}),
+                        state: FlowState::of(&serde_json::json!({"step": 2})).expect("state"),
                     },
                     StateChange::AddAssistantMessage {
                         text: "こんにちは".into(),
@@ -1244,7 +1439,10 @@ mod tests {
             .expect("exists");
         assert_eq!(session.id, id);
         assert_eq!(session.language.as_deref(), Some("ja"));
-        assert_eq!(session.state, serde_json::json!({"step": 2}));
+        assert_eq!(
+            session.state.parse::<serde_json::Value>().expect("state"),
+            serde_json::json!({"step": 2})
+        );
         assert_eq!(session.version, 1);
         let messages = store.recent_messages(id, 10).await.expect("messages");
         assert_eq!(

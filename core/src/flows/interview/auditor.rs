@@ -154,7 +154,7 @@ pub async fn audit(
             current_item: format!("Final audit of the application {:?}", form.id),
             collected_facts: state.collected_facts(),
         };
-        let topics: Vec<String> = form.topics().into_iter().map(|t| t.label).collect();
+        let topics: Vec<&str> = form.topics().iter().map(|t| t.label.as_str()).collect();
         let prompt = format!(
             "You are the Auditor of a job-application interview. Review the whole transcript for: \
              over-collection of information, rude expressions, consistency of the conversation, and \

@@ -200,6 +200,30 @@ pub struct Form {
     pub prohibited_topics: Option<Vec<ProhibitedTopic>>,
     #[serde(default)]
     pub tone: ToneRules,
+    /// The topics' triggers and the banned phrases as one automaton, built on first use.
+    #[serde(skip)]
+    pub(crate) screener: ScreenerCell,
+}
+
+/// Holds a form's [`Screener`](super::quick_check::Screener); derived from the form, so it
+/// takes no part in comparing forms.
+#[derive(Default, Clone)]
+pub(crate) struct ScreenerCell(
+    pub(crate) std::sync::OnceLock<std::sync::Arc<super::quick_check::Screener>>,
+);
+
+impl PartialEq for ScreenerCell {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ScreenerCell {}
+
+impl std::fmt::Debug for ScreenerCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScreenerCell")
+    }
 }
 
 fn default_languages() -> Vec<String> {
@@ -219,11 +243,11 @@ impl Form {
         self.fields.iter().find(|f| f.id == id)
     }
 
-    /// The topics in force: the form's own, or the default hiring list.
-    pub fn topics(&self) -> Vec<ProhibitedTopic> {
-        self.prohibited_topics
-            .clone()
-            .unwrap_or_else(default_prohibited_topics)
+    /// The topics in force: the form's own, or the default hiring list (built once).
+    pub fn topics(&self) -> &[ProhibitedTopic] {
+        static DEFAULT: std::sync::LazyLock<Vec<ProhibitedTopic>> =
+            std::sync::LazyLock::new(default_prohibited_topics);
+        self.prohibited_topics.as_deref().unwrap_or(&DEFAULT)
     }
 
     /// Fields by `sort_order` (then file order).

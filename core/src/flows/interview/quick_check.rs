@@ -11,6 +11,7 @@ use super::form::Form;
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::llm::ChatModel;
+use aho_corasick::AhoCorasick;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,18 +53,13 @@ const DEFAULT_BANNED: &[&str] = &[
     "さっさと",
 ];
 
-/// Whether `needle` (lowercase) occurs in `hay` (lowercase) at a word start.
-fn contains_word(hay: &str, needle: &str) -> bool {
-    let needle = needle.to_lowercase();
-    if needle.is_empty() {
-        return false;
+/// `s` in lowercase, without a copy when it already is (trigger words usually are).
+fn lowercase(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_uppercase) {
+        std::borrow::Cow::Owned(s.to_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(s)
     }
-    hay.match_indices(&needle).any(|(i, _)| {
-        hay[..i]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !c.is_alphanumeric())
-    })
 }
 
 fn normalize(q: &str) -> String {
@@ -94,29 +90,129 @@ fn similarity(a: &str, b: &str) -> f64 {
     (2 * common) as f64 / (ga.len() + gb.len()) as f64
 }
 
+/// What a pattern of the [`Screener`] stands for.
+enum Trigger {
+    /// A topic's trigger; `rank` orders the topic's triggers (English first, then Japanese).
+    Topic {
+        topic: usize,
+        rank: usize,
+        /// English triggers count only at a word start.
+        word_start: bool,
+    },
+    Banned(usize),
+}
+
+/// A form's trigger words and banned phrases, lowercase, in one Aho-Corasick automaton:
+/// one pass over a question instead of a substring search per word (QuickCheck runs before
+/// every question).
+pub struct Screener {
+    automaton: Option<AhoCorasick>,
+    triggers: Vec<Trigger>,
+    /// Per topic, its triggers in rank order (to name the word that matched).
+    words: Vec<Vec<String>>,
+    banned: Vec<String>,
+}
+
+impl Screener {
+    fn new(form: &Form) -> Screener {
+        let mut patterns = Vec::new();
+        let mut triggers = Vec::new();
+        let mut words = Vec::new();
+        for (topic, t) in form.topics().iter().enumerate() {
+            let en = t.triggers_en.iter().map(|w| (w, true));
+            let ja = t.triggers_ja.iter().map(|w| (w, false));
+            for (rank, (word, word_start)) in en.chain(ja).enumerate() {
+                let lower = lowercase(word).into_owned();
+                if !lower.is_empty() {
+                    patterns.push(lower);
+                    triggers.push(Trigger::Topic {
+                        topic,
+                        rank,
+                        word_start,
+                    });
+                }
+            }
+            words.push(
+                t.triggers_en
+                    .iter()
+                    .chain(&t.triggers_ja)
+                    .cloned()
+                    .collect(),
+            );
+        }
+        let banned: Vec<String> = DEFAULT_BANNED
+            .iter()
+            .copied()
+            .chain(form.tone.banned_phrases.iter().map(String::as_str))
+            .map(String::from)
+            .collect();
+        for (i, phrase) in banned.iter().enumerate() {
+            patterns.push(lowercase(phrase).into_owned());
+            triggers.push(Trigger::Banned(i));
+        }
+        Screener {
+            automaton: AhoCorasick::new(&patterns)
+                .inspect_err(|e| tracing::error!(error = %e, "trigger automaton not built"))
+                .ok(),
+            triggers,
+            words,
+            banned,
+        }
+    }
+
+    fn of(form: &Form) -> std::sync::Arc<Screener> {
+        form.screener
+            .0
+            .get_or_init(|| std::sync::Arc::new(Screener::new(form)))
+            .clone()
+    }
+}
+
 /// Prohibited topics and tone only: for any text sent to an applicant (greetings too).
 pub fn screen(form: &Form, text: &str) -> Vec<Violation> {
-    let mut violations = Vec::new();
+    let screener = Screener::of(form);
     let lower = text.to_lowercase();
-    for topic in form.topics() {
-        let hit = topic
-            .triggers_en
-            .iter()
-            .find(|t| contains_word(&lower, t))
-            .or_else(|| topic.triggers_ja.iter().find(|t| text.contains(t.as_str())));
-        if let Some(word) = hit {
+    let topics = form.topics();
+    // the best-ranked trigger found per topic, and the banned phrases found
+    let mut topic_hits: Vec<Option<usize>> = vec![None; topics.len()];
+    let mut banned_hits = vec![false; screener.banned.len()];
+    for (i, phrase) in screener.banned.iter().enumerate() {
+        // an empty phrase is in every text (as `str::contains` has it)
+        banned_hits[i] = phrase.is_empty();
+    }
+    if let Some(automaton) = &screener.automaton {
+        for m in automaton.find_overlapping_iter(lower.as_str()) {
+            match screener.triggers[m.pattern().as_usize()] {
+                Trigger::Topic {
+                    topic,
+                    rank,
+                    word_start,
+                } => {
+                    let at_word_start = lower[..m.start()]
+                        .chars()
+                        .next_back()
+                        .is_none_or(|c| !c.is_alphanumeric());
+                    if (!word_start || at_word_start)
+                        && topic_hits[topic].is_none_or(|best| rank < best)
+                    {
+                        topic_hits[topic] = Some(rank);
+                    }
+                }
+                Trigger::Banned(i) => banned_hits[i] = true,
+            }
+        }
+    }
+    let mut violations = Vec::new();
+    for ((topic, hit), words) in topics.iter().zip(&topic_hits).zip(&screener.words) {
+        if let Some(word) = hit.and_then(|rank| words.get(rank)) {
             violations.push(Violation {
                 kind: ViolationType::ProhibitedTopic,
                 message: format!("asks about a prohibited topic ({}): {word:?}", topic.label),
             });
         }
     }
-    let banned = DEFAULT_BANNED
-        .iter()
-        .map(|s| s.to_string())
-        .chain(form.tone.banned_phrases.iter().cloned());
-    for phrase in banned {
-        if lower.contains(&phrase.to_lowercase()) {
+    for (phrase, hit) in screener.banned.iter().zip(banned_hits) {
+        if hit {
             violations.push(Violation {
                 kind: ViolationType::ToneViolation,
                 message: format!("uses a phrase the tone rules forbid: {phrase:?}"),
@@ -188,7 +284,7 @@ impl TypedTool<Option<QuickCheckResult>> for ResultTool {
 }
 
 fn prompt(form: &Form) -> String {
-    let topics: Vec<String> = form.topics().into_iter().map(|t| t.label).collect();
+    let topics: Vec<&str> = form.topics().iter().map(|t| t.label.as_str()).collect();
     format!(
         "You are QuickCheck, a compliance checker for a job-application interview. Before a question is sent \
          to the applicant, check that: it is bound to the current field and its intent; it does not touch a \

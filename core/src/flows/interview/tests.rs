@@ -122,7 +122,7 @@ impl Harness {
                     .expect("exists")
             }
         };
-        serde_json::from_value(session.state).expect("state")
+        session.state.parse().expect("state")
     }
 }
 
