@@ -9,8 +9,9 @@ use super::reading::{
     ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
 };
 use super::{
-    CommittedTurn, FlowState, LlmCallRecord, Role, SessionRecord, SessionStatus, Store, StoreError,
-    StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit, TurnLoad,
+    CommittedTurn, FlowState, LlmCallRecord, ProcessedUpdate, Role, SessionRecord, SessionStatus,
+    Store, StoreError, StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket,
+    TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
 use crate::state::StateChange;
@@ -20,6 +21,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, SqlitePool};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -124,12 +126,26 @@ async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
     }
 }
 
-/// Runs the jobs of `batch` (draining it) in one transaction and commits.
+/// Runs the jobs of `batch` (draining it) in one transaction and commits: the fast path
+/// when nothing is out of the ordinary, else turn by turn, each in a savepoint.
 async fn run_batch(
     writer: &SqlitePool,
     batch: &mut Vec<Job>,
     outcomes: &mut Vec<Outcome>,
 ) -> Result<(), StoreError> {
+    if let Some(committed) = fast_batch(writer, batch).await {
+        let mut committed = committed.into_iter();
+        for job in batch.drain(..) {
+            match job {
+                Job::Turn { reply, .. } => {
+                    let turn = committed.next().ok_or_else(writer_gone);
+                    outcomes.push(Outcome::Turn(turn, reply));
+                }
+                Job::Delivered { reply, .. } => outcomes.push(Outcome::Delivered(reply)),
+            }
+        }
+        return Ok(());
+    }
     let mut tx = writer
         .begin()
         .await
@@ -162,21 +178,7 @@ async fn run_batch(
             }
         }
     }
-    for ids in delivered.chunks(500) {
-        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "UPDATE messages SET delivered = 1 WHERE id IN (",
-        );
-        let mut list = update.separated(", ");
-        for id in ids {
-            list.push_bind(id);
-        }
-        update.push(")");
-        update
-            .build()
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("marking messages delivered"))?;
-    }
+    mark_delivered_in(&mut tx, &delivered).await?;
     tx.commit()
         .await
         .map_err(StoreError::db("committing a batch of turns"))
@@ -308,11 +310,11 @@ fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
     })
 }
 
-/// The model calls of a turn, in one statement.
+/// Model calls (of one turn or of a batch), in one statement; `session_id` is the turn's
+/// session, used where the call names none.
 async fn insert_llm_calls(
     conn: &mut sqlx::SqliteConnection,
-    session_id: Option<i64>,
-    calls: &[LlmCallRecord],
+    calls: &[(Option<i64>, &LlmCallRecord)],
 ) -> Result<(), StoreError> {
     if calls.is_empty() {
         return Ok(());
@@ -320,8 +322,8 @@ async fn insert_llm_calls(
     let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
         "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
     );
-    insert.push_values(calls, |mut row, call| {
-        row.push_bind(call.session_id.or(session_id))
+    insert.push_values(calls, |mut row, (session_id, call)| {
+        row.push_bind(call.session_id.or(*session_id))
             .push_bind(call.agent.as_str())
             .push_bind(call.model.as_str())
             .push_bind(call.prompt_tokens as i64)
@@ -556,15 +558,15 @@ async fn apply_reading(
     Ok(())
 }
 
-/// One turn's writes on the writer connection, inside the batch's transaction (the caller
-/// wraps it in a savepoint, so a refused turn leaves nothing behind).
-async fn write_turn(
+/// A turn's session row (and the user's, for a new session; the previous session finished
+/// first on a flow switch). Fails with [`StoreError::Conflict`] when the session moved on.
+/// Returns the session as the turn leaves it.
+async fn write_session(
     tx: &mut sqlx::SqliteConnection,
-    commit: TurnCommit,
+    commit: &TurnCommit,
     now_ms: i64,
-) -> Result<CommittedTurn, StoreError> {
-    let mut session = commit.session;
-    let key = session.key.clone();
+) -> Result<SessionRecord, StoreError> {
+    let mut session = commit.session.clone();
 
     if let Some(previous) = commit.finish_session {
         sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
@@ -578,6 +580,7 @@ async fn write_turn(
     for change in &commit.changes {
         session.apply(change);
     }
+    let key = session.key.clone();
     let state = session.state.as_json();
     let pending = session
         .pending_options
@@ -651,77 +654,24 @@ async fn write_turn(
         session.version += 1;
     }
     session.updated_at = from_ms(now_ms);
+    Ok(session)
+}
 
-    if let Some(p) = &commit.processed {
-        let inserted = sqlx::query(
-            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(p.platform.as_str())
-        .bind(&p.chat)
-        .bind(&p.message_id)
-        .bind(session.id)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("marking the update processed"))?;
-        if inserted.rows_affected() == 0 {
-            // dropping the transaction rolls everything back
-            return Err(StoreError::Duplicate {
-                chat: p.chat.clone(),
-                message_id: p.message_id.clone(),
-            });
-        }
-    }
-
-    // all of the turn's messages in one statement
-    let messages: Vec<(Role, &String)> = commit
-        .changes
-        .iter()
-        .filter_map(|change| match change {
-            StateChange::AddUserMessage { text } => Some((Role::User, text)),
-            StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
-            _ => None,
-        })
-        .collect();
-    let mut assistant_message_ids = Vec::new();
-    if !messages.is_empty() {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
-        );
-        insert.push_values(&messages, |mut row, (role, text)| {
-            row.push_bind(session.id)
-                .push_bind(role.as_str())
-                .push_bind(text.as_str())
-                .push_bind(*role != Role::Assistant)
-                .push_bind(now_ms);
-        });
-        insert.push(" RETURNING id, role");
-        let rows = insert
-            .build()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(StoreError::db("saving the messages"))?;
-        for row in rows {
-            let role: String = row.try_get("role").map_err(|e| corrupt("message row", e))?;
-            if role == Role::Assistant.as_str() {
-                assistant_message_ids.push(
-                    row.try_get::<i64, _>("id")
-                        .map_err(|e| corrupt("message row", e))?,
-                );
-            }
-        }
-        // RETURNING order is unspecified; ids grow with insertion order
-        assistant_message_ids.sort_unstable();
-    }
-
-    for change in &commit.changes {
+/// A turn's other rows: submissions, reading data, tickets and feedback.
+async fn write_extras(
+    tx: &mut sqlx::SqliteConnection,
+    session: &SessionRecord,
+    changes: &[StateChange],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let key = &session.key;
+    for change in changes {
         match change {
             StateChange::SaveSubmission { submission } => {
-                insert_submission(tx, session.id, &key, submission, now_ms).await?;
+                insert_submission(tx, session.id, key, submission, now_ms).await?;
             }
             StateChange::Reading { change } => {
-                apply_reading(tx, &key, change, now_ms).await?;
+                apply_reading(tx, key, change, now_ms).await?;
             }
             StateChange::SaveTicket { ticket } => {
                 let json = |v: &serde_json::Value| {
@@ -761,11 +711,235 @@ async fn write_turn(
             _ => {}
         }
     }
-    insert_llm_calls(tx, Some(session.id), &commit.llm_calls).await?;
+    Ok(())
+}
+
+/// The turns' platform updates marked processed, in one statement. Returns how many were
+/// new (the others were processed already).
+async fn mark_processed(
+    tx: &mut sqlx::SqliteConnection,
+    updates: &[(&ProcessedUpdate, i64)],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    if updates.is_empty() {
+        return Ok(0);
+    }
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) ",
+    );
+    insert.push_values(updates, |mut row, (p, session_id)| {
+        row.push_bind(p.platform.as_str())
+            .push_bind(p.chat.as_str())
+            .push_bind(p.message_id.as_str())
+            .push_bind(*session_id)
+            .push_bind(now_ms);
+    });
+    insert.push(" ON CONFLICT DO NOTHING");
+    let done = insert
+        .build()
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("marking the update processed"))?;
+    Ok(done.rows_affected())
+}
+
+/// The turns' transcript messages, in one statement. Returns the ids of the assistant
+/// messages written, per session, in order.
+async fn insert_messages(
+    tx: &mut sqlx::SqliteConnection,
+    turns: &[(i64, &[StateChange])],
+    now_ms: i64,
+) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
+    let messages: Vec<(i64, Role, &str)> = turns
+        .iter()
+        .flat_map(|(session_id, changes)| {
+            changes.iter().filter_map(move |change| match change {
+                StateChange::AddUserMessage { text } => {
+                    Some((*session_id, Role::User, text.as_str()))
+                }
+                StateChange::AddAssistantMessage { text } => {
+                    Some((*session_id, Role::Assistant, text.as_str()))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    let mut assistant: HashMap<i64, Vec<i64>> = HashMap::new();
+    if messages.is_empty() {
+        return Ok(assistant);
+    }
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
+    );
+    insert.push_values(&messages, |mut row, (session_id, role, text)| {
+        row.push_bind(*session_id)
+            .push_bind(role.as_str())
+            .push_bind(*text)
+            .push_bind(*role != Role::Assistant)
+            .push_bind(now_ms);
+    });
+    insert.push(" RETURNING id, session_id, role");
+    let rows = insert
+        .build()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("saving the messages"))?;
+    for row in rows {
+        let get = |e: sqlx::Error| corrupt("message row", e);
+        let role: String = row.try_get("role").map_err(get)?;
+        if role == Role::Assistant.as_str() {
+            assistant
+                .entry(row.try_get("session_id").map_err(get)?)
+                .or_default()
+                .push(row.try_get("id").map_err(get)?);
+        }
+    }
+    // RETURNING order is unspecified; ids grow with insertion order
+    for ids in assistant.values_mut() {
+        ids.sort_unstable();
+    }
+    Ok(assistant)
+}
+
+/// One turn's writes, inside the batch's transaction (the caller wraps it in a savepoint,
+/// so a refused turn leaves nothing behind).
+async fn write_turn(
+    tx: &mut sqlx::SqliteConnection,
+    commit: TurnCommit,
+    now_ms: i64,
+) -> Result<CommittedTurn, StoreError> {
+    let session = write_session(tx, &commit, now_ms).await?;
+    if let Some(p) = &commit.processed
+        && mark_processed(tx, &[(p, session.id)], now_ms).await? == 0
+    {
+        return Err(StoreError::Duplicate {
+            chat: p.chat.clone(),
+            message_id: p.message_id.clone(),
+        });
+    }
+    let mut ids = insert_messages(tx, &[(session.id, &commit.changes)], now_ms).await?;
+    write_extras(tx, &session, &commit.changes, now_ms).await?;
+    let calls: Vec<_> = commit
+        .llm_calls
+        .iter()
+        .map(|c| (Some(session.id), c))
+        .collect();
+    insert_llm_calls(tx, &calls).await?;
     Ok(CommittedTurn {
+        assistant_message_ids: ids.remove(&session.id).unwrap_or_default(),
         session,
-        assistant_message_ids,
     })
+}
+
+/// The fast path of a batch: every turn's session row, then one statement each for all
+/// their processed updates, messages and model calls. Anything out of the ordinary — a
+/// conflict, a duplicate, a failed statement, two turns of one session — answers `None`
+/// (the transaction rolled back), and the batch is redone turn by turn in savepoints.
+async fn fast_batch(writer: &SqlitePool, batch: &[Job]) -> Option<Vec<CommittedTurn>> {
+    let mut tx = writer.begin().await.ok()?;
+    let result = fast_writes(&mut tx, batch).await;
+    let done = match result {
+        Ok(Some(done)) => done,
+        outcome => {
+            if let Err(e) = &outcome {
+                tracing::debug!(error = %e, "batch redone turn by turn");
+            }
+            let _ = tx.rollback().await;
+            return None;
+        }
+    };
+    tx.commit().await.ok()?;
+    Some(done)
+}
+
+async fn fast_writes(
+    tx: &mut sqlx::SqliteConnection,
+    batch: &[Job],
+) -> Result<Option<Vec<CommittedTurn>>, StoreError> {
+    let now_ms = ms(Utc::now());
+    let commits: Vec<&TurnCommit> = batch
+        .iter()
+        .filter_map(|job| match job {
+            Job::Turn { commit, .. } => Some(commit.as_ref()),
+            Job::Delivered { .. } => None,
+        })
+        .collect();
+    let mut sessions = Vec::with_capacity(commits.len());
+    let mut seen = std::collections::HashSet::new();
+    for commit in &commits {
+        let session = match write_session(tx, commit, now_ms).await {
+            Ok(session) => session,
+            Err(StoreError::Conflict { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !seen.insert(session.id) {
+            return Ok(None);
+        }
+        sessions.push(session);
+    }
+    let processed: Vec<(&ProcessedUpdate, i64)> = commits
+        .iter()
+        .zip(&sessions)
+        .filter_map(|(c, s)| c.processed.as_ref().map(|p| (p, s.id)))
+        .collect();
+    if mark_processed(tx, &processed, now_ms).await? != processed.len() as u64 {
+        return Ok(None);
+    }
+    let turns: Vec<(i64, &[StateChange])> = commits
+        .iter()
+        .zip(&sessions)
+        .map(|(c, s)| (s.id, c.changes.as_slice()))
+        .collect();
+    let mut ids = insert_messages(tx, &turns, now_ms).await?;
+    let calls: Vec<(Option<i64>, &LlmCallRecord)> = commits
+        .iter()
+        .zip(&sessions)
+        .flat_map(|(c, s)| c.llm_calls.iter().map(move |call| (Some(s.id), call)))
+        .collect();
+    insert_llm_calls(tx, &calls).await?;
+    for (commit, session) in commits.iter().zip(&sessions) {
+        write_extras(tx, session, &commit.changes, now_ms).await?;
+    }
+    let delivered: Vec<i64> = batch
+        .iter()
+        .flat_map(|job| match job {
+            Job::Delivered { ids, .. } => ids.as_slice(),
+            Job::Turn { .. } => &[],
+        })
+        .copied()
+        .collect();
+    mark_delivered_in(tx, &delivered).await?;
+    Ok(Some(
+        sessions
+            .into_iter()
+            .map(|session| CommittedTurn {
+                assistant_message_ids: ids.remove(&session.id).unwrap_or_default(),
+                session,
+            })
+            .collect(),
+    ))
+}
+
+async fn mark_delivered_in(
+    tx: &mut sqlx::SqliteConnection,
+    delivered: &[i64],
+) -> Result<(), StoreError> {
+    for ids in delivered.chunks(500) {
+        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "UPDATE messages SET delivered = 1 WHERE id IN (",
+        );
+        let mut list = update.separated(", ");
+        for id in ids {
+            list.push_bind(id);
+        }
+        update.push(")");
+        update
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("marking messages delivered"))?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -1140,7 +1314,8 @@ impl Store for SqliteStore {
             .begin()
             .await
             .map_err(StoreError::db("starting a ledger write"))?;
-        insert_llm_calls(&mut tx, None, calls).await?;
+        let calls: Vec<_> = calls.iter().map(|c| (None, c)).collect();
+        insert_llm_calls(&mut tx, &calls).await?;
         tx.commit()
             .await
             .map_err(StoreError::db("committing the ledger"))
@@ -1514,6 +1689,119 @@ mod tests {
                 .expect("messages")
                 .is_empty()
         );
+    }
+
+    fn turn_of(i: usize, session: SessionRecord, message_id: &str) -> TurnCommit {
+        TurnCommit {
+            user: UserRef {
+                id: format!("u{i}"),
+                display_name: format!("User {i}"),
+            },
+            processed: Some(ProcessedUpdate {
+                platform: Platform::Console,
+                chat: format!("c{i}"),
+                message_id: message_id.into(),
+            }),
+            ..commit(
+                session,
+                message_id,
+                vec![
+                    StateChange::AddUserMessage {
+                        text: format!("question {i} {message_id}"),
+                    },
+                    StateChange::AddAssistantMessage {
+                        text: format!("answer {i} {message_id}"),
+                    },
+                ],
+            )
+        }
+    }
+
+    #[tokio::test]
+    async fn turns_committed_together_are_refused_one_by_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/batch.db", dir.path().display());
+        let store = SqliteStore::connect(&url).await.expect("opens");
+        let key_of = |i: usize| SessionKey {
+            platform: Platform::Console,
+            chat: format!("c{i}"),
+            thread: String::new(),
+            user: format!("u{i}"),
+        };
+        // twenty new sessions at once: they queue for the writer and commit in batches
+        let first: Vec<CommittedTurn> = futures::future::join_all((0..20).map(|i| {
+            store.commit_turn(turn_of(
+                i,
+                SessionRecord::draft(key_of(i), "assistant"),
+                "m1",
+            ))
+        }))
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("all first turns commit");
+        let ids: std::collections::HashSet<i64> = first.iter().map(|c| c.session.id).collect();
+        assert_eq!(ids.len(), 20);
+        assert!(first.iter().all(|c| c.assistant_message_ids.len() == 1));
+
+        // then at once: a replayed update, a stale session and eighteen ordinary turns
+        let mut stale = first[1].session.clone();
+        stale.version = 0;
+        let second = futures::future::join_all((0..20).map(|i| {
+            let job = match i {
+                0 => turn_of(0, first[0].session.clone(), "m1"),
+                1 => turn_of(1, stale.clone(), "m2"),
+                _ => turn_of(i, first[i].session.clone(), "m2"),
+            };
+            store.commit_turn(job)
+        }))
+        .await;
+        assert!(matches!(second[0], Err(StoreError::Duplicate { .. })));
+        assert!(matches!(second[1], Err(StoreError::Conflict { .. })));
+        for (i, result) in second.iter().enumerate().skip(2) {
+            let turn = result.as_ref().expect("an ordinary turn commits");
+            assert_eq!(turn.session.version, 2);
+            assert_eq!(turn.assistant_message_ids.len(), 1);
+            let texts: Vec<String> = store
+                .recent_messages(turn.session.id, 10)
+                .await
+                .expect("messages")
+                .into_iter()
+                .map(|m| m.text)
+                .collect();
+            assert_eq!(
+                texts,
+                [
+                    format!("question {i} m1"),
+                    format!("answer {i} m1"),
+                    format!("question {i} m2"),
+                    format!("answer {i} m2"),
+                ]
+            );
+        }
+        // the refused turns wrote nothing
+        for c in &first[..2] {
+            assert_eq!(
+                store
+                    .recent_messages(c.session.id, 10)
+                    .await
+                    .expect("messages")
+                    .len(),
+                2
+            );
+        }
+        assert!(
+            !store
+                .is_processed(Platform::Console, "c1", "m2")
+                .await
+                .expect("checks")
+        );
+        assert_eq!(
+            store.llm_calls(None).await.expect("ledger").len(),
+            20 + 18,
+            "model calls of refused turns are not kept with them"
+        );
+        store.close().await;
     }
 
     #[tokio::test]
