@@ -17,7 +17,7 @@ use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct BenchOptions {
@@ -27,6 +27,8 @@ pub struct BenchOptions {
     pub turns: usize,
     pub concurrency: usize,
     pub model_latency: Duration,
+    /// Offered turns per second across all users (open loop); `None`: closed loop.
+    pub rate: Option<f64>,
     pub database: Option<String>,
 }
 
@@ -91,6 +93,86 @@ const INTERVIEW: &[Step] = &[
 ];
 
 const CHAT: &[Step] = &[Step::Say("Tell me something interesting about tea.")];
+
+/// When a paced (open-loop) user sends next.
+struct Pace {
+    next: Instant,
+    gap: Duration,
+}
+
+/// One simulated user's conversation; the bot's time per turn, in milliseconds, without
+/// the simulated model time. A paced user waits for each scheduled send, and a turn's time
+/// counts from that moment (a bot that falls behind is charged its queue).
+async fn simulate_user(
+    orchestrator: &Orchestrator,
+    script: &[Step],
+    user: usize,
+    turns: usize,
+    (flow, form): (&str, &str),
+    mut pace: Option<&mut Pace>,
+) -> anyhow::Result<Vec<f64>> {
+    let outbox = RecordingOutbox::default();
+    let mut overheads = Vec::with_capacity(turns);
+    for t in 0..turns {
+        let body = match script[t % script.len()] {
+            Step::Open => Body::Open,
+            Step::Say(text) => Body::Text { text: text.into() },
+            Step::Press(value) => match outbox.last_options() {
+                Some(req) => {
+                    let chosen = req
+                        .options
+                        .iter()
+                        .find(|o| o.value == value)
+                        .or(req.options.first())
+                        .map(|o| o.value.clone())
+                        .unwrap_or_default();
+                    Body::Choice {
+                        request_id: req.request_id,
+                        values: vec![chosen],
+                    }
+                }
+                None => Body::Text { text: value.into() },
+            },
+        };
+        outbox.clear();
+        let incoming = Incoming {
+            platform: Platform::Console,
+            chat: format!("bench-{user}"),
+            thread: String::new(),
+            user: UserRef {
+                id: format!("user-{user}"),
+                display_name: format!("User {user}"),
+            },
+            message_id: format!("{t}"),
+            body,
+            flow: Some(flow.to_string()),
+            flow_arg: Some(form.to_string()),
+        };
+        MODEL_TIME.with(|m| m.set(Duration::ZERO));
+        let turn_started = match pace.as_deref_mut() {
+            Some(pace) => {
+                tokio::time::sleep_until(pace.next.into()).await;
+                let scheduled = pace.next;
+                pace.next += pace.gap;
+                scheduled
+            }
+            None => Instant::now(),
+        };
+        let result = orchestrator.handle(incoming, &outbox).await;
+        let model_time = MODEL_TIME.with(|m| m.get());
+        if let Err(e) = result {
+            bail!("turn {t} of user {user} failed: {e}");
+        }
+        overheads.push(
+            turn_started
+                .elapsed()
+                .saturating_sub(model_time)
+                .as_secs_f64()
+                * 1000.0,
+        );
+    }
+    Ok(overheads)
+}
 
 fn rss_peak_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -165,85 +247,66 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         // simulated users type as fast as the machine lets them: no per-user rate limit
         .with_rate_limit(0),
     );
-    let gate = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    // `concurrency` simulated users at a time, each a task that takes the next user when
+    // its user is done: a user who is not talking is only rows in SQLite, as in the bot
+    let next_user = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(options.sessions);
-    for user in 0..options.sessions {
-        let (orchestrator, gate, flow, form) = (
+    let workers = options.concurrency.clamp(1, options.sessions);
+    // open loop: each user sends every `workers / rate` seconds, the users spread evenly
+    let gap = match options.rate {
+        Some(rate) if rate > 0.0 && rate.is_finite() => {
+            Some(Duration::from_secs_f64(workers as f64 / rate))
+        }
+        Some(rate) => bail!("--rate must be a positive number of turns per second, not {rate}"),
+        None => None,
+    };
+    let mut tasks = Vec::with_capacity(workers);
+    for worker in 0..workers {
+        let pace = gap.map(|gap| Pace {
+            next: started + gap.mul_f64(worker as f64 / workers as f64),
+            gap,
+        });
+        let (orchestrator, next_user, flow, form) = (
             orchestrator.clone(),
-            gate.clone(),
+            next_user.clone(),
             options.flow.clone(),
             options.form.clone(),
         );
-        let turns = options.turns;
+        let (turns, sessions) = (options.turns, options.sessions);
         tasks.push(tokio::spawn(MODEL_TIME.scope(
             Cell::new(Duration::ZERO),
             async move {
-                let _permit = gate.acquire_owned().await.ok();
-                let outbox = RecordingOutbox::default();
-                let mut overheads = Vec::with_capacity(turns);
-                for t in 0..turns {
-                    let body = match script[t % script.len()] {
-                        Step::Open => Body::Open,
-                        Step::Say(text) => Body::Text { text: text.into() },
-                        Step::Press(value) => match outbox.last_options() {
-                            Some(req) => {
-                                let chosen = req
-                                    .options
-                                    .iter()
-                                    .find(|o| o.value == value)
-                                    .or(req.options.first())
-                                    .map(|o| o.value.clone())
-                                    .unwrap_or_default();
-                                Body::Choice {
-                                    request_id: req.request_id,
-                                    values: vec![chosen],
-                                }
-                            }
-                            None => Body::Text { text: value.into() },
-                        },
-                    };
-                    outbox.clear();
-                    let incoming = Incoming {
-                        platform: Platform::Console,
-                        chat: format!("bench-{user}"),
-                        thread: String::new(),
-                        user: UserRef {
-                            id: format!("user-{user}"),
-                            display_name: format!("User {user}"),
-                        },
-                        message_id: format!("{t}"),
-                        body,
-                        flow: Some(flow.clone()),
-                        flow_arg: Some(form.clone()),
-                    };
-                    MODEL_TIME.with(|m| m.set(Duration::ZERO));
-                    let turn_started = Instant::now();
-                    let result = orchestrator.handle(incoming, &outbox).await;
-                    let model_time = MODEL_TIME.with(|m| m.get());
-                    if let Err(e) = result {
-                        return Err(anyhow::anyhow!("turn {t} of user {user} failed: {e}"));
+                let mut pace = pace;
+                let mut users = Vec::new();
+                loop {
+                    let user = next_user.fetch_add(1, Ordering::Relaxed);
+                    if user >= sessions {
+                        break;
                     }
-                    overheads.push(
-                        turn_started
-                            .elapsed()
-                            .saturating_sub(model_time)
-                            .as_secs_f64()
-                            * 1000.0,
-                    );
+                    let overheads = simulate_user(
+                        &orchestrator,
+                        script,
+                        user,
+                        turns,
+                        (&flow, &form),
+                        pace.as_mut(),
+                    )
+                    .await?;
+                    users.push(overheads);
                 }
-                Ok(overheads)
+                Ok::<_, anyhow::Error>(users)
             },
         )));
     }
     let mut all = Vec::new();
     let (mut first, mut last) = (Vec::new(), Vec::new());
     for task in tasks {
-        let overheads = task.await.context("a simulated user panicked")??;
-        let window = overheads.len().min(20);
-        first.extend_from_slice(&overheads[..window]);
-        last.extend_from_slice(&overheads[overheads.len() - window..]);
-        all.extend(overheads);
+        for overheads in task.await.context("a simulated user panicked")?? {
+            let window = overheads.len().min(20);
+            first.extend_from_slice(&overheads[..window]);
+            last.extend_from_slice(&overheads[overheads.len() - window..]);
+            all.extend(overheads);
+        }
     }
     let wall = started.elapsed().as_secs_f64();
     let turns = all.len();
@@ -279,5 +342,6 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         "sessions": options.sessions,
         "turns": turns,
         "wall_secs": round(wall),
+        "offered_rate": options.rate,
     }))
 }

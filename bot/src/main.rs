@@ -79,6 +79,11 @@ enum Command {
         /// Simulated model latency per call.
         #[arg(long, default_value_t = 0)]
         model_latency_ms: u64,
+        /// Offered load in turns per second across all users (open loop: each user sends on
+        /// a schedule, and a turn's time counts from its scheduled send). Default: every
+        /// user sends the next message as soon as the last reply came (closed loop).
+        #[arg(long)]
+        rate: Option<f64>,
         /// Database URL (default: a temporary file).
         #[arg(long)]
         database: Option<String>,
@@ -274,6 +279,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             turns,
             concurrency,
             model_latency_ms,
+            rate,
             database,
         } => {
             let flows = app::build_flows(&settings)?;
@@ -284,6 +290,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 turns,
                 concurrency: concurrency.unwrap_or(sessions),
                 model_latency: std::time::Duration::from_millis(model_latency_ms),
+                rate,
                 database,
             };
             let report = bench::run(options, flows).await?;

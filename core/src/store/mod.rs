@@ -376,7 +376,8 @@ pub trait Store: Send + Sync {
     /// Writes one turn atomically. Fails with [`StoreError::Duplicate`] when the update was
     /// processed already and [`StoreError::Conflict`] when the session moved on meanwhile.
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError>;
-    /// Marks assistant messages as delivered to the platform.
+    /// Marks assistant messages as delivered to the platform. May return before the mark
+    /// is durable (SQLite writes it with the next batch of turns).
     async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
     /// Assistant messages committed but not yet delivered (after a crash), oldest first.
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;

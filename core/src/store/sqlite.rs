@@ -20,7 +20,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, SqlitePool};
+use sqlx::{ConnectOptions, Connection, Row, SqlitePool};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -36,6 +36,8 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Turns and delivery marks for the group-commit task ([`group_commit`]).
     jobs: mpsc::Sender<Job>,
+    /// Stops the WAL checkpoint task ([`checkpoints`]); none for `:memory:`.
+    checkpointer: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
 }
 
 /// Most turns one transaction of the group-commit task carries.
@@ -47,10 +49,10 @@ enum Job {
         commit: Box<TurnCommit>,
         reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
     },
-    Delivered {
-        ids: Vec<i64>,
-        reply: oneshot::Sender<Result<(), StoreError>>,
-    },
+    /// Not answered: a turn does not wait for its delivery mark.
+    Delivered { ids: Vec<i64> },
+    /// Answered once everything queued before it is committed (a clean shutdown).
+    Flush(oneshot::Sender<()>),
 }
 
 fn writer_gone() -> StoreError {
@@ -68,61 +70,80 @@ fn writer_gone() -> StoreError {
 async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let flushes: Vec<_> = batch
+            .extract_if(.., |job| matches!(job, Job::Flush(_)))
+            .collect();
         let turns = batch.len();
         let span = tracing::trace_span!("group_commit", turns);
         write_batch(&writer, &mut batch).instrument(span).await;
+        for flush in flushes {
+            if let Job::Flush(done) = flush {
+                let _ = done.send(());
+            }
+        }
     }
 }
 
-/// What a job's answer will be once the batch's commit is known.
-#[allow(clippy::large_enum_variant, reason = "lives only in one batch's Vec")]
-enum Outcome {
-    Turn(
-        Result<CommittedTurn, StoreError>,
-        oneshot::Sender<Result<CommittedTurn, StoreError>>,
-    ),
-    Delivered(oneshot::Sender<Result<(), StoreError>>),
+/// Checkpoints the WAL into the database file every 100 ms on a connection of its own,
+/// so that the writer (whose automatic checkpoint starts only past [`WRITER_CHECKPOINT`]
+/// pages, as a safety net) rarely stops a batch to copy and sync pages. PASSIVE: it never
+/// blocks the writer or a reader. Ends, closing its connection, when `stop` fires or is
+/// dropped.
+async fn checkpoints(mut conn: sqlx::SqliteConnection, mut stop: oneshot::Receiver<()>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&mut conn)
+            .await
+        {
+            tracing::warn!(error = %e, "WAL checkpoint failed");
+        }
+    }
+    if let Err(e) = conn.close().await {
+        tracing::warn!(error = %e, "closing the checkpoint connection");
+    }
 }
+
+/// WAL pages past which the writer checkpoints by itself (the checkpointer fell behind).
+const WRITER_CHECKPOINT: &str = "10000";
+
+/// A turn's answer, sent once the batch's commit is known.
+type Outcome = (
+    Result<CommittedTurn, StoreError>,
+    oneshot::Sender<Result<CommittedTurn, StoreError>>,
+);
 
 async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
     let mut outcomes = Vec::with_capacity(batch.len());
     let committed = run_batch(writer, batch, &mut outcomes).await;
-    // jobs the batch never reached (it failed before them)
-    for job in batch.drain(..) {
-        match job {
-            Job::Turn { reply, .. } => outcomes.push(Outcome::Turn(Err(writer_gone()), reply)),
-            Job::Delivered { reply, .. } => outcomes.push(Outcome::Delivered(reply)),
-        }
-    }
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
-        StoreError::Batch {
-            busy: e.is_busy(),
-            message: e.to_string(),
-        }
+        (e.to_string(), e.is_busy())
     });
+    // the batch's failure, for each turn it carried
     let failed = || {
-        failure.as_ref().map(|e| match e {
-            StoreError::Batch { message, busy } => StoreError::Batch {
-                message: message.clone(),
-                busy: *busy,
-            },
-            _ => writer_gone(),
+        failure.as_ref().map(|(message, busy)| StoreError::Batch {
+            message: message.clone(),
+            busy: *busy,
         })
     };
-    for outcome in outcomes {
-        // a receiver that gave up (its turn was cancelled) is no error here
-        match outcome {
-            Outcome::Turn(result, reply) => {
-                let _ = reply.send(match failed() {
-                    Some(e) if result.is_ok() => Err(e),
-                    _ => result,
-                });
-            }
-            Outcome::Delivered(reply) => {
-                let _ = reply.send(failed().map_or(Ok(()), Err));
-            }
+    // jobs the batch never reached (it failed before them)
+    for job in batch.drain(..) {
+        if let Job::Turn { reply, .. } = job {
+            outcomes.push((Err(failed().unwrap_or_else(writer_gone)), reply));
         }
+    }
+    for (result, reply) in outcomes {
+        // a receiver that gave up (its turn was cancelled) is no error here
+        let _ = reply.send(match failed() {
+            Some(e) if result.is_ok() => Err(e),
+            _ => result,
+        });
     }
 }
 
@@ -139,9 +160,9 @@ async fn run_batch(
             match job {
                 Job::Turn { reply, .. } => {
                     let turn = committed.next().ok_or_else(writer_gone);
-                    outcomes.push(Outcome::Turn(turn, reply));
+                    outcomes.push((turn, reply));
                 }
-                Job::Delivered { reply, .. } => outcomes.push(Outcome::Delivered(reply)),
+                Job::Delivered { .. } | Job::Flush(_) => {}
             }
         }
         return Ok(());
@@ -170,12 +191,10 @@ async fn run_batch(
                     .execute(&mut *tx)
                     .await
                     .map_err(StoreError::db("finishing a turn"))?;
-                outcomes.push(Outcome::Turn(result, reply));
+                outcomes.push((result, reply));
             }
-            Job::Delivered { ids, reply } => {
-                delivered.extend(ids);
-                outcomes.push(Outcome::Delivered(reply));
-            }
+            Job::Delivered { ids } => delivered.extend(ids),
+            Job::Flush(_) => {}
         }
     }
     mark_delivered_in(&mut tx, &delivered).await?;
@@ -220,8 +239,14 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         };
+        // the writer never checkpoints: a checkpoint syncs the database file, and every turn
+        // waiting for the writer would wait for that too ([`checkpoints`] does it aside)
         let writer = single()
-            .connect_with(options.clone())
+            .connect_with(
+                options
+                    .clone()
+                    .pragma("wal_autocheckpoint", WRITER_CHECKPOINT),
+            )
             .await
             .map_err(StoreError::db("opening the database"))?;
         sqlx::migrate!("../migrations").run(&writer).await?;
@@ -229,15 +254,48 @@ impl SqliteStore {
             // every connection to :memory: is its own database: share the one
             writer.clone()
         } else {
+            // a read is one short statement (WAL: never blocked by the writer); more
+            // connections than cores only add threads and page caches (2 MB each)
+            let readers = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
             SqlitePoolOptions::new()
-                .max_connections(8)
-                .connect_with(options)
+                .max_connections(readers.clamp(2, 8) as u32)
+                .connect_with(options.clone())
                 .await
                 .map_err(StoreError::db("opening the database"))?
         };
         let (jobs, queue) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(group_commit(writer.clone(), queue));
-        Ok(SqliteStore { pool, writer, jobs })
+        // the writer's own thread: on the shared runtime each of its statements would queue
+        // behind every turn in progress, and every turn waits for the writer
+        let batches = writer.clone();
+        std::thread::Builder::new()
+            .name("kaiwa-db-writer".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(group_commit(batches, queue)),
+                    // the queue is dropped: every write is answered "writer stopped"
+                    Err(e) => tracing::error!(error = %e, "no runtime for the database writer"),
+                }
+            })
+            .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
+        let checkpointer = if in_memory {
+            None
+        } else {
+            let conn = options
+                .connect()
+                .await
+                .map_err(StoreError::db("opening the database"))?;
+            let (stop, stopped) = oneshot::channel();
+            Some((stop, tokio::spawn(checkpoints(conn, stopped))))
+        };
+        Ok(SqliteStore {
+            pool,
+            writer,
+            jobs,
+            checkpointer: std::sync::Mutex::new(checkpointer),
+        })
     }
 
     async fn submit(&self, job: Job) -> Result<(), StoreError> {
@@ -319,24 +377,41 @@ async fn insert_llm_calls(
     if calls.is_empty() {
         return Ok(());
     }
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
-    );
-    insert.push_values(calls, |mut row, (session_id, call)| {
-        row.push_bind(call.session_id.or(*session_id))
-            .push_bind(call.agent.as_str())
-            .push_bind(call.model.as_str())
-            .push_bind(call.prompt_tokens as i64)
-            .push_bind(call.completion_tokens as i64)
-            .push_bind(call.latency_ms as i64)
-            .push_bind(call.error.as_deref())
-            .push_bind(ms(call.at));
-    });
-    insert
-        .build()
-        .execute(&mut *conn)
-        .await
-        .map_err(StoreError::db("recording model calls"))?;
+    let rows: Vec<_> = calls
+        .iter()
+        .map(|(session_id, call)| {
+            (
+                call.session_id.or(*session_id),
+                &call.agent,
+                &call.model,
+                call.prompt_tokens,
+                call.completion_tokens,
+                call.latency_ms,
+                &call.error,
+                ms(call.at),
+            )
+        })
+        .collect();
+    for chunk in chunks(&rows) {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
+        );
+        insert.push_values(chunk, |mut row, r| {
+            row.push_bind(r.0)
+                .push_bind(r.1.as_str())
+                .push_bind(r.2.as_str())
+                .push_bind(r.3 as i64)
+                .push_bind(r.4 as i64)
+                .push_bind(r.5 as i64)
+                .push_bind(r.6.as_deref())
+                .push_bind(r.7);
+        });
+        insert
+            .build()
+            .execute(&mut *conn)
+            .await
+            .map_err(StoreError::db("recording model calls"))?;
+    }
     Ok(())
 }
 
@@ -714,6 +789,20 @@ async fn write_extras(
     Ok(())
 }
 
+/// Rows for multi-row statements in chunks of a few fixed sizes, largest first: a
+/// `VALUES (?, …), (?, …)` statement is prepared (and cached per connection) once per
+/// size, not once per batch size. (Rows as one JSON argument to `json_each` would need one
+/// statement, but SQLite's JSON extraction cost more than the statements it saved.)
+fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        let size = [128, 32, 8, 2, 1].into_iter().find(|&n| n <= rest.len())?;
+        let (chunk, tail) = rest.split_at(size);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 /// The turns' platform updates marked processed, in one statement. Returns how many were
 /// new (the others were processed already).
 async fn mark_processed(
@@ -724,23 +813,27 @@ async fn mark_processed(
     if updates.is_empty() {
         return Ok(0);
     }
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) ",
-    );
-    insert.push_values(updates, |mut row, (p, session_id)| {
-        row.push_bind(p.platform.as_str())
-            .push_bind(p.chat.as_str())
-            .push_bind(p.message_id.as_str())
-            .push_bind(*session_id)
-            .push_bind(now_ms);
-    });
-    insert.push(" ON CONFLICT DO NOTHING");
-    let done = insert
-        .build()
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("marking the update processed"))?;
-    Ok(done.rows_affected())
+    let mut inserted = 0;
+    for chunk in chunks(updates) {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) ",
+        );
+        insert.push_values(chunk, |mut row, (p, session_id)| {
+            row.push_bind(p.platform.as_str())
+                .push_bind(p.chat.as_str())
+                .push_bind(p.message_id.as_str())
+                .push_bind(*session_id)
+                .push_bind(now_ms);
+        });
+        insert.push(" ON CONFLICT DO NOTHING");
+        inserted += insert
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("marking the update processed"))?
+            .rows_affected();
+    }
+    Ok(inserted)
 }
 
 /// The turns' transcript messages, in one statement. Returns the ids of the assistant
@@ -768,22 +861,27 @@ async fn insert_messages(
     if messages.is_empty() {
         return Ok(assistant);
     }
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
-    );
-    insert.push_values(&messages, |mut row, (session_id, role, text)| {
-        row.push_bind(*session_id)
-            .push_bind(role.as_str())
-            .push_bind(*text)
-            .push_bind(*role != Role::Assistant)
-            .push_bind(now_ms);
-    });
-    insert.push(" RETURNING id, session_id, role");
-    let rows = insert
-        .build()
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::db("saving the messages"))?;
+    let mut rows = Vec::with_capacity(messages.len());
+    for chunk in chunks(&messages) {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
+        );
+        insert.push_values(chunk, |mut row, (session_id, role, text)| {
+            row.push_bind(*session_id)
+                .push_bind(role.as_str())
+                .push_bind(*text)
+                .push_bind(*role != Role::Assistant)
+                .push_bind(now_ms);
+        });
+        insert.push(" RETURNING id, session_id, role");
+        rows.extend(
+            insert
+                .build()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::db("saving the messages"))?,
+        );
+    }
     for row in rows {
         let get = |e: sqlx::Error| corrupt("message row", e);
         let role: String = row.try_get("role").map_err(get)?;
@@ -861,21 +959,91 @@ async fn fast_writes(
         .iter()
         .filter_map(|job| match job {
             Job::Turn { commit, .. } => Some(commit.as_ref()),
-            Job::Delivered { .. } => None,
+            Job::Delivered { .. } | Job::Flush(_) => None,
         })
         .collect();
+    // sessions that go on: one statement for all; new ones and flow switches: one each
     let mut sessions = Vec::with_capacity(commits.len());
-    let mut seen = std::collections::HashSet::new();
+    let mut updates = Vec::new();
     for commit in &commits {
-        let session = match write_session(tx, commit, now_ms).await {
-            Ok(session) => session,
-            Err(StoreError::Conflict { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if !seen.insert(session.id) {
+        if commit.session.is_new() || commit.finish_session.is_some() {
+            match write_session(tx, commit, now_ms).await {
+                Ok(session) => sessions.push(session),
+                Err(StoreError::Conflict { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        } else {
+            let mut session = commit.session.clone();
+            for change in &commit.changes {
+                session.apply(change);
+            }
+            updates.push(sessions.len());
+            sessions.push(session);
+        }
+    }
+    let seen: std::collections::HashSet<i64> = sessions.iter().map(|s| s.id).collect();
+    if seen.len() != sessions.len() {
+        return Ok(None);
+    }
+    let rows = updates
+        .iter()
+        .map(|&i| {
+            let s = &sessions[i];
+            let pending = s
+                .pending_options
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("pending options", e))?;
+            Ok((
+                s.id,
+                s.version,
+                &s.current_agent,
+                &s.language,
+                &s.country,
+                &s.timezone,
+                s.state.as_json(),
+                pending,
+                s.status.as_str(),
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    if !rows.is_empty() {
+        let mut updated = 0;
+        for chunk in chunks(&rows) {
+            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
+                 timezone = v.column6, state = v.column7, pending_options = v.column8, status = v.column9, \
+                 version = version + 1, updated_ms = ",
+            );
+            update.push_bind(now_ms).push(" FROM (");
+            update.push_values(chunk, |mut row, r| {
+                row.push_bind(r.0)
+                    .push_bind(r.1)
+                    .push_bind(r.2.as_deref())
+                    .push_bind(r.3.as_deref())
+                    .push_bind(r.4.as_deref())
+                    .push_bind(r.5.as_deref())
+                    .push_bind(r.6)
+                    .push_bind(r.7.as_deref())
+                    .push_bind(r.8);
+            });
+            update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
+            updated += update
+                .build()
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("updating the sessions"))?
+                .rows_affected();
+        }
+        if updated != rows.len() as u64 {
+            // a session moved on meanwhile: the turn by turn path names it
             return Ok(None);
         }
-        sessions.push(session);
+        for &i in &updates {
+            sessions[i].version += 1;
+            sessions[i].updated_at = from_ms(now_ms);
+        }
     }
     let processed: Vec<(&ProcessedUpdate, i64)> = commits
         .iter()
@@ -904,7 +1072,7 @@ async fn fast_writes(
         .iter()
         .flat_map(|job| match job {
             Job::Delivered { ids, .. } => ids.as_slice(),
-            Job::Turn { .. } => &[],
+            Job::Turn { .. } | Job::Flush(_) => &[],
         })
         .copied()
         .collect();
@@ -924,13 +1092,16 @@ async fn mark_delivered_in(
     tx: &mut sqlx::SqliteConnection,
     delivered: &[i64],
 ) -> Result<(), StoreError> {
-    for ids in delivered.chunks(500) {
+    if delivered.is_empty() {
+        return Ok(());
+    }
+    for chunk in chunks(delivered) {
         let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "UPDATE messages SET delivered = 1 WHERE id IN (",
         );
-        let mut list = update.separated(", ");
-        for id in ids {
-            list.push_bind(id);
+        let mut ids = update.separated(", ");
+        for id in chunk {
+            ids.push_bind(id);
         }
         update.push(")");
         update
@@ -1284,14 +1455,13 @@ impl Store for SqliteStore {
         if message_ids.is_empty() {
             return Ok(());
         }
-        // rides along with the next batch of turns instead of a transaction of its own
-        let (reply, answer) = oneshot::channel();
+        // rides along with the next batch of turns instead of a transaction of its own, and
+        // the turn does not wait for that batch: the mark only records what the platform
+        // took (a lost mark after a crash leaves a delivered message marked undelivered)
         self.submit(Job::Delivered {
             ids: message_ids.to_vec(),
-            reply,
         })
-        .await?;
-        answer.await.unwrap_or_else(|_| Err(writer_gone()))
+        .await
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
@@ -1524,6 +1694,20 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        // what is queued for the writer (delivery marks) is written first
+        let (reply, done) = oneshot::channel();
+        if self.submit(Job::Flush(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((stop, task)) = checkpointer {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
         self.pool.close().await;
         self.writer.close().await;
     }
@@ -1635,11 +1819,17 @@ mod tests {
         assert_eq!(ledger.len(), 1);
         assert_eq!(ledger[0].prompt_tokens, 10);
 
+        assert_eq!(store.undelivered(id).await.expect("undelivered").len(), 1);
         store
             .mark_delivered(&first.assistant_message_ids)
             .await
             .expect("marks");
+        // the mark rides with the writer's next batch; closing writes what is queued
+        store.close().await;
+        drop(store);
+        let store = SqliteStore::connect(&url).await.expect("reopens");
         assert!(store.undelivered(id).await.expect("undelivered").is_empty());
+        store.close().await;
     }
 
     #[tokio::test]
