@@ -365,6 +365,66 @@ async fn bench_prints_its_report_as_json_on_the_last_line() {
 }
 
 #[tokio::test]
+async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/bench.db", dir.path().display());
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &[
+            "bench",
+            "--sessions",
+            "6",
+            "--turns",
+            "11",
+            "--concurrency",
+            "2",
+            "--rate",
+            "400",
+            "--database",
+            &url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let last = run.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
+    assert_eq!(report["turns"], 66);
+    assert_eq!(report["offered_rate"], 400.0);
+    // every turn of every simulated user was committed before its reply
+    let store = kaiwa_core::store::sqlite::SqliteStore::connect(&url)
+        .await
+        .expect("the bench database opens");
+    for user in 0..6 {
+        for turn in 0..11 {
+            assert!(
+                kaiwa_core::store::Store::is_processed(
+                    &store,
+                    kaiwa_core::message::Platform::Console,
+                    &format!("bench-{user}"),
+                    &turn.to_string(),
+                )
+                .await
+                .expect("reads"),
+                "turn {turn} of user {user} was not stored"
+            );
+        }
+    }
+    kaiwa_core::store::Store::close(&store).await;
+
+    let refused = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["bench", "--sessions", "2", "--rate", "0"],
+        "",
+    )
+    .await;
+    assert_ne!(refused.code, Some(0));
+    assert!(refused.stderr.contains("--rate"), "{}", refused.stderr);
+}
+
+#[tokio::test]
 async fn the_reading_companion_runs_through_a_pipe_without_a_model() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = format!(
