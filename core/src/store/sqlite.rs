@@ -32,7 +32,8 @@ pub struct SqliteStore {
     /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
     /// The one writer connection: writes queue here, in tokio, instead of spinning in
-    /// SQLite's busy handler (which sleeps whole milliseconds between tries).
+    /// SQLite's busy handler (which sleeps whole milliseconds between tries). Turns reach it
+    /// through the group-commit thread; rarer writes (privacy, inbox, ledger) directly.
     writer: SqlitePool,
     /// Turns and delivery marks for the group-commit task ([`group_commit`]).
     jobs: mpsc::Sender<Job>,
@@ -62,17 +63,20 @@ fn writer_gone() -> StoreError {
     }
 }
 
-/// Group commit: every turn waiting when the writer becomes free goes into one transaction,
-/// each turn in its own savepoint (a refused turn — duplicate, conflict, failed statement —
-/// is rolled back alone and answered with its error). One commit, one WAL append and one
-/// lock hand-over serve the whole batch, so the writer keeps up with many sessions; a lone
-/// turn still commits at once (nothing waits to fill a batch).
+/// Group commit, on the writer's own thread: every turn waiting when the writer becomes
+/// free goes into one transaction — one chunked statement each for all their sessions,
+/// processed updates, messages and model calls ([`fast_batch`]); if anything is out of the
+/// ordinary the batch is redone turn by turn, each in a savepoint, so a refused turn
+/// (duplicate, conflict, failed statement) is rolled back alone and answered with its
+/// error. One commit and one WAL append serve the whole batch; a lone turn still commits at
+/// once (nothing waits to fill a batch).
 async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let flushes: Vec<_> = batch
-            .extract_if(.., |job| matches!(job, Job::Flush(_)))
-            .collect();
+        let (flushes, work): (Vec<_>, Vec<_>) = batch
+            .drain(..)
+            .partition(|job| matches!(job, Job::Flush(_)));
+        batch.extend(work);
         let turns = batch.len();
         let span = tracing::trace_span!("group_commit", turns);
         write_batch(&writer, &mut batch).instrument(span).await;
