@@ -88,13 +88,18 @@ async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// Checkpoints the WAL into the database file every 100 ms on a connection of its own,
+/// Checkpoints the WAL into the database file every 50 ms on a connection of its own,
 /// so that the writer (whose automatic checkpoint starts only past [`WRITER_CHECKPOINT`]
 /// pages, as a safety net) rarely stops a batch to copy and sync pages. PASSIVE: it never
 /// blocks the writer or a reader. Ends, closing its connection, when `stop` fires or is
 /// dropped.
 async fn checkpoints(mut conn: sqlx::SqliteConnection, mut stop: oneshot::Receiver<()>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // measured (kaiwa bench, 2 cores): every 1 s the checkpoint's I/O held the writer up
+    // ~100 ms (p99 90 ms at 1,500 turns/s); every 100 ms p99 19 ms; every 25 ms p99 10 ms
+    // but a quarter less throughput (hot pages copied again and again); every 50 ms p99
+    // 12 ms at full throughput. With nothing new in the WAL a PASSIVE checkpoint returns
+    // at once.
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
