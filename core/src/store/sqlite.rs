@@ -642,6 +642,56 @@ async fn apply_reading(
     Ok(())
 }
 
+/// Sessions that go on, updated in chunked multi-row statements, each only if its stored
+/// version is still the one the turn loaded. `sessions` carry the turn's changes and the
+/// loaded version. Returns how many rows were updated (fewer: a session moved on).
+async fn update_sessions(
+    tx: &mut sqlx::SqliteConnection,
+    sessions: &[&SessionRecord],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let pending = sessions
+        .iter()
+        .map(|s| {
+            s.pending_options
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| corrupt("pending options", e))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let rows: Vec<(&SessionRecord, Option<String>)> =
+        sessions.iter().copied().zip(pending).collect();
+    let mut updated = 0;
+    for chunk in chunks(&rows) {
+        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
+             timezone = v.column6, state = v.column7, pending_options = v.column8, status = v.column9, \
+             version = version + 1, updated_ms = ",
+        );
+        update.push_bind(now_ms).push(" FROM (");
+        update.push_values(chunk, |mut row, (s, pending)| {
+            row.push_bind(s.id)
+                .push_bind(s.version)
+                .push_bind(s.current_agent.as_deref())
+                .push_bind(s.language.as_deref())
+                .push_bind(s.country.as_deref())
+                .push_bind(s.timezone.as_deref())
+                .push_bind(s.state.as_json())
+                .push_bind(pending.as_deref())
+                .push_bind(s.status.as_str());
+        });
+        update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
+        updated += update
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("updating the sessions"))?
+            .rows_affected();
+    }
+    Ok(updated)
+}
+
 /// A turn's session row (and the user's, for a new session; the previous session finished
 /// first on a flow switch). Fails with [`StoreError::Conflict`] when the session moved on.
 /// Returns the session as the turn leaves it.
@@ -713,24 +763,7 @@ async fn write_session(
         session.version = 1;
         session.created_at = from_ms(now_ms);
     } else {
-        let updated = sqlx::query(
-            "UPDATE sessions SET current_agent = ?, language = ?, country = ?, timezone = ?, state = ?, \
-             pending_options = ?, status = ?, version = version + 1, updated_ms = ? WHERE id = ? AND version = ?",
-        )
-        .bind(&session.current_agent)
-        .bind(&session.language)
-        .bind(&session.country)
-        .bind(&session.timezone)
-        .bind(state)
-        .bind(&pending)
-        .bind(session.status.as_str())
-        .bind(now_ms)
-        .bind(session.id)
-        .bind(session.version)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("updating the session"))?;
-        if updated.rows_affected() == 0 {
+        if update_sessions(tx, &[&session], now_ms).await? == 0 {
             return Err(StoreError::Conflict {
                 session_id: session.id,
             });
@@ -994,58 +1027,9 @@ async fn fast_writes(
     if seen.len() != sessions.len() {
         return Ok(None);
     }
-    let rows = updates
-        .iter()
-        .map(|&i| {
-            let s = &sessions[i];
-            let pending = s
-                .pending_options
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()
-                .map_err(|e| corrupt("pending options", e))?;
-            Ok((
-                s.id,
-                s.version,
-                &s.current_agent,
-                &s.language,
-                &s.country,
-                &s.timezone,
-                s.state.as_json(),
-                pending,
-                s.status.as_str(),
-            ))
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    if !rows.is_empty() {
-        let mut updated = 0;
-        for chunk in chunks(&rows) {
-            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
-                 timezone = v.column6, state = v.column7, pending_options = v.column8, status = v.column9, \
-                 version = version + 1, updated_ms = ",
-            );
-            update.push_bind(now_ms).push(" FROM (");
-            update.push_values(chunk, |mut row, r| {
-                row.push_bind(r.0)
-                    .push_bind(r.1)
-                    .push_bind(r.2.as_deref())
-                    .push_bind(r.3.as_deref())
-                    .push_bind(r.4.as_deref())
-                    .push_bind(r.5.as_deref())
-                    .push_bind(r.6)
-                    .push_bind(r.7.as_deref())
-                    .push_bind(r.8);
-            });
-            update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
-            updated += update
-                .build()
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("updating the sessions"))?
-                .rows_affected();
-        }
-        if updated != rows.len() as u64 {
+    if !updates.is_empty() {
+        let going_on: Vec<&SessionRecord> = updates.iter().map(|&i| &sessions[i]).collect();
+        if update_sessions(tx, &going_on, now_ms).await? != going_on.len() as u64 {
             // a session moved on meanwhile: the turn by turn path names it
             return Ok(None);
         }
