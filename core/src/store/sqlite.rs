@@ -692,6 +692,15 @@ async fn update_sessions(
     Ok(updated)
 }
 
+/// The session as the turn leaves it (the commit's changes applied; not yet written).
+fn applied(commit: &TurnCommit) -> SessionRecord {
+    let mut session = commit.session.clone();
+    for change in &commit.changes {
+        session.apply(change);
+    }
+    session
+}
+
 /// A turn's session row (and the user's, for a new session; the previous session finished
 /// first on a flow switch). Fails with [`StoreError::Conflict`] when the session moved on.
 /// Returns the session as the turn leaves it.
@@ -700,8 +709,6 @@ async fn write_session(
     commit: &TurnCommit,
     now_ms: i64,
 ) -> Result<SessionRecord, StoreError> {
-    let mut session = commit.session.clone();
-
     if let Some(previous) = commit.finish_session {
         sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
             .bind(now_ms)
@@ -711,19 +718,15 @@ async fn write_session(
             .map_err(StoreError::db("finishing the previous session"))?;
     }
 
-    for change in &commit.changes {
-        session.apply(change);
-    }
-    let key = session.key.clone();
-    let state = session.state.as_json();
-    let pending = session
-        .pending_options
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| corrupt("pending options", e))?;
-
+    let mut session = applied(commit);
     if session.is_new() {
+        let key = &session.key;
+        let pending = session
+            .pending_options
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| corrupt("pending options", e))?;
         // the user row is written when a session starts (sessions reference it)
         sqlx::query(
             "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
@@ -751,7 +754,7 @@ async fn write_session(
         .bind(&session.language)
         .bind(&session.country)
         .bind(&session.timezone)
-        .bind(state)
+        .bind(session.state.as_json())
         .bind(&pending)
         .bind(session.status.as_str())
         .bind(now_ms)
@@ -1015,12 +1018,8 @@ async fn fast_writes(
                 Err(e) => return Err(e),
             }
         } else {
-            let mut session = commit.session.clone();
-            for change in &commit.changes {
-                session.apply(change);
-            }
             updates.push(sessions.len());
-            sessions.push(session);
+            sessions.push(applied(commit));
         }
     }
     let seen: std::collections::HashSet<i64> = sessions.iter().map(|s| s.id).collect();
@@ -1399,10 +1398,11 @@ impl Store for SqliteStore {
             .await
             .map_err(StoreError::db("loading the session"))?;
         let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
+        let duplicate = dup && !message_id.is_empty();
         let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
         let Some(session_id) = id else {
             return Ok(TurnLoad {
-                duplicate: dup && !message_id.is_empty(),
+                duplicate,
                 ..Default::default()
             });
         };
@@ -1428,7 +1428,7 @@ impl Store for SqliteStore {
             .collect::<Result<Vec<_>, StoreError>>()?;
         messages.sort_unstable_by_key(|m| m.id);
         Ok(TurnLoad {
-            duplicate: dup && !message_id.is_empty(),
+            duplicate,
             session: Some(session),
             history: messages,
         })

@@ -7,7 +7,7 @@
 //! is configured, the model's own check ([`model_check`], tool `result`). A violation from
 //! either blocks the question; a model failure leaves the deterministic verdict.
 
-use super::form::Form;
+use super::form::{Form, ProhibitedTopic};
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::llm::ChatModel;
@@ -107,21 +107,31 @@ enum Trigger {
 /// every question).
 pub struct Screener {
     automaton: Option<AhoCorasick>,
+    /// What each pattern of the automaton stands for.
     triggers: Vec<Trigger>,
-    /// Per topic, its triggers in rank order (to name the word that matched).
-    words: Vec<Vec<String>>,
-    banned: Vec<String>,
+}
+
+/// A topic's trigger words in rank order: English, then Japanese.
+fn trigger_words(topic: &ProhibitedTopic) -> impl Iterator<Item = &String> {
+    topic.triggers_en.iter().chain(&topic.triggers_ja)
+}
+
+/// The phrases no question may use: the defaults, then the form's own.
+fn banned_phrases(form: &Form) -> impl Iterator<Item = &str> {
+    DEFAULT_BANNED
+        .iter()
+        .copied()
+        .chain(form.tone.banned_phrases.iter().map(String::as_str))
 }
 
 impl Screener {
     fn new(form: &Form) -> Screener {
         let mut patterns = Vec::new();
         let mut triggers = Vec::new();
-        let mut words = Vec::new();
         for (topic, t) in form.topics().iter().enumerate() {
-            let en = t.triggers_en.iter().map(|w| (w, true));
-            let ja = t.triggers_ja.iter().map(|w| (w, false));
-            for (rank, (word, word_start)) in en.chain(ja).enumerate() {
+            let english = t.triggers_en.len();
+            for (rank, word) in trigger_words(t).enumerate() {
+                let word_start = rank < english;
                 let lower = lowercase(word).into_owned();
                 if !lower.is_empty() {
                     patterns.push(lower);
@@ -132,21 +142,8 @@ impl Screener {
                     });
                 }
             }
-            words.push(
-                t.triggers_en
-                    .iter()
-                    .chain(&t.triggers_ja)
-                    .cloned()
-                    .collect(),
-            );
         }
-        let banned: Vec<String> = DEFAULT_BANNED
-            .iter()
-            .copied()
-            .chain(form.tone.banned_phrases.iter().map(String::as_str))
-            .map(String::from)
-            .collect();
-        for (i, phrase) in banned.iter().enumerate() {
+        for (i, phrase) in banned_phrases(form).enumerate() {
             patterns.push(lowercase(phrase).into_owned());
             triggers.push(Trigger::Banned(i));
         }
@@ -155,16 +152,13 @@ impl Screener {
                 .inspect_err(|e| tracing::error!(error = %e, "trigger automaton not built"))
                 .ok(),
             triggers,
-            words,
-            banned,
         }
     }
 
-    fn of(form: &Form) -> std::sync::Arc<Screener> {
+    fn of(form: &Form) -> &Screener {
         form.screener
             .0
             .get_or_init(|| std::sync::Arc::new(Screener::new(form)))
-            .clone()
     }
 }
 
@@ -175,11 +169,8 @@ pub fn screen(form: &Form, text: &str) -> Vec<Violation> {
     let topics = form.topics();
     // the best-ranked trigger found per topic, and the banned phrases found
     let mut topic_hits: Vec<Option<usize>> = vec![None; topics.len()];
-    let mut banned_hits = vec![false; screener.banned.len()];
-    for (i, phrase) in screener.banned.iter().enumerate() {
-        // an empty phrase is in every text (as `str::contains` has it)
-        banned_hits[i] = phrase.is_empty();
-    }
+    // an empty phrase is in every text (as `str::contains` has it)
+    let mut banned_hits: Vec<bool> = banned_phrases(form).map(str::is_empty).collect();
     if let Some(automaton) = &screener.automaton {
         for m in automaton.find_overlapping_iter(lower.as_str()) {
             match screener.triggers[m.pattern().as_usize()] {
@@ -203,15 +194,15 @@ pub fn screen(form: &Form, text: &str) -> Vec<Violation> {
         }
     }
     let mut violations = Vec::new();
-    for ((topic, hit), words) in topics.iter().zip(&topic_hits).zip(&screener.words) {
-        if let Some(word) = hit.and_then(|rank| words.get(rank)) {
+    for (topic, hit) in topics.iter().zip(&topic_hits) {
+        if let Some(word) = hit.and_then(|rank| trigger_words(topic).nth(rank)) {
             violations.push(Violation {
                 kind: ViolationType::ProhibitedTopic,
                 message: format!("asks about a prohibited topic ({}): {word:?}", topic.label),
             });
         }
     }
-    for (phrase, hit) in screener.banned.iter().zip(banned_hits) {
+    for (phrase, hit) in banned_phrases(form).zip(banned_hits) {
         if hit {
             violations.push(Violation {
                 kind: ViolationType::ToneViolation,
