@@ -70,7 +70,7 @@ fn writer_gone() -> StoreError {
 /// (duplicate, conflict, failed statement) is rolled back alone and answered with its
 /// error. One commit and one WAL append serve the whole batch; a lone turn still commits at
 /// once (nothing waits to fill a batch).
-async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
+async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>, gate: WriteGate) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (flushes, work): (Vec<_>, Vec<_>) = batch
@@ -79,7 +79,9 @@ async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
         batch.extend(work);
         let turns = batch.len();
         let span = tracing::trace_span!("group_commit", turns);
+        let writing = gate.lock().await;
         write_batch(&writer, &mut batch).instrument(span).await;
+        drop(writing);
         for flush in flushes {
             if let Job::Flush(done) = flush {
                 let _ = done.send(());
@@ -88,12 +90,30 @@ async fn group_commit(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// Checkpoints the WAL into the database file every 50 ms on a connection of its own,
-/// so that the writer (whose automatic checkpoint starts only past [`WRITER_CHECKPOINT`]
-/// pages, as a safety net) rarely stops a batch to copy and sync pages. PASSIVE: it never
-/// blocks the writer or a reader. Ends, closing its connection, when `stop` fires or is
-/// dropped.
-async fn checkpoints(mut conn: sqlx::SqliteConnection, mut stop: oneshot::Receiver<()>) {
+/// Held by the group-commit writer for each batch, and by the checkpointer while it
+/// restarts the WAL: a writer that waits here wakes as soon as the restart is done (in
+/// SQLite's busy handler it would sleep whole milliseconds between tries).
+type WriteGate = std::sync::Arc<tokio::sync::Mutex<()>>;
+
+/// Checkpoints the WAL into the database file every 50 ms on a connection of its own, and
+/// restarts the WAL from its beginning once it holds [`WAL_RESTART_FRAMES`] frames. Ends,
+/// closing its connection, when `stop` fires or is dropped.
+///
+/// A PASSIVE checkpoint never blocks the writer or a reader, but under a steady stream of
+/// turns it never catches up with the last frames either, and SQLite starts the WAL over
+/// only when every frame is in the database file. The WAL would then grow until the
+/// writer's own automatic checkpoint stopped a batch for two syncs of a large backlog and
+/// then a third (a restarted WAL's header is synced before its first frame): measured at
+/// 1,000 turns/s, a 15–25 ms stall every 0.7 s, the whole p99. Here the restart is chosen:
+/// right after a PASSIVE pass (little is left to copy) the writer is paused between
+/// batches ([`WriteGate`]) for a RESTART checkpoint, which needs no busy handler to wait
+/// for the writer.
+async fn checkpoints(
+    mut conn: sqlx::SqliteConnection,
+    mut stop: oneshot::Receiver<()>,
+    gate: WriteGate,
+    restart_frames: i64,
+) {
     // measured (kaiwa bench, 2 cores): every 1 s the checkpoint's I/O held the writer up
     // ~100 ms (p99 90 ms at 1,500 turns/s); every 100 ms p99 19 ms; every 25 ms p99 10 ms
     // but a quarter less throughput (hot pages copied again and again); every 50 ms p99
@@ -106,11 +126,34 @@ async fn checkpoints(mut conn: sqlx::SqliteConnection, mut stop: oneshot::Receiv
             _ = &mut stop => break,
             _ = tick.tick() => {}
         }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&mut conn)
+        // (busy, frames in the WAL, frames in the database file)
+        let frames = match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut conn)
             .await
         {
-            tracing::warn!(error = %e, "WAL checkpoint failed");
+            Ok((_, frames, _)) => frames,
+            Err(e) => {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
+                continue;
+            }
+        };
+        if frames < restart_frames {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let paused = gate.lock().await;
+        let restart = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
+            .fetch_one(&mut conn)
+            .await;
+        drop(paused);
+        match restart {
+            Ok((busy, _, _)) => tracing::debug!(
+                frames,
+                restarted = busy == 0,
+                paused_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "WAL restart"
+            ),
+            Err(e) => tracing::warn!(error = %e, "WAL restart failed"),
         }
     }
     if let Err(e) = conn.close().await {
@@ -118,8 +161,15 @@ async fn checkpoints(mut conn: sqlx::SqliteConnection, mut stop: oneshot::Receiv
     }
 }
 
-/// WAL pages past which the writer checkpoints by itself (the checkpointer fell behind).
-const WRITER_CHECKPOINT: &str = "10000";
+/// WAL frames (pages) past which the checkpointer restarts the WAL (64 MB of 4 KB pages;
+/// a WAL file keeps its largest size). Each restart pauses the writer for a checkpoint's
+/// two syncs (10–25 ms on the bench machine), so the fewer the better: measured at 1,000
+/// turns/s (~9,000 pages a second), every 10,000 frames p99 10–13 ms, every 16,384 7 ms,
+/// every 32,768 6 ms. Under a light load the WAL restarts on its own, long before.
+const WAL_RESTART_FRAMES: i64 = 16_384;
+
+/// How long a WAL restart waits for readers of older frames (it pauses the writer).
+const RESTART_WAIT: Duration = Duration::from_millis(20);
 
 /// A turn's answer, sent once the batch's commit is known.
 type Outcome = (
@@ -219,6 +269,18 @@ impl SqliteStore {
     /// Opens (creating file and parent folder if missing) and migrates the database at `url`
     /// (`sqlite://path/to.db`, `sqlite::memory:`).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        // past twice the restart point the writer checkpoints by itself (a long read kept
+        // the WAL from restarting, or the checkpointer fell behind)
+        Self::connect_tuned(url, WAL_RESTART_FRAMES, 2 * WAL_RESTART_FRAMES).await
+    }
+
+    /// [`SqliteStore::connect`], the checkpointer restarting the WAL once it holds
+    /// `restart_frames` pages and the writer checkpointing past `writer_frames`.
+    async fn connect_tuned(
+        url: &str,
+        restart_frames: i64,
+        writer_frames: i64,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(StoreError::db("parsing the database URL"))?
             .create_if_missing(true)
@@ -248,13 +310,14 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         };
-        // the writer never checkpoints: a checkpoint syncs the database file, and every turn
-        // waiting for the writer would wait for that too ([`checkpoints`] does it aside)
+        // the writer checkpoints only as a safety net: a checkpoint syncs the database file,
+        // and every turn waiting for the writer would wait for that too ([`checkpoints`]
+        // does it aside)
         let writer = single()
             .connect_with(
                 options
                     .clone()
-                    .pragma("wal_autocheckpoint", WRITER_CHECKPOINT),
+                    .pragma("wal_autocheckpoint", writer_frames.to_string()),
             )
             .await
             .map_err(StoreError::db("opening the database"))?;
@@ -274,30 +337,33 @@ impl SqliteStore {
         };
         let (jobs, queue) = mpsc::channel(4 * MAX_BATCH);
         // the writer's own thread: on the shared runtime each of its statements would queue
-        // behind every turn in progress, and every turn waits for the writer
+        // behind every turn in progress, and every turn waits for the writer. The
+        // checkpointer runs there too: while it restarts the WAL the writer waits for it,
+        // and it must not wait for a turn of the shared runtime to be polled again.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Corrupt(format!("no runtime for the database writer: {e}")))?;
+        let writer_tasks = runtime.handle().clone();
         let batches = writer.clone();
+        let gate = WriteGate::default();
+        let writing = gate.clone();
         std::thread::Builder::new()
             .name("kaiwa-db-writer".into())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime.block_on(group_commit(batches, queue)),
-                    // the queue is dropped: every write is answered "writer stopped"
-                    Err(e) => tracing::error!(error = %e, "no runtime for the database writer"),
-                }
-            })
+            .spawn(move || runtime.block_on(group_commit(batches, queue, writing)))
             .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
         let checkpointer = if in_memory {
             None
         } else {
             let conn = options
+                .clone()
+                .busy_timeout(RESTART_WAIT)
                 .connect()
                 .await
                 .map_err(StoreError::db("opening the database"))?;
             let (stop, stopped) = oneshot::channel();
-            Some((stop, tokio::spawn(checkpoints(conn, stopped))))
+            let task = writer_tasks.spawn(checkpoints(conn, stopped, gate, restart_frames));
+            Some((stop, task))
         };
         Ok(SqliteStore {
             pool,
@@ -647,49 +713,75 @@ async fn apply_reading(
 /// loaded version. Returns how many rows were updated (fewer: a session moved on).
 async fn update_sessions(
     tx: &mut sqlx::SqliteConnection,
-    sessions: &[&SessionRecord],
+    sessions: &[SessionUpdate<'_>],
     now_ms: i64,
 ) -> Result<u64, StoreError> {
-    let pending = sessions
-        .iter()
-        .map(|s| {
-            s.pending_options
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()
-                .map_err(|e| corrupt("pending options", e))
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let rows: Vec<(&SessionRecord, Option<String>)> =
-        sessions.iter().copied().zip(pending).collect();
+    let mut rows = Vec::with_capacity(sessions.len());
+    for update in sessions {
+        let pending = update
+            .session
+            .pending_options
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| corrupt("pending options", e))?;
+        rows.push((update, pending));
+    }
+    // SQLite rewrites every index of a column in the SET list, changed or not: a session
+    // whose status stays leaves `sessions_one_active` (a page per turn) alone
+    let (moved, staying): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(u, _)| u.status_changed);
     let mut updated = 0;
-    for chunk in chunks(&rows) {
-        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
-             timezone = v.column6, state = v.column7, pending_options = v.column8, status = v.column9, \
-             version = version + 1, updated_ms = ",
-        );
-        update.push_bind(now_ms).push(" FROM (");
-        update.push_values(chunk, |mut row, (s, pending)| {
-            row.push_bind(s.id)
-                .push_bind(s.version)
-                .push_bind(s.current_agent.as_deref())
-                .push_bind(s.language.as_deref())
-                .push_bind(s.country.as_deref())
-                .push_bind(s.timezone.as_deref())
-                .push_bind(s.state.as_json())
-                .push_bind(pending.as_deref())
-                .push_bind(s.status.as_str());
-        });
-        update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
-        updated += update
-            .build()
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("updating the sessions"))?
-            .rows_affected();
+    for (rows, status) in [(moved, true), (staying, false)] {
+        for chunk in chunks(&rows) {
+            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
+                 timezone = v.column6, state = v.column7, pending_options = v.column8, ",
+            );
+            if status {
+                update.push("status = v.column9, ");
+            }
+            update.push("version = version + 1, updated_ms = ");
+            update.push_bind(now_ms).push(" FROM (");
+            update.push_values(chunk, |mut row, (u, pending)| {
+                let s = u.session;
+                row.push_bind(s.id)
+                    .push_bind(s.version)
+                    .push_bind(s.current_agent.as_deref())
+                    .push_bind(s.language.as_deref())
+                    .push_bind(s.country.as_deref())
+                    .push_bind(s.timezone.as_deref())
+                    .push_bind(s.state.as_json())
+                    .push_bind(pending.as_deref());
+                if status {
+                    row.push_bind(s.status.as_str());
+                }
+            });
+            update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
+            updated += update
+                .build()
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("updating the sessions"))?
+                .rows_affected();
+        }
     }
     Ok(updated)
+}
+
+/// A session row to update: as the turn leaves it (with the version it loaded), and
+/// whether the turn changed its status.
+struct SessionUpdate<'a> {
+    session: &'a SessionRecord,
+    status_changed: bool,
+}
+
+impl<'a> SessionUpdate<'a> {
+    fn of(commit: &TurnCommit, session: &'a SessionRecord) -> Self {
+        SessionUpdate {
+            session,
+            status_changed: commit.session.status != session.status,
+        }
+    }
 }
 
 /// The session as the turn leaves it (the commit's changes applied; not yet written).
@@ -766,7 +858,7 @@ async fn write_session(
         session.version = 1;
         session.created_at = from_ms(now_ms);
     } else {
-        if update_sessions(tx, &[&session], now_ms).await? == 0 {
+        if update_sessions(tx, &[SessionUpdate::of(commit, &session)], now_ms).await? == 0 {
             return Err(StoreError::Conflict {
                 session_id: session.id,
             });
@@ -1027,7 +1119,10 @@ async fn fast_writes(
         return Ok(None);
     }
     if !updates.is_empty() {
-        let going_on: Vec<&SessionRecord> = updates.iter().map(|&i| &sessions[i]).collect();
+        let going_on: Vec<SessionUpdate> = updates
+            .iter()
+            .map(|&i| SessionUpdate::of(commits[i], &sessions[i]))
+            .collect();
         if update_sessions(tx, &going_on, now_ms).await? != going_on.len() as u64 {
             // a session moved on meanwhile: the turn by turn path names it
             return Ok(None);
@@ -1711,6 +1806,7 @@ mod tests {
     use super::*;
     use crate::message::UserRef;
     use crate::store::ProcessedUpdate;
+    use std::sync::Arc;
 
     fn key() -> SessionKey {
         SessionKey {
@@ -1984,6 +2080,175 @@ mod tests {
             20 + 18,
             "model calls of refused turns are not kept with them"
         );
+        store.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_restarts_under_a_steady_stream_of_turns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kaiwa.db");
+        let url = format!("sqlite://{}", path.display());
+        // the writer's own checkpoint out of the way: only the checkpointer restarts the WAL
+        let store = Arc::new(
+            SqliteStore::connect_tuned(&url, 64, 1_000_000)
+                .await
+                .expect("opens"),
+        );
+        let (users, turns) = (32, 80);
+        let mut tasks = Vec::new();
+        for u in 0..users {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut session = SessionRecord::draft(
+                    SessionKey {
+                        user: format!("u{u}"),
+                        ..key()
+                    },
+                    "assistant",
+                );
+                for t in 0..turns {
+                    let mut turn = commit(
+                        session,
+                        &format!("{u}-{t}"),
+                        vec![
+                            StateChange::AddUserMessage {
+                                text: "a question ".repeat(40),
+                            },
+                            StateChange::AddAssistantMessage {
+                                text: "an answer ".repeat(60),
+                            },
+                        ],
+                    );
+                    turn.user.id = format!("u{u}");
+                    session = store.commit_turn(turn).await.expect("commits").session;
+                }
+                session.id
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.push(task.await.expect("a user's turns"));
+        }
+        let wal = std::fs::metadata(dir.path().join("kaiwa.db-wal"))
+            .expect("the WAL")
+            .len();
+        // every turn wrote several pages: without restarts the WAL holds them all (over
+        // 20 MB here), with them what is written between two checkpoints (about 2 MB)
+        assert!(wal < 8 << 20, "the WAL grew to {wal} bytes");
+        for id in ids {
+            let messages = store.recent_messages(id, 1000).await.expect("messages");
+            assert_eq!(messages.len(), 2 * turns, "every turn of session {id} kept");
+        }
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn updates_processed_before_the_upgrade_are_still_known() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+        // the database as the release before `processed_updates` went WITHOUT ROWID left it
+        let earlier = dir.path().join("migrations");
+        std::fs::create_dir(&earlier).expect("folder");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+        for entry in std::fs::read_dir(root).expect("migrations") {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            if name.as_str() < "20261122000007" {
+                std::fs::copy(&path, earlier.join(&name)).expect("copies");
+            }
+        }
+        let pool = SqlitePoolOptions::new()
+            .connect_with(
+                SqliteConnectOptions::from_str(&url)
+                    .expect("url")
+                    .create_if_missing(true),
+            )
+            .await
+            .expect("opens");
+        sqlx::migrate::Migrator::new(earlier.as_path())
+            .await
+            .expect("migrations")
+            .run(&pool)
+            .await
+            .expect("migrates");
+        sqlx::query(
+            "INSERT INTO processed_updates (platform, chat, message_id, created_ms) \
+             VALUES ('console', 'c1', 'm1', 1)",
+        )
+        .execute(&pool)
+        .await
+        .expect("inserts");
+        pool.close().await;
+
+        let store = SqliteStore::connect(&url).await.expect("upgrades");
+        assert!(
+            store
+                .is_processed(Platform::Console, "c1", "m1")
+                .await
+                .expect("checks")
+        );
+        let replay = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![],
+            ))
+            .await;
+        assert!(matches!(replay, Err(StoreError::Duplicate { .. })));
+        store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m2",
+                vec![],
+            ))
+            .await
+            .expect("a new update goes through");
+        assert!(
+            store
+                .is_processed(Platform::Console, "c1", "m2")
+                .await
+                .expect("checks")
+        );
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_session_ended_on_a_later_turn_is_finished() {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("opens");
+        let first = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![],
+            ))
+            .await
+            .expect("commits");
+        let ended = store
+            .commit_turn(commit(
+                first.session.clone(),
+                "m2",
+                vec![StateChange::EndSession],
+            ))
+            .await
+            .expect("commits");
+        assert_eq!(ended.session.status, SessionStatus::Finished);
+        assert!(store.active_session(&key()).await.expect("loads").is_none());
+        // the turn after it starts a new session in the same place
+        let next = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m3",
+                vec![],
+            ))
+            .await
+            .expect("a new session");
+        assert_ne!(next.session.id, first.session.id);
         store.close().await;
     }
 
