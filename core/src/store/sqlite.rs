@@ -1854,6 +1854,22 @@ mod tests {
         }
     }
 
+    /// An in-memory store holding one session, opened by the update "m1".
+    async fn store_with_a_session() -> (SqliteStore, CommittedTurn) {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("opens");
+        let first = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![],
+            ))
+            .await
+            .expect("commits");
+        (store, first)
+    }
+
     #[tokio::test]
     async fn a_session_survives_closing_and_reopening_the_database() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1929,17 +1945,7 @@ mod tests {
 
     #[tokio::test]
     async fn duplicates_and_stale_versions_are_refused_without_writing() {
-        let store = SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("opens");
-        let first = store
-            .commit_turn(commit(
-                SessionRecord::draft(key(), "assistant"),
-                "m1",
-                vec![],
-            ))
-            .await
-            .expect("commits");
+        let (store, first) = store_with_a_session().await;
         let again = store
             .commit_turn(commit(
                 first.session.clone(),
@@ -2224,17 +2230,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_ended_on_a_later_turn_is_finished() {
-        let store = SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("opens");
-        let first = store
-            .commit_turn(commit(
-                SessionRecord::draft(key(), "assistant"),
-                "m1",
-                vec![],
-            ))
-            .await
-            .expect("commits");
+        let (store, first) = store_with_a_session().await;
         let ended = store
             .commit_turn(commit(
                 first.session.clone(),
