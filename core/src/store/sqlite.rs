@@ -104,10 +104,10 @@ type WriteGate = std::sync::Arc<tokio::sync::Mutex<()>>;
 /// only when every frame is in the database file. The WAL would then grow until the
 /// writer's own automatic checkpoint stopped a batch for two syncs of a large backlog and
 /// then a third (a restarted WAL's header is synced before its first frame): measured at
-/// 1,000 turns/s, a 15–25 ms stall every 0.7 s, the whole p99. Here the restart is chosen:
-/// right after a PASSIVE pass (little is left to copy) the writer is paused between
-/// batches ([`WriteGate`]) for a RESTART checkpoint, which needs no busy handler to wait
-/// for the writer.
+/// 1,000 turns/s, a 15–25 ms stall every 0.7 s, most of a p99 of 19–22 ms. Here the
+/// restart is chosen: right after a PASSIVE pass (little is left to copy) the writer is
+/// paused between batches ([`WriteGate`]) for a RESTART checkpoint, which needs no busy
+/// handler to wait for the writer (with fewer pages per commit, p99 7–9 ms at that load).
 async fn checkpoints(
     mut conn: sqlx::SqliteConnection,
     mut stop: oneshot::Receiver<()>,
@@ -117,10 +117,12 @@ async fn checkpoints(
     // measured (kaiwa bench, 2 cores): every 1 s the checkpoint's I/O held the writer up
     // ~100 ms (p99 90 ms at 1,500 turns/s); every 100 ms p99 19 ms; every 25 ms p99 10 ms
     // but a quarter less throughput (hot pages copied again and again); every 50 ms p99
-    // 12 ms at full throughput. With nothing new in the WAL a PASSIVE checkpoint returns
-    // at once.
+    // 12 ms at full throughput; with the restarts below, 150 ms measured no better than
+    // 50. With nothing new in the WAL a PASSIVE checkpoint returns at once.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // after a restart a long read held up, the next try waits (each try pauses the writer)
+    let mut next_restart = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -137,7 +139,7 @@ async fn checkpoints(
                 continue;
             }
         };
-        if frames < restart_frames {
+        if frames < restart_frames || tokio::time::Instant::now() < next_restart {
             continue;
         }
         let started = std::time::Instant::now();
@@ -146,14 +148,17 @@ async fn checkpoints(
             .fetch_one(&mut conn)
             .await;
         drop(paused);
+        let paused_ms = started.elapsed().as_secs_f64() * 1000.0;
         match restart {
-            Ok((busy, _, _)) => tracing::debug!(
-                frames,
-                restarted = busy == 0,
-                paused_ms = started.elapsed().as_secs_f64() * 1000.0,
-                "WAL restart"
-            ),
-            Err(e) => tracing::warn!(error = %e, "WAL restart failed"),
+            Ok((0, _, _)) => tracing::debug!(frames, paused_ms, "WAL restarted"),
+            Ok(_) => {
+                tracing::debug!(frames, paused_ms, "WAL restart held up by a read");
+                next_restart = tokio::time::Instant::now() + RESTART_BACKOFF;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "WAL restart failed");
+                next_restart = tokio::time::Instant::now() + RESTART_BACKOFF;
+            }
         }
     }
     if let Err(e) = conn.close().await {
@@ -165,11 +170,15 @@ async fn checkpoints(
 /// a WAL file keeps its largest size). Each restart pauses the writer for a checkpoint's
 /// two syncs (10–25 ms on the bench machine), so the fewer the better: measured at 1,000
 /// turns/s (~9,000 pages a second), every 10,000 frames p99 10–13 ms, every 16,384 7 ms,
-/// every 32,768 6 ms. Under a light load the WAL restarts on its own, long before.
+/// every 32,768 6 ms (single runs each). Under a light load the WAL restarts on its own,
+/// long before.
 const WAL_RESTART_FRAMES: i64 = 16_384;
 
 /// How long a WAL restart waits for readers of older frames (it pauses the writer).
 const RESTART_WAIT: Duration = Duration::from_millis(20);
+
+/// How long the checkpointer waits before it tries again a restart that a read held up.
+const RESTART_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A turn's answer, sent once the batch's commit is known.
 type Outcome = (
@@ -2151,6 +2160,79 @@ mod tests {
             let messages = store.recent_messages(id, 1000).await.expect("messages");
             assert_eq!(messages.len(), 2 * turns, "every turn of session {id} kept");
         }
+        store.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_read_holds_the_wal_restart_up_but_no_turn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+        let store = SqliteStore::connect_tuned(&url, 64, 1_000_000)
+            .await
+            .expect("opens");
+        let connect = || async {
+            SqliteConnectOptions::from_str(&url)
+                .expect("url")
+                .connect()
+                .await
+                .expect("a connection")
+        };
+        let (mut reader, mut probe) = (connect().await, connect().await);
+        // frames in the WAL, as a PASSIVE checkpoint sees them
+        async fn wal_frames(conn: &mut sqlx::SqliteConnection) -> i64 {
+            let (_, frames, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(conn)
+                .await
+                .expect("checkpoint");
+            frames
+        }
+        let mut session = SessionRecord::draft(key(), "assistant");
+        let mut turn = 0;
+        let mut talk = async |store: &SqliteStore, turns: usize| {
+            for _ in 0..turns {
+                turn += 1;
+                let changes = vec![StateChange::AddUserMessage {
+                    text: "a long question ".repeat(100),
+                }];
+                let next = commit(session.clone(), &format!("m{turn}"), changes);
+                session = store.commit_turn(next).await.expect("commits").session;
+            }
+        };
+        talk(&store, 5).await;
+        // an export, say: a read transaction open on an old snapshot
+        sqlx::query("BEGIN")
+            .execute(&mut reader)
+            .await
+            .expect("begins");
+        sqlx::query("SELECT count(*) FROM messages")
+            .execute(&mut reader)
+            .await
+            .expect("reads");
+        let started = std::time::Instant::now();
+        talk(&store, 200).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "turns went on beside the read"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            wal_frames(&mut probe).await > 200,
+            "the read kept the WAL from starting over"
+        );
+        sqlx::query("COMMIT")
+            .execute(&mut reader)
+            .await
+            .expect("ends");
+        // past the backoff, the next turns find the WAL restarted
+        tokio::time::sleep(RESTART_BACKOFF + Duration::from_millis(200)).await;
+        talk(&store, 20).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            wal_frames(&mut probe).await < 200,
+            "the WAL started over once the read ended"
+        );
+        reader.close().await.expect("closes");
+        probe.close().await.expect("closes");
         store.close().await;
     }
 
