@@ -476,8 +476,8 @@ async fn insert_llm_calls(
             )
         })
         .collect();
-    for chunk in chunks(&rows) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+    execute_chunked(conn, &rows, "recording model calls", |chunk| {
+        let mut insert = sqlx::QueryBuilder::new(
             "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
         );
         insert.push_values(chunk, |mut row, r| {
@@ -491,11 +491,8 @@ async fn insert_llm_calls(
                 .push_bind(r.7);
         });
         insert
-            .build()
-            .execute(&mut *conn)
-            .await
-            .map_err(StoreError::db("recording model calls"))?;
-    }
+    })
+    .await?;
     Ok(())
 }
 
@@ -740,9 +737,9 @@ async fn update_sessions(
     // whose status stays leaves `sessions_one_active` (a page per turn) alone
     let (moved, staying): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(u, _)| u.status_changed);
     let mut updated = 0;
-    for (rows, status) in [(moved, true), (staying, false)] {
-        for chunk in chunks(&rows) {
-            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+    for (rows, status) in [(&moved, true), (&staying, false)] {
+        updated += execute_chunked(tx, rows, "updating the sessions", |chunk| {
+            let mut update = sqlx::QueryBuilder::new(
                 "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
                  timezone = v.column6, state = v.column7, pending_options = v.column8, ",
             );
@@ -766,13 +763,9 @@ async fn update_sessions(
                 }
             });
             update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
-            updated += update
-                .build()
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("updating the sessions"))?
-                .rows_affected();
-        }
+            update
+        })
+        .await?;
     }
     Ok(updated)
 }
@@ -955,6 +948,26 @@ fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
+/// One statement per chunk of `rows` ([`chunks`]), each built by `statement` and run on
+/// `conn`. Returns how many rows they changed in all.
+async fn execute_chunked<'r, T>(
+    conn: &mut sqlx::SqliteConnection,
+    rows: &'r [T],
+    context: &'static str,
+    statement: impl Fn(&'r [T]) -> sqlx::QueryBuilder<'r, sqlx::Sqlite>,
+) -> Result<u64, StoreError> {
+    let mut changed = 0;
+    for chunk in chunks(rows) {
+        changed += statement(chunk)
+            .build()
+            .execute(&mut *conn)
+            .await
+            .map_err(StoreError::db(context))?
+            .rows_affected();
+    }
+    Ok(changed)
+}
+
 /// The turns' platform updates marked processed, in one statement. Returns how many were
 /// new (the others were processed already).
 async fn mark_processed(
@@ -965,9 +978,8 @@ async fn mark_processed(
     if updates.is_empty() {
         return Ok(0);
     }
-    let mut inserted = 0;
-    for chunk in chunks(updates) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+    execute_chunked(tx, updates, "marking the update processed", |chunk| {
+        let mut insert = sqlx::QueryBuilder::new(
             "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) ",
         );
         insert.push_values(chunk, |mut row, (p, session_id)| {
@@ -978,14 +990,9 @@ async fn mark_processed(
                 .push_bind(now_ms);
         });
         insert.push(" ON CONFLICT DO NOTHING");
-        inserted += insert
-            .build()
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("marking the update processed"))?
-            .rows_affected();
-    }
-    Ok(inserted)
+        insert
+    })
+    .await
 }
 
 /// The turns' transcript messages, in one statement. Returns the ids of the assistant
@@ -1197,21 +1204,16 @@ async fn mark_delivered_in(
     if delivered.is_empty() {
         return Ok(());
     }
-    for chunk in chunks(delivered) {
-        let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "UPDATE messages SET delivered = 1 WHERE id IN (",
-        );
+    execute_chunked(tx, delivered, "marking messages delivered", |chunk| {
+        let mut update = sqlx::QueryBuilder::new("UPDATE messages SET delivered = 1 WHERE id IN (");
         let mut ids = update.separated(", ");
         for id in chunk {
             ids.push_bind(id);
         }
         update.push(")");
         update
-            .build()
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("marking messages delivered"))?;
-    }
+    })
+    .await?;
     Ok(())
 }
 
