@@ -312,8 +312,12 @@ impl SqliteStore {
                 ))
             })?;
         }
+        // sqlx pings a pooled connection before lending it by default: for SQLite that is a
+        // round trip to the connection's worker thread (two thread wake-ups) before every
+        // read and every batch, and nothing can hang up on an embedded database
+        let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
         let single = || {
-            SqlitePoolOptions::new()
+            pool_options()
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
@@ -338,7 +342,7 @@ impl SqliteStore {
             // a read is one short statement (WAL: never blocked by the writer); more
             // connections than cores only add threads and page caches (2 MB each)
             let readers = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
-            SqlitePoolOptions::new()
+            pool_options()
                 .max_connections(readers.clamp(2, 8) as u32)
                 .connect_with(options.clone())
                 .await
