@@ -1,5 +1,6 @@
-//! `kaiwa bench`: drives simulated users through the real orchestrator, flows and a file
-//! SQLite store (WAL), with the scripted model answering after a fixed latency, and prints
+//! `kaiwa bench`: drives simulated users through the real orchestrator (`handle_durable`,
+//! as the platform adapters do: each message kept in the inbox until its turn is done),
+//! flows and a file SQLite store (WAL), with the scripted model answering after a fixed latency, and prints
 //! one JSON object on its last line (turns/s, per-turn overhead percentiles excluding the
 //! simulated model time, model calls per turn, peak RSS, database size).
 
@@ -158,7 +159,7 @@ async fn simulate_user(
             }
             None => Instant::now(),
         };
-        let result = orchestrator.handle(incoming, &outbox).await;
+        let result = orchestrator.handle_durable(incoming, &outbox).await;
         let model_time = MODEL_TIME.with(|m| m.get());
         if let Err(e) = result {
             bail!("turn {t} of user {user} failed: {e}");

@@ -641,3 +641,94 @@ async fn a_locked_database_is_waited_for_and_the_turn_is_not_lost() {
         .expect("loads");
     assert_eq!(messages.len(), 2, "stored before it was delivered");
 }
+
+/// A flow whose turn never ends: the process stops while it runs.
+struct Stuck;
+
+#[async_trait]
+impl Flow for Stuck {
+    fn id(&self) -> &str {
+        "probe"
+    }
+    fn description(&self) -> &str {
+        "never answers"
+    }
+    async fn turn(&self, _: TurnContext<'_>, _: TurnInput) -> Result<TurnOutput, FlowError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let start = |flow: Arc<dyn Flow>| {
+        let url = url.clone();
+        async move {
+            let store = Arc::new(SqliteStore::connect(&url).await.expect("opens"));
+            let orchestrator = Orchestrator::new(
+                store.clone(),
+                FlowRegistry::new(vec![flow]).expect("flows"),
+                ModelRouter::none(),
+                Arc::new(CollectingAdminSink::default()),
+            );
+            (Arc::new(orchestrator), store)
+        }
+    };
+
+    // the first run keeps the message, then stops in the middle of its turn
+    let (orchestrator, store) = start(Arc::new(Stuck)).await;
+    let turn = tokio::spawn(async move {
+        let outbox = Collect::default();
+        orchestrator
+            .handle_durable(text("c", "m1", "one"), &outbox)
+            .await
+    });
+    let kept = async {
+        while store
+            .inbox_pending(Platform::Console)
+            .await
+            .expect("inbox")
+            .is_empty()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), kept)
+        .await
+        .expect("the message is kept before its turn runs");
+    turn.abort();
+    assert!(turn.await.is_err(), "the turn never finished");
+    store.close().await;
+    drop(store);
+
+    // the next run handles it, once
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = start(probe.clone()).await;
+    let outbox = Collect::default();
+    let replayed = orchestrator
+        .replay_inbox(Platform::Console, &outbox)
+        .await
+        .expect("replays");
+    assert_eq!(replayed, 1);
+    assert_eq!(outbox.texts(), ["got one"]);
+    // the same update from the platform again is a duplicate, and the inbox is empty
+    let again = orchestrator
+        .handle_durable(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("handled");
+    assert!(again.duplicate);
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
+    store.close().await;
+    drop(store);
+    let (orchestrator, store) = start(probe.clone()).await;
+    let outbox = Collect::default();
+    assert_eq!(
+        orchestrator
+            .replay_inbox(Platform::Console, &outbox)
+            .await
+            .expect("replays"),
+        0
+    );
+    store.close().await;
+}

@@ -428,8 +428,13 @@ pub trait Store: Send + Sync {
     /// Deletes the messages of sessions last active before `before` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
-    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn).
+    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn);
+    /// returns once it is committed.
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError>;
+    /// Clears a handled message. It may return before the clear is committed (it rides with
+    /// the next write; [`Store::close`] writes what is queued): a clear lost in a crash only
+    /// means the message is handled again at the next start (a turn it committed is found
+    /// done by deduplication).
     async fn inbox_done(
         &self,
         platform: Platform,

@@ -32,10 +32,10 @@ pub struct SqliteStore {
     /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
     /// The one writer connection: writes queue here, in tokio, instead of spinning in
-    /// SQLite's busy handler (which sleeps whole milliseconds between tries). Turns reach it
-    /// through the group-commit thread; rarer writes (privacy, inbox, ledger) directly.
+    /// SQLite's busy handler (which sleeps whole milliseconds between tries). Turns and the
+    /// inbox reach it through the group-commit thread; rarer writes (privacy, ledger) directly.
     writer: SqlitePool,
-    /// Turns and delivery marks for the group-commit task ([`group_commit`]).
+    /// Turns, inbox entries and delivery marks for the group-commit task ([`group_commit`]).
     jobs: mpsc::Sender<Job>,
     /// Stops the WAL checkpoint task ([`checkpoints`]); none for `:memory:`.
     checkpointer: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
@@ -50,11 +50,34 @@ enum Job {
         commit: Box<TurnCommit>,
         reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
     },
+    /// A received message kept until its turn is done; answered once committed.
+    InboxPut {
+        entry: InboxEntry,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Not answered: see [`Store::inbox_done`].
+    InboxDone {
+        platform: Platform,
+        chat: String,
+        message_id: String,
+    },
     /// Not answered: a turn does not wait for its delivery mark.
     Delivered { ids: Vec<i64> },
     /// Answered once everything queued before it is committed (a clean shutdown).
     Flush(oneshot::Sender<()>),
 }
+
+/// A row of the inbox: the message as JSON under its platform key.
+struct InboxEntry {
+    platform: Platform,
+    chat: String,
+    message_id: String,
+    incoming: String,
+    created_ms: i64,
+}
+
+/// An inbox entry's answer, sent once the batch's commit is known.
+type InboxReply = oneshot::Sender<Result<(), StoreError>>;
 
 fn writer_gone() -> StoreError {
     StoreError::Batch {
@@ -188,7 +211,8 @@ type Outcome = (
 
 async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
     let mut outcomes = Vec::with_capacity(batch.len());
-    let committed = run_batch(writer, batch, &mut outcomes).await;
+    let mut kept = Vec::new();
+    let committed = run_batch(writer, batch, &mut outcomes, &mut kept).await;
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
         (e.to_string(), e.is_busy())
@@ -202,9 +226,16 @@ async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
     };
     // jobs the batch never reached (it failed before them)
     for job in batch.drain(..) {
-        if let Job::Turn { reply, .. } = job {
-            outcomes.push((Err(failed().unwrap_or_else(writer_gone)), reply));
+        match job {
+            Job::Turn { reply, .. } => {
+                outcomes.push((Err(failed().unwrap_or_else(writer_gone)), reply));
+            }
+            Job::InboxPut { reply, .. } => kept.push(reply),
+            Job::InboxDone { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
         }
+    }
+    for reply in kept {
+        let _ = reply.send(failed().map_or(Ok(()), Err));
     }
     for (result, reply) in outcomes {
         // a receiver that gave up (its turn was cancelled) is no error here
@@ -221,6 +252,7 @@ async fn run_batch(
     writer: &SqlitePool,
     batch: &mut Vec<Job>,
     outcomes: &mut Vec<Outcome>,
+    kept: &mut Vec<InboxReply>,
 ) -> Result<(), StoreError> {
     if let Some(committed) = fast_batch(writer, batch).await {
         let mut committed = committed.into_iter();
@@ -230,7 +262,8 @@ async fn run_batch(
                     let turn = committed.next().ok_or_else(writer_gone);
                     outcomes.push((turn, reply));
                 }
-                Job::Delivered { .. } | Job::Flush(_) => {}
+                Job::InboxPut { reply, .. } => kept.push(reply),
+                Job::InboxDone { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
             }
         }
         return Ok(());
@@ -240,6 +273,10 @@ async fn run_batch(
         .await
         .map_err(StoreError::db("starting a batch of turns"))?;
     let now_ms = ms(Utc::now());
+    // the inbox first: a message is kept before its turn runs, so no turn here needs it
+    let (put, done) = inbox_rows(batch);
+    inbox_put_in(&mut tx, &put).await?;
+    inbox_done_in(&mut tx, &done).await?;
     let mut delivered = Vec::new();
     for job in batch.drain(..) {
         match job {
@@ -262,7 +299,8 @@ async fn run_batch(
                 outcomes.push((result, reply));
             }
             Job::Delivered { ids } => delivered.extend(ids),
-            Job::Flush(_) => {}
+            Job::InboxPut { reply, .. } => kept.push(reply),
+            Job::InboxDone { .. } | Job::Flush(_) => {}
         }
     }
     mark_delivered_in(&mut tx, &delivered).await?;
@@ -1122,7 +1160,10 @@ async fn fast_writes(
         .iter()
         .filter_map(|job| match job {
             Job::Turn { commit, .. } => Some(commit.as_ref()),
-            Job::Delivered { .. } | Job::Flush(_) => None,
+            Job::InboxPut { .. }
+            | Job::InboxDone { .. }
+            | Job::Delivered { .. }
+            | Job::Flush(_) => None,
         })
         .collect();
     // sessions that go on: one statement for all; new ones and flow switches: one each
@@ -1185,11 +1226,14 @@ async fn fast_writes(
         .iter()
         .flat_map(|job| match job {
             Job::Delivered { ids, .. } => ids.as_slice(),
-            Job::Turn { .. } | Job::Flush(_) => &[],
+            Job::Turn { .. } | Job::InboxPut { .. } | Job::InboxDone { .. } | Job::Flush(_) => &[],
         })
         .copied()
         .collect();
     mark_delivered_in(tx, &delivered).await?;
+    let (put, done) = inbox_rows(batch);
+    inbox_put_in(tx, &put).await?;
+    inbox_done_in(tx, &done).await?;
     Ok(Some(
         sessions
             .into_iter()
@@ -1199,6 +1243,79 @@ async fn fast_writes(
             })
             .collect(),
     ))
+}
+
+/// An inbox entry's key: platform, chat, message id.
+type InboxKey<'a> = (&'a str, &'a str, &'a str);
+
+/// The inbox entries a batch keeps, and the keys of those it clears.
+fn inbox_rows(batch: &[Job]) -> (Vec<&InboxEntry>, Vec<InboxKey<'_>>) {
+    let mut put = Vec::new();
+    let mut done = Vec::new();
+    for job in batch {
+        match job {
+            Job::InboxPut { entry, .. } => put.push(entry),
+            Job::InboxDone {
+                platform,
+                chat,
+                message_id,
+            } => done.push((platform.as_str(), chat.as_str(), message_id.as_str())),
+            Job::Turn { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
+        }
+    }
+    (put, done)
+}
+
+async fn inbox_put_in(
+    tx: &mut sqlx::SqliteConnection,
+    entries: &[&InboxEntry],
+) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    execute_chunked(tx, entries, "keeping a received message", |chunk| {
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) ",
+        );
+        insert.push_values(chunk, |mut row, entry| {
+            row.push_bind(entry.platform.as_str())
+                .push_bind(entry.chat.as_str())
+                .push_bind(entry.message_id.as_str())
+                .push_bind(entry.incoming.as_str())
+                .push_bind(entry.created_ms);
+        });
+        insert.push(" ON CONFLICT DO NOTHING");
+        insert
+    })
+    .await?;
+    Ok(())
+}
+
+async fn inbox_done_in(
+    tx: &mut sqlx::SqliteConnection,
+    keys: &[InboxKey<'_>],
+) -> Result<(), StoreError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    execute_chunked(tx, keys, "clearing a handled message", |chunk| {
+        let mut delete =
+            sqlx::QueryBuilder::new("DELETE FROM inbox WHERE (platform, chat, message_id) IN (");
+        let mut rows = delete.separated(", ");
+        for (platform, chat, message_id) in chunk {
+            rows.push("(")
+                .push_bind_unseparated(*platform)
+                .push_unseparated(", ")
+                .push_bind_unseparated(*chat)
+                .push_unseparated(", ")
+                .push_bind_unseparated(*message_id)
+                .push_unseparated(")");
+        }
+        delete.push(")");
+        delete
+    })
+    .await?;
+    Ok(())
 }
 
 async fn mark_delivered_in(
@@ -1757,20 +1874,18 @@ impl Store for SqliteStore {
     }
 
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
-        let json = serde_json::to_string(incoming).map_err(|e| corrupt("inbox entry", e))?;
-        sqlx::query(
-            "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(incoming.platform.as_str())
-        .bind(&incoming.chat)
-        .bind(&incoming.message_id)
-        .bind(json)
-        .bind(ms(Utc::now()))
-        .execute(&self.writer)
-        .await
-        .map_err(StoreError::db("keeping a received message"))?;
-        Ok(())
+        // rides with the next batch of turns (an autocommit of its own per message halved
+        // the turns a second the writer served) and answers once that batch committed
+        let entry = InboxEntry {
+            platform: incoming.platform,
+            chat: incoming.chat.clone(),
+            message_id: incoming.message_id.clone(),
+            incoming: serde_json::to_string(incoming).map_err(|e| corrupt("inbox entry", e))?,
+            created_ms: ms(Utc::now()),
+        };
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::InboxPut { entry, reply }).await?;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
     async fn inbox_done(
@@ -1779,14 +1894,13 @@ impl Store for SqliteStore {
         chat: &str,
         message_id: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM inbox WHERE platform = ? AND chat = ? AND message_id = ?")
-            .bind(platform.as_str())
-            .bind(chat)
-            .bind(message_id)
-            .execute(&self.writer)
-            .await
-            .map_err(StoreError::db("clearing a handled message"))?;
-        Ok(())
+        // rides with the next batch, unanswered (see [`Job::InboxDone`])
+        self.submit(Job::InboxDone {
+            platform,
+            chat: chat.to_owned(),
+            message_id: message_id.to_owned(),
+        })
+        .await
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {
@@ -1803,7 +1917,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        // what is queued for the writer (delivery marks) is written first
+        // what is queued for the writer (delivery marks, inbox clears) is written first
         let (reply, done) = oneshot::channel();
         if self.submit(Job::Flush(reply)).await.is_ok() {
             let _ = done.await;
@@ -2239,6 +2353,113 @@ mod tests {
         );
         reader.close().await.expect("closes");
         probe.close().await.expect("closes");
+        store.close().await;
+    }
+
+    fn incoming(message_id: &str) -> Incoming {
+        Incoming {
+            platform: Platform::Console,
+            chat: "c1".into(),
+            thread: String::new(),
+            user: user(),
+            message_id: message_id.into(),
+            body: crate::message::Body::Text {
+                text: format!("text of {message_id}"),
+            },
+            flow: None,
+            flow_arg: None,
+        }
+    }
+
+    async fn pending_ids(store: &SqliteStore) -> Vec<String> {
+        let mut ids: Vec<String> = store
+            .inbox_pending(Platform::Console)
+            .await
+            .expect("inbox")
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_inbox_rides_with_the_turns_even_in_a_batch_redone_turn_by_turn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+        let store = Arc::new(SqliteStore::connect(&url).await.expect("opens"));
+        store.inbox_put(&incoming("m1")).await.expect("keeps m1");
+        store.inbox_put(&incoming("m2")).await.expect("keeps m2");
+        // kept as received, and again (a platform sending it twice) changes nothing
+        store
+            .inbox_put(&incoming("m2"))
+            .await
+            .expect("keeps m2 again");
+        let kept = store.inbox_pending(Platform::Console).await.expect("inbox");
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0], incoming("m1"));
+        let first = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                vec![],
+            ))
+            .await
+            .expect("commits");
+
+        // another connection holds the write lock: the writer's next batch waits for it, and
+        // all sent meanwhile queues up for the one batch after it
+        let mut other = SqliteConnectOptions::from_str(&url)
+            .expect("url")
+            .connect()
+            .await
+            .expect("connects");
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .expect("locks");
+        let put = |id: &'static str| {
+            let store = store.clone();
+            tokio::spawn(async move { store.inbox_put(&incoming(id)).await })
+        };
+        let held = put("m0");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store
+            .inbox_done(Platform::Console, "c1", "m1")
+            .await
+            .expect("queues the clear");
+        let (m3, m4) = (put("m3"), put("m4"));
+        // the update m1 again: refused as a duplicate, so this batch is redone turn by turn
+        let again = {
+            let store = store.clone();
+            let commit = commit(first.session.clone(), "m1", vec![]);
+            tokio::spawn(async move { store.commit_turn(commit).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished(), "the writer waits for the lock");
+        sqlx::query("COMMIT")
+            .execute(&mut other)
+            .await
+            .expect("unlocks");
+        for kept in [held, m3, m4] {
+            kept.await.expect("joins").expect("kept");
+        }
+        assert!(matches!(
+            again.await.expect("joins"),
+            Err(StoreError::Duplicate { .. })
+        ));
+        assert_eq!(pending_ids(&store).await, ["m0", "m2", "m3", "m4"]);
+
+        // what was kept survives a restart; clears queued before a clean stop are written
+        store
+            .inbox_done(Platform::Console, "c1", "m0")
+            .await
+            .expect("queues");
+        store.close().await;
+        drop(store);
+        other.close().await.expect("closes");
+        let store = SqliteStore::connect(&url).await.expect("reopens");
+        assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
         store.close().await;
     }
 
