@@ -2225,6 +2225,51 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rarer_write_gets_the_writer_while_turns_keep_coming() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+        let store = Arc::new(SqliteStore::connect(&url).await.expect("opens"));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut users = Vec::new();
+        for u in 0..16 {
+            let (store, stop, turns) = (store.clone(), stop.clone(), turns.clone());
+            users.push(tokio::spawn(async move {
+                let mut session = SessionRecord::draft(
+                    SessionKey {
+                        user: format!("u{u}"),
+                        ..key()
+                    },
+                    "assistant",
+                );
+                let mut t = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    t += 1;
+                    let changes = vec![StateChange::AddUserMessage { text: "hi".into() }];
+                    let mut turn = commit(session, &format!("{u}-{t}"), changes);
+                    turn.user.id = format!("u{u}");
+                    session = store.commit_turn(turn).await.expect("commits").session;
+                    turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = turns.load(std::sync::atomic::Ordering::SeqCst);
+        let retention = store.delete_transcripts_before(Utc::now() - chrono::Duration::days(30));
+        let deleted = tokio::time::timeout(Duration::from_secs(10), retention)
+            .await
+            .expect("the retention write is not starved")
+            .expect("deletes");
+        assert_eq!(deleted, 0, "every transcript is recent");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for user in users {
+            user.await.expect("a user's turns");
+        }
+        assert!(before > 0, "turns were coming when the write asked");
+        store.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_wal_restarts_under_a_steady_stream_of_turns() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("kaiwa.db");
