@@ -428,8 +428,10 @@ pub trait Store: Send + Sync {
     /// Deletes the messages of sessions last active before `before` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
-    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn);
-    /// returns once it is committed.
+    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn). It
+    /// may return before the entry is committed: writes commit in the order they are asked
+    /// for, so it commits with or before the turn that follows it, within the writer's next
+    /// batch (a crash before that loses the message as one before the call would).
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError>;
     /// Clears a handled message. It may return before the clear is committed (it rides with
     /// the next write; [`Store::close`] writes what is queued): a clear lost in a crash only

@@ -50,11 +50,9 @@ enum Job {
         commit: Box<TurnCommit>,
         reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
     },
-    /// A received message kept until its turn is done; answered once committed.
-    InboxPut {
-        entry: InboxEntry,
-        reply: oneshot::Sender<Result<(), StoreError>>,
-    },
+    /// A received message kept until its turn is done. Not answered: it commits with or
+    /// before its turn, the next job its sender queues (see [`Store::inbox_put`]).
+    InboxPut { entry: InboxEntry },
     /// Not answered: see [`Store::inbox_done`].
     InboxDone {
         platform: Platform,
@@ -75,9 +73,6 @@ struct InboxEntry {
     incoming: String,
     created_ms: i64,
 }
-
-/// An inbox entry's answer, sent once the batch's commit is known.
-type InboxReply = oneshot::Sender<Result<(), StoreError>>;
 
 fn writer_gone() -> StoreError {
     StoreError::Batch {
@@ -211,8 +206,7 @@ type Outcome = (
 
 async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
     let mut outcomes = Vec::with_capacity(batch.len());
-    let mut kept = Vec::new();
-    let committed = run_batch(writer, batch, &mut outcomes, &mut kept).await;
+    let committed = run_batch(writer, batch, &mut outcomes).await;
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
         (e.to_string(), e.is_busy())
@@ -230,12 +224,11 @@ async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>) {
             Job::Turn { reply, .. } => {
                 outcomes.push((Err(failed().unwrap_or_else(writer_gone)), reply));
             }
-            Job::InboxPut { reply, .. } => kept.push(reply),
-            Job::InboxDone { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
+            Job::InboxPut { .. }
+            | Job::InboxDone { .. }
+            | Job::Delivered { .. }
+            | Job::Flush(_) => {}
         }
-    }
-    for reply in kept {
-        let _ = reply.send(failed().map_or(Ok(()), Err));
     }
     for (result, reply) in outcomes {
         // a receiver that gave up (its turn was cancelled) is no error here
@@ -252,7 +245,6 @@ async fn run_batch(
     writer: &SqlitePool,
     batch: &mut Vec<Job>,
     outcomes: &mut Vec<Outcome>,
-    kept: &mut Vec<InboxReply>,
 ) -> Result<(), StoreError> {
     if let Some(committed) = fast_batch(writer, batch).await {
         let mut committed = committed.into_iter();
@@ -262,8 +254,10 @@ async fn run_batch(
                     let turn = committed.next().ok_or_else(writer_gone);
                     outcomes.push((turn, reply));
                 }
-                Job::InboxPut { reply, .. } => kept.push(reply),
-                Job::InboxDone { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
+                Job::InboxPut { .. }
+                | Job::InboxDone { .. }
+                | Job::Delivered { .. }
+                | Job::Flush(_) => {}
             }
         }
         return Ok(());
@@ -299,8 +293,7 @@ async fn run_batch(
                 outcomes.push((result, reply));
             }
             Job::Delivered { ids } => delivered.extend(ids),
-            Job::InboxPut { reply, .. } => kept.push(reply),
-            Job::InboxDone { .. } | Job::Flush(_) => {}
+            Job::InboxPut { .. } | Job::InboxDone { .. } | Job::Flush(_) => {}
         }
     }
     mark_delivered_in(&mut tx, &delivered).await?;
@@ -1231,7 +1224,17 @@ async fn fast_writes(
         .copied()
         .collect();
     mark_delivered_in(tx, &delivered).await?;
-    let (put, done) = inbox_rows(batch);
+    let (mut put, done) = inbox_rows(batch);
+    // a message whose turn commits in this same transaction needs no inbox entry (a fast
+    // turn: its dedupe row marks it done), so its entry and its clear cost no page
+    let turned: std::collections::HashSet<InboxKey<'_>> = commits
+        .iter()
+        .filter_map(|c| c.processed.as_ref())
+        .map(|p| (p.platform.as_str(), p.chat.as_str(), p.message_id.as_str()))
+        .collect();
+    put.retain(|e| {
+        !turned.contains(&(e.platform.as_str(), e.chat.as_str(), e.message_id.as_str()))
+    });
     inbox_put_in(tx, &put).await?;
     inbox_done_in(tx, &done).await?;
     Ok(Some(
@@ -1875,7 +1878,7 @@ impl Store for SqliteStore {
 
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
         // rides with the next batch of turns (an autocommit of its own per message halved
-        // the turns a second the writer served) and answers once that batch committed
+        // the turns a second the writer served)
         let entry = InboxEntry {
             platform: incoming.platform,
             chat: incoming.chat.clone(),
@@ -1883,9 +1886,7 @@ impl Store for SqliteStore {
             incoming: serde_json::to_string(incoming).map_err(|e| corrupt("inbox entry", e))?,
             created_ms: ms(Utc::now()),
         };
-        let (reply, answer) = oneshot::channel();
-        self.submit(Job::InboxPut { entry, reply }).await?;
-        answer.await.unwrap_or_else(|_| Err(writer_gone()))
+        self.submit(Job::InboxPut { entry }).await
     }
 
     async fn inbox_done(
@@ -2428,6 +2429,21 @@ mod tests {
         ids
     }
 
+    /// Holds the write lock from another connection: the writer's batch in progress waits
+    /// for it, and all queued meanwhile goes into the one batch after it.
+    async fn hold_the_writer(url: &str) -> sqlx::SqliteConnection {
+        let mut other = SqliteConnectOptions::from_str(url)
+            .expect("url")
+            .connect()
+            .await
+            .expect("connects");
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .expect("locks");
+        other
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_inbox_rides_with_the_turns_even_in_a_batch_redone_turn_by_turn() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -2440,9 +2456,6 @@ mod tests {
             .inbox_put(&incoming("m2"))
             .await
             .expect("keeps m2 again");
-        let kept = store.inbox_pending(Platform::Console).await.expect("inbox");
-        assert_eq!(kept.len(), 2);
-        assert_eq!(kept[0], incoming("m1"));
         let first = store
             .commit_turn(commit(
                 SessionRecord::draft(key(), "assistant"),
@@ -2451,60 +2464,80 @@ mod tests {
             ))
             .await
             .expect("commits");
+        let kept = store.inbox_pending(Platform::Console).await.expect("inbox");
+        assert_eq!(kept.len(), 2, "kept with or before the turn that follows");
+        assert_eq!(kept[0], incoming("m1"));
 
-        // another connection holds the write lock: the writer's next batch waits for it, and
-        // all sent meanwhile queues up for the one batch after it
-        let mut other = SqliteConnectOptions::from_str(&url)
-            .expect("url")
-            .connect()
-            .await
-            .expect("connects");
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut other)
-            .await
-            .expect("locks");
-        let put = |id: &'static str| {
+        let mut other = hold_the_writer(&url).await;
+        let turn = |message_id: &str, session: SessionRecord| {
             let store = store.clone();
-            tokio::spawn(async move { store.inbox_put(&incoming(id)).await })
+            let mut commit = commit(session, message_id, vec![]);
+            commit.user.id = commit.session.key.user.clone();
+            tokio::spawn(async move { store.commit_turn(commit).await })
         };
-        let held = put("m0");
+        // another user's first turn: the one the writer is held up in
+        let newcomer = |user: &str| {
+            let place = SessionKey {
+                user: user.into(),
+                ..key()
+            };
+            SessionRecord::draft(place, "assistant")
+        };
+        let held = turn("m0", newcomer("u3"));
         tokio::time::sleep(Duration::from_millis(100)).await;
+        store.inbox_put(&incoming("m3")).await.expect("queues m3");
         store
             .inbox_done(Platform::Console, "c1", "m1")
             .await
             .expect("queues the clear");
-        let (m3, m4) = (put("m3"), put("m4"));
         // the update m1 again: refused as a duplicate, so this batch is redone turn by turn
-        let again = {
-            let store = store.clone();
-            let commit = commit(first.session.clone(), "m1", vec![]);
-            tokio::spawn(async move { store.commit_turn(commit).await })
-        };
+        let again = turn("m1", first.session.clone());
+        store.inbox_put(&incoming("m4")).await.expect("queues m4");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!held.is_finished(), "the writer waits for the lock");
         sqlx::query("COMMIT")
             .execute(&mut other)
             .await
             .expect("unlocks");
-        for kept in [held, m3, m4] {
-            kept.await.expect("joins").expect("kept");
-        }
+        held.await.expect("joins").expect("commits");
         assert!(matches!(
             again.await.expect("joins"),
             Err(StoreError::Duplicate { .. })
         ));
-        assert_eq!(pending_ids(&store).await, ["m0", "m2", "m3", "m4"]);
+        assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
+
+        // a message and its turn in one batch that commits: no entry is written for it
+        let mut other = hold_the_writer(&url).await;
+        let held = turn("m5", first.session.clone());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store.inbox_put(&incoming("m6")).await.expect("queues m6");
+        // another user's (two turns of one session in a batch would take the slow path)
+        let quick = turn("m6", newcomer("u2"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sqlx::query("COMMIT")
+            .execute(&mut other)
+            .await
+            .expect("unlocks");
+        held.await.expect("joins").expect("commits");
+        quick.await.expect("joins").expect("commits");
+        assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
+        assert!(
+            store
+                .is_processed(Platform::Console, "c1", "m6")
+                .await
+                .expect("checks")
+        );
 
         // what was kept survives a restart; clears queued before a clean stop are written
         store
-            .inbox_done(Platform::Console, "c1", "m0")
+            .inbox_done(Platform::Console, "c1", "m2")
             .await
             .expect("queues");
         store.close().await;
         drop(store);
         other.close().await.expect("closes");
         let store = SqliteStore::connect(&url).await.expect("reopens");
-        assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
+        assert_eq!(pending_ids(&store).await, ["m3", "m4"]);
         store.close().await;
     }
 
