@@ -596,7 +596,6 @@ async fn retention_deletes_only_transcripts_idle_longer_than_the_cutoff() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_is_waited_for_and_the_turn_is_not_lost() {
-    use sqlx::Connection;
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
     let store = Arc::new(SqliteStore::connect(&url).await.expect("store"));
@@ -609,13 +608,7 @@ async fn a_locked_database_is_waited_for_and_the_turn_is_not_lost() {
         Arc::new(CollectingAdminSink::default()),
     );
     // another process holds the write lock for a while
-    let mut other = sqlx::SqliteConnection::connect(&url)
-        .await
-        .expect("connects");
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .expect("locks");
+    let mut other = crate::store::sqlite::tests::hold_the_writer(&url).await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(400)).await;
         sqlx::query("COMMIT")

@@ -1938,7 +1938,7 @@ impl Store for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::message::UserRef;
     use crate::store::ProcessedUpdate;
@@ -1984,19 +1984,24 @@ mod tests {
         }
     }
 
-    /// An in-memory store holding one session, opened by the update "m1".
-    async fn store_with_a_session() -> (SqliteStore, CommittedTurn) {
-        let store = SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("opens");
-        let first = store
+    /// The session of `key()`, opened by the update "m1".
+    async fn first_turn(store: &SqliteStore) -> CommittedTurn {
+        store
             .commit_turn(commit(
                 SessionRecord::draft(key(), "assistant"),
                 "m1",
                 vec![],
             ))
             .await
-            .expect("commits");
+            .expect("commits")
+    }
+
+    /// An in-memory store holding one session, opened by the update "m1".
+    async fn store_with_a_session() -> (SqliteStore, CommittedTurn) {
+        let store = SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("opens");
+        let first = first_turn(&store).await;
         (store, first)
     }
 
@@ -2429,9 +2434,9 @@ mod tests {
         ids
     }
 
-    /// Holds the write lock from another connection: the writer's batch in progress waits
-    /// for it, and all queued meanwhile goes into the one batch after it.
-    async fn hold_the_writer(url: &str) -> sqlx::SqliteConnection {
+    /// Holds the write lock from another connection (`COMMIT` on it lets go): the writer's
+    /// batch in progress waits for it, and all queued meanwhile goes into the batch after it.
+    pub(crate) async fn hold_the_writer(url: &str) -> sqlx::SqliteConnection {
         let mut other = SqliteConnectOptions::from_str(url)
             .expect("url")
             .connect()
@@ -2456,14 +2461,7 @@ mod tests {
             .inbox_put(&incoming("m2"))
             .await
             .expect("keeps m2 again");
-        let first = store
-            .commit_turn(commit(
-                SessionRecord::draft(key(), "assistant"),
-                "m1",
-                vec![],
-            ))
-            .await
-            .expect("commits");
+        let first = first_turn(&store).await;
         let kept = store.inbox_pending(Platform::Console).await.expect("inbox");
         assert_eq!(kept.len(), 2, "kept with or before the turn that follows");
         assert_eq!(kept[0], incoming("m1"));
