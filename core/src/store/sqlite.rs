@@ -267,7 +267,8 @@ async fn run_batch(
         .await
         .map_err(StoreError::db("starting a batch of turns"))?;
     let now_ms = ms(Utc::now());
-    // the inbox first: a message is kept before its turn runs, so no turn here needs it
+    // the inbox first: no turn here reads it, and a clear never shares a batch with its
+    // entry (it is queued once the turn behind that entry answered)
     let (put, done) = inbox_rows(batch);
     inbox_put_in(&mut tx, &put).await?;
     inbox_done_in(&mut tx, &done).await?;
