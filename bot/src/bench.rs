@@ -1,8 +1,9 @@
 //! `kaiwa bench`: drives simulated users through the real orchestrator (`handle_durable`,
 //! as the platform adapters do: each message kept in the inbox until its turn is done),
-//! flows and a file SQLite store (WAL), with the scripted model answering after a fixed latency, and prints
-//! one JSON object on its last line (turns/s, per-turn overhead percentiles excluding the
-//! simulated model time, model calls per turn, peak RSS, database size).
+//! flows and a file SQLite store (WAL), with the scripted model answering after a fixed
+//! latency, and prints one JSON object on its last line (turns/s, per-turn overhead
+//! percentiles excluding the simulated model time, model calls per turn, peak RSS,
+//! database size).
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;

@@ -269,9 +269,7 @@ async fn run_batch(
     let now_ms = ms(Utc::now());
     // the inbox first: no turn here reads it, and a clear never shares a batch with its
     // entry (it is queued once the turn behind that entry answered)
-    let (put, done) = inbox_rows(batch);
-    inbox_put_in(&mut tx, &put).await?;
-    inbox_done_in(&mut tx, &done).await?;
+    write_inbox(&mut tx, batch, &[]).await?;
     let mut delivered = Vec::new();
     for job in batch.drain(..) {
         match job {
@@ -1225,19 +1223,7 @@ async fn fast_writes(
         .copied()
         .collect();
     mark_delivered_in(tx, &delivered).await?;
-    let (mut put, done) = inbox_rows(batch);
-    // a message whose turn commits in this same transaction needs no inbox entry (a fast
-    // turn: its dedupe row marks it done), so its entry and its clear cost no page
-    let turned: std::collections::HashSet<InboxKey<'_>> = commits
-        .iter()
-        .filter_map(|c| c.processed.as_ref())
-        .map(|p| (p.platform.as_str(), p.chat.as_str(), p.message_id.as_str()))
-        .collect();
-    put.retain(|e| {
-        !turned.contains(&(e.platform.as_str(), e.chat.as_str(), e.message_id.as_str()))
-    });
-    inbox_put_in(tx, &put).await?;
-    inbox_done_in(tx, &done).await?;
+    write_inbox(tx, batch, &commits).await?;
     Ok(Some(
         sessions
             .into_iter()
@@ -1252,13 +1238,33 @@ async fn fast_writes(
 /// An inbox entry's key: platform, chat, message id.
 type InboxKey<'a> = (&'a str, &'a str, &'a str);
 
-/// The inbox entries a batch keeps, and the keys of those it clears.
-fn inbox_rows(batch: &[Job]) -> (Vec<&InboxEntry>, Vec<InboxKey<'_>>) {
+/// The inbox entries `batch` keeps and those it clears, both paths of a batch alike. A
+/// message whose turn is among `committing` (the turns this same transaction commits) gets
+/// no entry: its dedupe row marks it done, so a fast turn costs no inbox page.
+async fn write_inbox(
+    tx: &mut sqlx::SqliteConnection,
+    batch: &[Job],
+    committing: &[&TurnCommit],
+) -> Result<(), StoreError> {
+    let turned: std::collections::HashSet<InboxKey<'_>> = committing
+        .iter()
+        .filter_map(|c| c.processed.as_ref())
+        .map(|p| (p.platform.as_str(), p.chat.as_str(), p.message_id.as_str()))
+        .collect();
     let mut put = Vec::new();
     let mut done = Vec::new();
     for job in batch {
         match job {
-            Job::InboxPut { entry, .. } => put.push(entry),
+            Job::InboxPut { entry } => {
+                let key = (
+                    entry.platform.as_str(),
+                    entry.chat.as_str(),
+                    entry.message_id.as_str(),
+                );
+                if !turned.contains(&key) {
+                    put.push(entry);
+                }
+            }
             Job::InboxDone {
                 platform,
                 chat,
@@ -1267,16 +1273,15 @@ fn inbox_rows(batch: &[Job]) -> (Vec<&InboxEntry>, Vec<InboxKey<'_>>) {
             Job::Turn { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
         }
     }
-    (put, done)
+    inbox_put_in(tx, &put).await?;
+    inbox_done_in(tx, &done).await
 }
 
+/// Keeps `entries` (none: no statement, as [`execute_chunked`] runs one per chunk).
 async fn inbox_put_in(
     tx: &mut sqlx::SqliteConnection,
     entries: &[&InboxEntry],
 ) -> Result<(), StoreError> {
-    if entries.is_empty() {
-        return Ok(());
-    }
     execute_chunked(tx, entries, "keeping a received message", |chunk| {
         let mut insert = sqlx::QueryBuilder::new(
             "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) ",
@@ -1299,9 +1304,6 @@ async fn inbox_done_in(
     tx: &mut sqlx::SqliteConnection,
     keys: &[InboxKey<'_>],
 ) -> Result<(), StoreError> {
-    if keys.is_empty() {
-        return Ok(());
-    }
     execute_chunked(tx, keys, "clearing a handled message", |chunk| {
         let mut delete =
             sqlx::QueryBuilder::new("DELETE FROM inbox WHERE (platform, chat, message_id) IN (");
