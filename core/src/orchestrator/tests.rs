@@ -594,19 +594,23 @@ async fn retention_deletes_only_transcripts_idle_longer_than_the_cutoff() {
     );
 }
 
+/// An orchestrator running `flow` on the database file at `url` (default limits).
+async fn on_file(url: &str, flow: Arc<dyn Flow>) -> (Arc<Orchestrator>, Arc<SqliteStore>) {
+    let store = Arc::new(SqliteStore::connect(url).await.expect("opens"));
+    let orchestrator = Orchestrator::new(
+        store.clone(),
+        FlowRegistry::new(vec![flow]).expect("flows"),
+        ModelRouter::none(),
+        Arc::new(CollectingAdminSink::default()),
+    );
+    (Arc::new(orchestrator), store)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_is_waited_for_and_the_turn_is_not_lost() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
-    let store = Arc::new(SqliteStore::connect(&url).await.expect("store"));
-    let probe = Arc::new(Probe::new(None));
-    let flows = FlowRegistry::new(vec![probe.clone() as Arc<dyn Flow>]).expect("flows");
-    let orchestrator = Orchestrator::new(
-        store.clone(),
-        flows,
-        ModelRouter::none(),
-        Arc::new(CollectingAdminSink::default()),
-    );
+    let (orchestrator, store) = on_file(&url, Arc::new(Probe::new(None))).await;
     // another process holds the write lock for a while
     let mut other = crate::store::sqlite::tests::hold_the_writer(&url).await;
     let release = tokio::spawn(async move {
@@ -655,22 +659,8 @@ impl Flow for Stuck {
 async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let start = |flow: Arc<dyn Flow>| {
-        let url = url.clone();
-        async move {
-            let store = Arc::new(SqliteStore::connect(&url).await.expect("opens"));
-            let orchestrator = Orchestrator::new(
-                store.clone(),
-                FlowRegistry::new(vec![flow]).expect("flows"),
-                ModelRouter::none(),
-                Arc::new(CollectingAdminSink::default()),
-            );
-            (Arc::new(orchestrator), store)
-        }
-    };
-
     // the first run keeps the message, then stops in the middle of its turn
-    let (orchestrator, store) = start(Arc::new(Stuck)).await;
+    let (orchestrator, store) = on_file(&url, Arc::new(Stuck)).await;
     let turn = tokio::spawn(async move {
         let outbox = Collect::default();
         orchestrator
@@ -697,7 +687,7 @@ async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
 
     // the next run handles it, once
     let probe = Arc::new(Probe::new(None));
-    let (orchestrator, store) = start(probe.clone()).await;
+    let (orchestrator, store) = on_file(&url, probe.clone()).await;
     let outbox = Collect::default();
     let replayed = orchestrator
         .replay_inbox(Platform::Console, &outbox)
@@ -714,7 +704,7 @@ async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
     assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
     store.close().await;
     drop(store);
-    let (orchestrator, store) = start(probe.clone()).await;
+    let (orchestrator, store) = on_file(&url, probe.clone()).await;
     let outbox = Collect::default();
     assert_eq!(
         orchestrator

@@ -2469,14 +2469,28 @@ pub(crate) mod tests {
         assert_eq!(kept.len(), 2, "kept with or before the turn that follows");
         assert_eq!(kept[0], incoming("m1"));
 
-        let mut other = hold_the_writer(&url).await;
-        let turn = |message_id: &str, session: SessionRecord| {
-            let store = store.clone();
+        // a turn queued for the writer, in the order of the calls; its answer comes later
+        async fn turn(
+            store: &SqliteStore,
+            message_id: &str,
+            session: SessionRecord,
+        ) -> oneshot::Receiver<Result<CommittedTurn, StoreError>> {
             let mut commit = commit(session, message_id, vec![]);
             commit.user.id = commit.session.key.user.clone();
-            tokio::spawn(async move { store.commit_turn(commit).await })
-        };
-        // another user's first turn: the one the writer is held up in
+            let (reply, answer) = oneshot::channel();
+            let commit = Box::new(commit);
+            store
+                .submit(Job::Turn { commit, reply })
+                .await
+                .expect("queues");
+            answer
+        }
+        // the writer has taken all that was queued (and waits for the lock with it)
+        async fn writer_took_all(store: &SqliteStore) {
+            while store.jobs.capacity() < store.jobs.max_capacity() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let newcomer = |user: &str| {
             let place = SessionKey {
                 user: user.into(),
@@ -2484,43 +2498,45 @@ pub(crate) mod tests {
             };
             SessionRecord::draft(place, "assistant")
         };
-        let held = turn("m0", newcomer("u3"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let mut other = hold_the_writer(&url).await;
+        // another user's first turn: the one the writer is held up in
+        let mut held = turn(&store, "m0", newcomer("u3")).await;
+        writer_took_all(&store).await;
         store.inbox_put(&incoming("m3")).await.expect("queues m3");
         store
             .inbox_done(Platform::Console, "c1", "m1")
             .await
             .expect("queues the clear");
         // the update m1 again: refused as a duplicate, so this batch is redone turn by turn
-        let again = turn("m1", first.session.clone());
+        let again = turn(&store, "m1", first.session.clone()).await;
         store.inbox_put(&incoming("m4")).await.expect("queues m4");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!held.is_finished(), "the writer waits for the lock");
+        assert!(held.try_recv().is_err(), "the writer waits for the lock");
         sqlx::query("COMMIT")
             .execute(&mut other)
             .await
             .expect("unlocks");
-        held.await.expect("joins").expect("commits");
+        held.await.expect("answered").expect("commits");
         assert!(matches!(
-            again.await.expect("joins"),
+            again.await.expect("answered"),
             Err(StoreError::Duplicate { .. })
         ));
         assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
 
         // a message and its turn in one batch that commits: no entry is written for it
         let mut other = hold_the_writer(&url).await;
-        let held = turn("m5", first.session.clone());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let held = turn(&store, "m5", first.session.clone()).await;
+        writer_took_all(&store).await;
         store.inbox_put(&incoming("m6")).await.expect("queues m6");
         // another user's (two turns of one session in a batch would take the slow path)
-        let quick = turn("m6", newcomer("u2"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let quick = turn(&store, "m6", newcomer("u2")).await;
         sqlx::query("COMMIT")
             .execute(&mut other)
             .await
             .expect("unlocks");
-        held.await.expect("joins").expect("commits");
-        quick.await.expect("joins").expect("commits");
+        held.await.expect("answered").expect("commits");
+        quick.await.expect("answered").expect("commits");
         assert_eq!(pending_ids(&store).await, ["m2", "m3", "m4"]);
         assert!(
             store
