@@ -4,9 +4,11 @@
 //!
 //! A turn is written by [`Store::commit_turn`] in one transaction: the processed platform
 //! update, the user, the session row (optimistic `version` check), the turn's
-//! [`StateChange`]s and messages, and the model calls of the turn. The store holds no
-//! conversation in memory and knows no platform library.
+//! [`StateChange`]s and messages, and the model calls of the turn. The store knows no
+//! platform library; what it keeps in memory is a bounded cache of active sessions as last
+//! committed (`hot`), never ahead of the database.
 
+mod hot;
 pub mod reading;
 pub mod sqlite;
 
