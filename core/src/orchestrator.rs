@@ -26,8 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
 
-/// How many recent messages a flow sees.
-pub const HISTORY_LIMIT: usize = 40;
+/// How many recent messages a flow sees: the most any flow reads (the assistant's context
+/// is the last 20; the interview's summary for its sub-agents the last 12). Each turn copies
+/// them, so more than the flows read is paid for by every turn.
+pub const HISTORY_LIMIT: usize = 20;
 
 /// Where replies go: implemented by each adapter for its platform.
 #[async_trait]

@@ -27,12 +27,12 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 /// Sessions kept; past this the least recently used goes (twice the 1,000 concurrent sessions
-/// of the bench's target, at most ~50 KB each with [`HOT_HISTORY`] messages).
+/// of the bench's target; each holds its state and [`HOT_HISTORY`] messages).
 pub(crate) const HOT_SESSIONS: usize = 2_048;
 
 /// Newest messages kept per session: at least the history a turn asks for (the
-/// orchestrator's 40), or every such turn would read the database.
-pub(crate) const HOT_HISTORY: usize = 48;
+/// orchestrator's 20), or every such turn would read the database.
+pub(crate) const HOT_HISTORY: usize = 24;
 
 /// The chance that the filter sends a turn of a new update to the database anyway.
 const FALSE_POSITIVES: f64 = 0.01;
@@ -344,14 +344,14 @@ mod tests {
             .peek(&session(1).key)
             .map(|h| h.history.len());
         assert_eq!(held, Some(HOT_HISTORY));
-        let load = hot.load(&session(1).key, "new", 40).expect("cached");
+        let load = hot.load(&session(1).key, "new", 20).expect("cached");
         assert_eq!(load.session.map(|s| s.version), Some(40));
         let ids: Vec<i64> = load.history.iter().map(|m| m.id).collect();
-        assert_eq!(ids, (41..=80).collect::<Vec<_>>());
+        assert_eq!(ids, (61..=80).collect::<Vec<_>>());
         // older than it keeps: not answered
         assert!(hot.load(&session(1).key, "new", HOT_HISTORY + 1).is_none());
         // an update it committed: not answered either (the database says "duplicate")
-        assert!(hot.load(&session(1).key, "update 3", 40).is_none());
+        assert!(hot.load(&session(1).key, "update 3", 20).is_none());
     }
 
     #[test]
@@ -360,9 +360,9 @@ mod tests {
         let epoch = hot.epoch();
         hot.forget_user(Platform::Telegram, "u");
         hot.fill(epoch, &session(1), &[message(1)], true);
-        assert!(hot.load(&session(1).key, "m", 40).is_none());
+        assert!(hot.load(&session(1).key, "m", 20).is_none());
         hot.fill(hot.epoch(), &session(1), &[message(1)], true);
-        assert!(hot.load(&session(1).key, "m", 40).is_some());
+        assert!(hot.load(&session(1).key, "m", 20).is_some());
     }
 
     #[test]
@@ -370,7 +370,7 @@ mod tests {
         let hot = ready();
         hot.fill(hot.epoch(), &session(3), &[message(1)], true);
         hot.apply(vec![turn(2, 2..3)]);
-        assert!(hot.load(&session(1).key, "m", 40).is_none());
+        assert!(hot.load(&session(1).key, "m", 20).is_none());
         assert_eq!(hot.len(), 0);
     }
 
@@ -378,8 +378,8 @@ mod tests {
     fn nothing_is_answered_before_the_processed_updates_are_read() {
         let hot = HotSessions::default();
         hot.fill(hot.epoch(), &session(1), &[message(1)], true);
-        assert!(hot.load(&session(1).key, "m", 40).is_none());
+        assert!(hot.load(&session(1).key, "m", 20).is_none());
         hot.mark_complete();
-        assert!(hot.load(&session(1).key, "m", 40).is_some());
+        assert!(hot.load(&session(1).key, "m", 20).is_some());
     }
 }

@@ -3021,7 +3021,7 @@ mod hot_tests {
     async fn converse(store: &SqliteStore, first: usize, turns: usize) {
         for n in first..first + turns {
             let id = format!("m{n}");
-            let load = store.load_for_turn(&key(), &id, 40).await.expect("loads");
+            let load = store.load_for_turn(&key(), &id, 20).await.expect("loads");
             assert!(!load.duplicate, "{id} is new");
             let session = load.session.expect("an active session");
             let mut changes = said(&format!("answer {n}"), &format!("question {n}"));
@@ -3055,13 +3055,13 @@ mod hot_tests {
             .await
             .expect("commits");
         converse(&store, 1, 30).await;
-        let cached = store.load_for_turn(&key(), "m99", 40).await.expect("loads");
-        assert_eq!(cached.history.len(), 40);
+        let cached = store.load_for_turn(&key(), "m99", 20).await.expect("loads");
+        assert_eq!(cached.history.len(), 20);
         assert_eq!(store.hot.len(), 1);
 
         // a second store on the same file has nothing cached: it reads the database
         let fresh = SqliteStore::connect(&url).await.expect("opens again");
-        let stored = fresh.load_for_turn(&key(), "m99", 40).await.expect("loads");
+        let stored = fresh.load_for_turn(&key(), "m99", 20).await.expect("loads");
         assert_eq!(cached.session, stored.session);
         assert_eq!(cached.history, stored.history);
         assert_eq!(
@@ -3075,7 +3075,7 @@ mod hot_tests {
             .await
             .expect("loads");
         assert_eq!(all.history.len(), 62);
-        assert_eq!(all.history[22..], stored.history[..]);
+        assert_eq!(all.history[42..], stored.history[..]);
         const { assert!(HOT_HISTORY < 62) };
         fresh.close().await;
 
@@ -3085,7 +3085,7 @@ mod hot_tests {
             .execute(&store.writer)
             .await
             .expect("updates");
-        let again = store.load_for_turn(&key(), "m99", 40).await.expect("loads");
+        let again = store.load_for_turn(&key(), "m99", 20).await.expect("loads");
         assert_eq!(again.session, cached.session);
         store.close().await;
     }
@@ -3100,16 +3100,16 @@ mod hot_tests {
 
         let store = SqliteStore::connect(&url).await.expect("reopens");
         store.scanned().await;
-        let load = store.load_for_turn(&key(), "m9", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m9", 20).await.expect("loads");
         assert!(!load.duplicate);
         assert_eq!(store.hot.len(), 1, "the read filled the cache");
         for id in ["m1", "m2", "m4"] {
-            let load = store.load_for_turn(&key(), id, 40).await.expect("loads");
+            let load = store.load_for_turn(&key(), id, 20).await.expect("loads");
             assert!(load.duplicate, "{id} was processed before the restart");
         }
         // and one processed since, by this store
         converse(&store, 5, 1).await;
-        let load = store.load_for_turn(&key(), "m5", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m5", 20).await.expect("loads");
         assert!(load.duplicate);
         store.close().await;
     }
@@ -3119,7 +3119,7 @@ mod hot_tests {
         let (_dir, _url, store) = on_file().await;
         first_turn(&store).await;
         converse(&store, 2, 2).await;
-        let load = store.load_for_turn(&key(), "m9", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m9", 20).await.expect("loads");
         assert_eq!(load.history.len(), 4);
 
         let deleted = store
@@ -3127,7 +3127,7 @@ mod hot_tests {
             .await
             .expect("deletes");
         assert_eq!(deleted, 4);
-        let load = store.load_for_turn(&key(), "m9", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m9", 20).await.expect("loads");
         assert!(load.session.is_some());
         assert!(load.history.is_empty(), "the transcript is gone");
 
@@ -3136,7 +3136,7 @@ mod hot_tests {
             .forget_user(Platform::Console, "u1", false)
             .await
             .expect("forgets");
-        let load = store.load_for_turn(&key(), "m9", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m9", 20).await.expect("loads");
         assert!(load.session.is_none(), "the session is gone");
         assert!(load.history.is_empty());
         store.close().await;
@@ -3151,7 +3151,7 @@ mod hot_tests {
             .execute(&store.writer)
             .await
             .expect("updates");
-        let stale = store.load_for_turn(&key(), "m3", 40).await.expect("loads");
+        let stale = store.load_for_turn(&key(), "m3", 20).await.expect("loads");
         let session = stale.session.expect("cached");
         assert_eq!(session.language, None);
         let refused = store
@@ -3159,7 +3159,7 @@ mod hot_tests {
             .await;
         assert!(matches!(refused, Err(StoreError::Conflict { .. })));
         // the next read asks the database, and the turn goes through
-        let load = store.load_for_turn(&key(), "m3", 40).await.expect("loads");
+        let load = store.load_for_turn(&key(), "m3", 20).await.expect("loads");
         let session = load.session.expect("active");
         assert_eq!(session.language.as_deref(), Some("de"));
         store
@@ -3195,7 +3195,7 @@ mod hot_tests {
         // what the cache let go is read from the database
         for n in [0, HOT_SESSIONS + 7] {
             let load = store
-                .load_for_turn(&key_of(n), "next", 40)
+                .load_for_turn(&key_of(n), "next", 20)
                 .await
                 .expect("loads");
             assert_eq!(load.session.map(|s| s.key), Some(key_of(n)));
