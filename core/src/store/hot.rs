@@ -75,16 +75,24 @@ struct Hot {
 /// What the writer did with one turn, for [`HotSessions::apply`].
 pub(crate) enum HotChange {
     Committed(Box<HotTurn>),
-    /// Refused or rolled back: the key's entry goes (the database decides next time).
-    Failed(SessionKey),
+    /// Refused, rolled back, or not known exactly: the key's entry goes (the database
+    /// decides next time), and its update id counts as maybe processed (a "maybe" only
+    /// costs a read, a wrong "no" would run a turn twice).
+    Dropped {
+        key: SessionKey,
+        processed: Option<ProcessedUpdate>,
+    },
 }
 
 impl HotChange {
     /// The same turn, its transaction rolled back after all.
-    pub(crate) fn into_failed(self) -> HotChange {
+    pub(crate) fn into_dropped(self) -> HotChange {
         match self {
-            HotChange::Committed(turn) => HotChange::Failed(turn.session.key),
-            failed => failed,
+            HotChange::Committed(turn) => HotChange::Dropped {
+                key: turn.session.key,
+                processed: turn.processed,
+            },
+            dropped => dropped,
         }
     }
 }
@@ -181,18 +189,19 @@ impl HotSessions {
     pub(crate) fn apply(&self, changes: Vec<HotChange>) {
         let mut inner = self.lock();
         for change in changes {
-            let turn = match change {
-                HotChange::Committed(turn) => *turn,
-                HotChange::Failed(key) => {
+            let (processed, turn) = match change {
+                HotChange::Committed(mut turn) => (turn.processed.take(), Some(*turn)),
+                HotChange::Dropped { key, processed } => {
                     inner.sessions.remove(&key);
-                    continue;
+                    (processed, None)
                 }
             };
-            if let Some(p) = &turn.processed {
+            if let Some(p) = &processed {
                 inner
                     .processed
                     .insert(update_id(p.platform.as_str(), &p.chat, &p.message_id));
             }
+            let Some(turn) = turn else { continue };
             let key = turn.session.key.clone();
             if turn.session.status != SessionStatus::Active {
                 inner.sessions.remove(&key);
@@ -372,6 +381,27 @@ mod tests {
         hot.apply(vec![turn(2, 2..3)]);
         assert!(hot.load(&session(1).key, "m", 20).is_none());
         assert_eq!(hot.len(), 0);
+    }
+
+    #[test]
+    fn a_dropped_turn_leaves_its_update_to_the_database() {
+        let hot = ready();
+        hot.fill(hot.epoch(), &session(1), &[message(1)], true);
+        hot.apply(vec![HotChange::Dropped {
+            key: session(1).key,
+            processed: Some(ProcessedUpdate {
+                platform: Platform::Telegram,
+                chat: "c".into(),
+                message_id: "x".into(),
+            }),
+        }]);
+        assert_eq!(hot.len(), 0);
+        hot.fill(hot.epoch(), &session(1), &[message(1)], true);
+        assert!(
+            hot.load(&session(1).key, "x", 20).is_none(),
+            "maybe processed"
+        );
+        assert!(hot.load(&session(1).key, "y", 20).is_some());
     }
 
     #[test]

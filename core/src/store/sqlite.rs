@@ -226,8 +226,8 @@ async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>, hot: &HotSession
     });
     // before any turn is answered, so that the next turn of a session finds it moved on
     if failure.is_some() {
-        // nothing was written (were it uncertain, the database decides next time)
-        changes = changes.into_iter().map(HotChange::into_failed).collect();
+        // nothing was written (and were that uncertain, the database decides next time)
+        changes = changes.into_iter().map(HotChange::into_dropped).collect();
     }
     hot.apply(changes);
     // the batch's failure, for each turn it carried
@@ -273,7 +273,7 @@ async fn run_batch(
                 Job::Turn { reply, .. } => {
                     let turn = match committed.next() {
                         Some((turn, change)) => {
-                            changes.push(HotChange::Committed(Box::new(change)));
+                            changes.push(change);
                             Ok(turn)
                         }
                         None => Err(writer_gone()),
@@ -304,14 +304,17 @@ async fn run_batch(
                     .execute(&mut *tx)
                     .await
                     .map_err(StoreError::db("starting a turn"))?;
-                let key = commit.session.key.clone();
+                let dropped = HotChange::Dropped {
+                    key: commit.session.key.clone(),
+                    processed: commit.processed.clone(),
+                };
                 let result = match write_turn(&mut tx, *commit, now_ms).await {
                     Ok((turn, change)) => {
-                        changes.push(HotChange::Committed(Box::new(change)));
+                        changes.push(change);
                         Ok(turn)
                     }
                     Err(e) => {
-                        changes.push(HotChange::Failed(key));
+                        changes.push(dropped);
                         sqlx::query("ROLLBACK TO turn")
                             .execute(&mut *tx)
                             .await
@@ -1231,8 +1234,8 @@ fn turn_written(
     session: SessionRecord,
     ids: Vec<i64>,
     now_ms: i64,
-) -> (CommittedTurn, HotTurn) {
-    let messages: Vec<StoredMessage> = commit
+) -> (CommittedTurn, HotChange) {
+    let said: Vec<(Role, &String)> = commit
         .changes
         .iter()
         .filter_map(|change| match change {
@@ -1240,6 +1243,10 @@ fn turn_written(
             StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
             _ => None,
         })
+        .collect();
+    let whole = said.len() == ids.len();
+    let messages: Vec<StoredMessage> = said
+        .into_iter()
         .zip(ids)
         .map(|((role, text), id)| StoredMessage {
             id,
@@ -1254,11 +1261,19 @@ fn turn_written(
         .filter(|m| m.role == Role::Assistant)
         .map(|m| m.id)
         .collect();
-    let change = HotTurn {
-        loaded_version: commit.session.version,
-        session: session.clone(),
-        processed: commit.processed.clone(),
-        messages,
+    // (one id per message, or the cache cannot tell what the turn wrote)
+    let change = if whole {
+        HotChange::Committed(Box::new(HotTurn {
+            loaded_version: commit.session.version,
+            session: session.clone(),
+            processed: commit.processed.clone(),
+            messages,
+        }))
+    } else {
+        HotChange::Dropped {
+            key: session.key.clone(),
+            processed: commit.processed.clone(),
+        }
     };
     (
         CommittedTurn {
@@ -1275,7 +1290,7 @@ async fn write_turn(
     tx: &mut sqlx::SqliteConnection,
     commit: TurnCommit,
     now_ms: i64,
-) -> Result<(CommittedTurn, HotTurn), StoreError> {
+) -> Result<(CommittedTurn, HotChange), StoreError> {
     let session = write_session(tx, &commit, now_ms).await?;
     if let Some(p) = &commit.processed
         && mark_processed(tx, &[(p, session.id)], now_ms).await? == 0
@@ -1301,7 +1316,7 @@ async fn write_turn(
 /// their processed updates, messages and model calls. Anything out of the ordinary — a
 /// conflict, a duplicate, a failed statement, two turns of one session — answers `None`
 /// (the transaction rolled back), and the batch is redone turn by turn in savepoints.
-async fn fast_batch(writer: &SqlitePool, batch: &[Job]) -> Option<Vec<(CommittedTurn, HotTurn)>> {
+async fn fast_batch(writer: &SqlitePool, batch: &[Job]) -> Option<Vec<(CommittedTurn, HotChange)>> {
     let mut tx = writer.begin().await.ok()?;
     let result = fast_writes(&mut tx, batch).await;
     let done = match result {
@@ -1321,7 +1336,7 @@ async fn fast_batch(writer: &SqlitePool, batch: &[Job]) -> Option<Vec<(Committed
 async fn fast_writes(
     tx: &mut sqlx::SqliteConnection,
     batch: &[Job],
-) -> Result<Option<Vec<(CommittedTurn, HotTurn)>>, StoreError> {
+) -> Result<Option<Vec<(CommittedTurn, HotChange)>>, StoreError> {
     let now_ms = ms(Utc::now());
     let commits: Vec<&TurnCommit> = batch
         .iter()
