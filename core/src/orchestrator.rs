@@ -69,6 +69,9 @@ pub struct Orchestrator {
     access: AdminAccess,
     /// Places told of the current model outage.
     told: Mutex<(u64, std::collections::HashSet<SessionKey>)>,
+    /// Sessions with a reply the platform did not take (in this process): the session's next
+    /// delivery sends it first, and so does the same message coming again.
+    unreached: Mutex<std::collections::HashSet<i64>>,
 }
 
 /// Who may use the admin commands (`/sessions`, `/transcript ID`, `/export FORM`), and where:
@@ -166,6 +169,7 @@ impl Orchestrator {
             keep_submissions: false,
             access: AdminAccess::default(),
             told: Mutex::new((0, std::collections::HashSet::new())),
+            unreached: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -251,6 +255,17 @@ impl Orchestrator {
                 "handling messages left unfinished by the last run"
             );
         }
+        // replies the last run committed but did not deliver (it stopped in between), once
+        // per session and before any of these messages is handled (whose own replies are
+        // marked delivered only with the writer's next batch)
+        let mut keys: Vec<SessionKey> = pending.iter().map(Incoming::key).collect();
+        keys.dedup();
+        let mut seen = std::collections::HashSet::new();
+        for key in keys.into_iter().filter(|k| seen.insert(k.clone())) {
+            if let Some(session) = self.store.active_session(&key).await? {
+                self.send_unreached(&key, &session, &[], outbox).await;
+            }
+        }
         for incoming in pending {
             let (chat, id) = (incoming.chat.clone(), incoming.message_id.clone());
             self.handle(incoming, outbox).await?;
@@ -328,6 +343,12 @@ impl Orchestrator {
         let history_of = active.as_ref().map(|s| s.id);
         if duplicate {
             tracing::info!("duplicate update ignored");
+            // the platform sends it again: perhaps because our reply did not reach it
+            if let Some(session) = &active
+                && self.is_unreached(session.id)
+            {
+                self.send_unreached(&key, session, &[], outbox).await;
+            }
             return Ok(TurnReport {
                 session_id: 0,
                 outgoing: Vec::new(),
@@ -902,6 +923,15 @@ impl Orchestrator {
         if outgoing.is_empty() {
             return;
         }
+        if self.is_unreached(committed.session.id) {
+            self.send_unreached(
+                key,
+                &committed.session,
+                &committed.assistant_message_ids,
+                outbox,
+            )
+            .await;
+        }
         match outbox.deliver(key, outgoing).await {
             Ok(()) => {
                 if let Err(e) = self
@@ -912,10 +942,67 @@ impl Orchestrator {
                     tracing::warn!(error = %e, "could not mark messages delivered");
                 }
             }
-            // stays undelivered in the store; the adapter can send it again after reconnecting
+            // stays undelivered in the store, and goes with the session's next reply
             Err(e) => {
                 self.metrics.error(kind::DELIVERY);
+                self.unreached_set().insert(committed.session.id);
                 tracing::warn!(error = %e, "reply not delivered; kept as undelivered");
+            }
+        }
+    }
+
+    fn unreached_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<i64>> {
+        self.unreached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_unreached(&self, session_id: i64) -> bool {
+        self.unreached_set().contains(&session_id)
+    }
+
+    /// Sends the session's committed replies not yet delivered (but those of `current`, the
+    /// turn being delivered), under a line saying they are late, and marks them delivered.
+    /// A failure keeps them for the next try.
+    async fn send_unreached(
+        &self,
+        key: &SessionKey,
+        session: &SessionRecord,
+        current: &[i64],
+        outbox: &dyn Outbox,
+    ) {
+        let earlier: Vec<crate::store::StoredMessage> =
+            match self.store.undelivered(session.id).await {
+                Ok(messages) => messages
+                    .into_iter()
+                    .filter(|m| !current.contains(&m.id))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not load the replies not delivered");
+                    return;
+                }
+            };
+        if earlier.is_empty() {
+            self.unreached_set().remove(&session.id);
+            return;
+        }
+        let mut items = vec![Outgoing::text(pick(
+            session,
+            "(Earlier replies that did not reach you:)",
+            "（お届けできなかった前回の返信です）",
+        ))];
+        items.extend(earlier.iter().map(|m| Outgoing::text(m.text.clone())));
+        match outbox.deliver(key, &items).await {
+            Ok(()) => {
+                self.unreached_set().remove(&session.id);
+                let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
+                tracing::info!(replies = ids.len(), "replies not delivered before sent");
+                if let Err(e) = self.store.mark_delivered(&ids).await {
+                    tracing::warn!(error = %e, "could not mark messages delivered");
+                }
+            }
+            Err(e) => {
+                self.metrics.error(kind::DELIVERY);
+                self.unreached_set().insert(session.id);
+                tracing::warn!(error = %e, "replies not delivered before: still not delivered");
             }
         }
     }

@@ -419,6 +419,11 @@ async fn handle(
                 .into_response();
         }
         Some(Failure::ServerError) => {
+            shared.lock().calls.push(Call {
+                method: format!("{method}!500"),
+                params,
+                message_id: None,
+            });
             return (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 Json(

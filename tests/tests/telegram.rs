@@ -588,3 +588,45 @@ async fn a_corpus_of_bad_input_gets_clear_replies_and_loses_nothing() {
     assert!(!next.is_empty());
     bot.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_telegram_refused_goes_out_with_the_next_one() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1201);
+    say(&fake, chat, 1201, "/start").await;
+    tap(&fake, chat, 1201, "English").await;
+    // Telegram fails the reply to the country (a 5xx: teloxide waits 10 s before it reports
+    // the failure, and the chat's next update waits for that)
+    fake.fail_next("sendMessage", Failure::ServerError);
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 1201, "Japan");
+    fake.wait_for("the refused reply", Duration::from_secs(10), |calls| {
+        calls.iter().any(|c| c.method == "sendmessage!500")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fake.texts_in(chat).len(), before, "nothing of it arrived");
+    // the applicant writes again (answering what they never saw): the missed reply comes
+    // first, marked as late, then the answer to this message
+    let next = say(&fake, chat, 1201, "Hanako Yamada").await;
+    assert_eq!(
+        next[..3],
+        [
+            "(Earlier replies that did not reach you:)",
+            "Thank you! Let's begin with a few questions.",
+            "May I have your full name, please?",
+        ],
+        "{next:?}"
+    );
+    assert_eq!(next.len(), 4, "{next:?}");
+    assert!(next[3].contains("email"), "{next:?}");
+    // sent once
+    let after = say(&fake, chat, 1201, "hanako@example.com").await;
+    assert!(
+        !after.iter().any(|t| t.contains("did not reach")),
+        "{after:?}"
+    );
+    bot.stop().await;
+}

@@ -715,3 +715,140 @@ async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
     );
     store.close().await;
 }
+
+/// A platform that refuses every message while `down`, and never answers while `hung`.
+#[derive(Default)]
+struct Flaky {
+    down: std::sync::atomic::AtomicBool,
+    hung: std::sync::atomic::AtomicBool,
+    took: Collect,
+}
+
+#[async_trait]
+impl Outbox for Flaky {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        if self.hung.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(DeliveryError::Disconnected("connection reset".into()));
+        }
+        self.took.deliver(key, items).await
+    }
+}
+
+const LATE: &str = "(Earlier replies that did not reach you:)";
+
+#[tokio::test]
+async fn a_reply_the_platform_did_not_take_goes_with_the_next_one() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Flaky::default();
+    orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("first");
+    outbox.down.store(true, Ordering::SeqCst);
+    let second = orchestrator
+        .handle(text("c", "m2", "two"), &outbox)
+        .await
+        .expect("the turn is done even though its reply was not taken");
+    let kept = store.undelivered(second.session_id).await.expect("loads");
+    assert_eq!(
+        kept.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+        ["got two"]
+    );
+    outbox.down.store(false, Ordering::SeqCst);
+    orchestrator
+        .handle(text("c", "m3", "three"), &outbox)
+        .await
+        .expect("third");
+    assert_eq!(
+        outbox.took.texts(),
+        ["got one", LATE, "got two", "got three"]
+    );
+    // sent once: the next reply goes alone
+    orchestrator
+        .handle(text("c", "m4", "four"), &outbox)
+        .await
+        .expect("fourth");
+    assert_eq!(outbox.took.texts().len(), 5);
+    assert!(
+        !store
+            .undelivered(second.session_id)
+            .await
+            .expect("loads")
+            .iter()
+            .any(|m| m.text == "got two")
+    );
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn the_platform_sending_a_message_again_gets_the_reply_it_missed() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, _store) = setup(probe.clone()).await;
+    let outbox = Flaky::default();
+    outbox.down.store(true, Ordering::SeqCst);
+    orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("first");
+    outbox.down.store(false, Ordering::SeqCst);
+    // e.g. a webhook retried because the bot's answer failed: no second turn, the reply
+    let again = orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("again");
+    assert!(again.duplicate);
+    assert_eq!(outbox.took.texts(), [LATE, "got one"]);
+    // and a third time, nothing more
+    orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("again");
+    assert_eq!(outbox.took.texts().len(), 2);
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_committed_but_cut_short_by_a_stop_is_sent_at_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let probe = Arc::new(Probe::new(None));
+    // the first run commits the turn, then stops while the platform takes the reply
+    let (orchestrator, store) = on_file(&url, probe.clone()).await;
+    let outbox = Arc::new(Flaky::default());
+    outbox.hung.store(true, Ordering::SeqCst);
+    let sending = outbox.clone();
+    let turn = tokio::spawn(async move {
+        orchestrator
+            .handle_durable(text("c", "m1", "one"), sending.as_ref())
+            .await
+    });
+    let key = text("c", "m1", "one").key();
+    let committed = async {
+        while store.active_session(&key).await.expect("loads").is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), committed)
+        .await
+        .expect("the turn commits before its delivery");
+    turn.abort();
+    assert!(turn.await.is_err(), "the delivery never finished");
+    store.close().await;
+    drop(store);
+
+    // the next run sends the reply, and the message itself is a duplicate
+    let (orchestrator, store) = on_file(&url, probe.clone()).await;
+    let outbox = Flaky::default();
+    let replayed = orchestrator
+        .replay_inbox(Platform::Console, &outbox)
+        .await
+        .expect("replays");
+    assert_eq!(replayed, 1);
+    assert_eq!(outbox.took.texts(), [LATE, "got one"]);
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
+    store.close().await;
+}
