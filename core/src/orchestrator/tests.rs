@@ -655,6 +655,29 @@ impl Flow for Stuck {
     }
 }
 
+/// Waits (10 s at most) until `done` says so.
+async fn eventually<F, Fut>(what: &str, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let wait = async {
+        while !done().await {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"));
+}
+
+/// A stop in the middle of `turn` (it never finished), then the store closed.
+async fn stop<T: std::fmt::Debug>(turn: tokio::task::JoinHandle<T>, store: Arc<SqliteStore>) {
+    turn.abort();
+    assert!(turn.await.is_err(), "the turn never finished");
+    store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -667,23 +690,15 @@ async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
             .handle_durable(text("c", "m1", "one"), &outbox)
             .await
     });
-    let kept = async {
-        while store
+    eventually("the message is kept before its turn runs", || async {
+        !store
             .inbox_pending(Platform::Console)
             .await
             .expect("inbox")
             .is_empty()
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), kept)
-        .await
-        .expect("the message is kept before its turn runs");
-    turn.abort();
-    assert!(turn.await.is_err(), "the turn never finished");
-    store.close().await;
-    drop(store);
+    })
+    .await;
+    stop(turn, store).await;
 
     // the next run handles it, once
     let probe = Arc::new(Probe::new(None));
@@ -827,18 +842,11 @@ async fn a_reply_committed_but_cut_short_by_a_stop_is_sent_at_the_next_start() {
             .await
     });
     let key = text("c", "m1", "one").key();
-    let committed = async {
-        while store.active_session(&key).await.expect("loads").is_none() {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), committed)
-        .await
-        .expect("the turn commits before its delivery");
-    turn.abort();
-    assert!(turn.await.is_err(), "the delivery never finished");
-    store.close().await;
-    drop(store);
+    eventually("the turn commits before its delivery", || async {
+        store.active_session(&key).await.expect("loads").is_some()
+    })
+    .await;
+    stop(turn, store).await;
 
     // the next run sends the reply, and the message itself is a duplicate
     let (orchestrator, store) = on_file(&url, probe.clone()).await;
