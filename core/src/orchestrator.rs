@@ -258,10 +258,12 @@ impl Orchestrator {
         // replies the last run committed but did not deliver (it stopped in between), once
         // per session and before any of these messages is handled (whose own replies are
         // marked delivered only with the writer's next batch)
-        let mut keys: Vec<SessionKey> = pending.iter().map(Incoming::key).collect();
-        keys.dedup();
         let mut seen = std::collections::HashSet::new();
-        for key in keys.into_iter().filter(|k| seen.insert(k.clone())) {
+        for key in pending
+            .iter()
+            .map(Incoming::key)
+            .filter(|k| seen.insert(k.clone()))
+        {
             if let Some(session) = self.store.active_session(&key).await? {
                 self.send_unreached(&key, &session, &[], outbox).await;
             }
