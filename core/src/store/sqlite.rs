@@ -152,7 +152,7 @@ async fn checkpoints(
     // only what the last pass copied. (A read-only handle: fdatasync flushes the file's
     // pages whichever descriptor asks.)
     let file = match std::fs::File::open(&database) {
-        Ok(file) => Some(std::sync::Arc::new(file)),
+        Ok(file) => Some(Arc::new(file)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot open the database file to sync it before WAL restarts");
             None
@@ -187,22 +187,15 @@ async fn checkpoints(
             continue;
         }
         if let Some(file) = &file {
-            // twice: the second pass copies and flushes what came during the first sync
-            for pass in 0..2 {
-                if pass > 0
-                    && let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                        .execute(&mut conn)
-                        .await
-                {
-                    tracing::warn!(error = %e, "WAL checkpoint failed");
-                }
-                let file = file.clone();
-                match tokio::task::spawn_blocking(move || file.sync_data()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "syncing the database file failed"),
-                    Err(e) => tracing::warn!(error = %e, "syncing the database file stopped"),
-                }
+            sync_data(file).await;
+            // a second pass copies what came during that sync, and a second sync flushes it
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&mut conn)
+                .await
+            {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
             }
+            sync_data(file).await;
         }
         let started = std::time::Instant::now();
         let paused = gate.lock().await;
@@ -225,6 +218,16 @@ async fn checkpoints(
     }
     if let Err(e) = conn.close().await {
         tracing::warn!(error = %e, "closing the checkpoint connection");
+    }
+}
+
+/// `fdatasync` of the database file, off the writer's thread (it would hold up the batches).
+async fn sync_data(file: &Arc<std::fs::File>) {
+    let file = file.clone();
+    match tokio::task::spawn_blocking(move || file.sync_data()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "syncing the database file failed"),
+        Err(e) => tracing::warn!(error = %e, "syncing the database file stopped"),
     }
 }
 
