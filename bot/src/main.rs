@@ -282,6 +282,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate,
             database,
         } => {
+            // an interview without its form answers every turn "unknown form" and calls no
+            // model: a report of that would measure nothing the bot does
+            if flow == "interview" && !app::load_forms(&settings)?.iter().any(|f| f.id == form) {
+                bail!(
+                    "the form {form:?} is not in {} (run kaiwa bench where config/ is, or set \
+                     [flows] forms_dir, or name a form with --form)",
+                    settings.flows.forms_dir
+                );
+            }
             let flows = app::build_flows(&settings)?;
             let options = bench::BenchOptions {
                 flow,

@@ -422,6 +422,21 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
     .await;
     assert_ne!(refused.code, Some(0));
     assert!(refused.stderr.contains("--rate"), "{}", refused.stderr);
+
+    // a form the interview does not have: refused, not measured as turns that do nothing
+    let unknown = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["bench", "--sessions", "2", "--form", "no-such-form"],
+        "",
+    )
+    .await;
+    assert_ne!(unknown.code, Some(0), "{}", unknown.stdout);
+    assert!(
+        unknown.stderr.contains("\"no-such-form\" is not in"),
+        "{}",
+        unknown.stderr
+    );
 }
 
 #[tokio::test]
