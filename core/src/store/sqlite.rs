@@ -14,7 +14,7 @@ use super::{
     Store, StoreError, StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket,
     TurnCommit, TurnLoad,
 };
-use crate::message::{Incoming, Platform, SessionKey};
+use crate::message::{Incoming, Platform, SessionKey, UserRef};
 use crate::state::StateChange;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -70,6 +70,9 @@ enum Job {
     Flush(oneshot::Sender<()>),
 }
 
+/// A statement being built (several, for the fast path's [`Trip`]).
+type Sql<'r> = sqlx::QueryBuilder<'r, sqlx::Sqlite>;
+
 /// A row of the inbox: the message as JSON under its platform key.
 struct InboxEntry {
     platform: Platform,
@@ -87,9 +90,9 @@ fn writer_gone() -> StoreError {
 }
 
 /// Group commit, on the writer's own thread: every turn waiting when the writer becomes
-/// free goes into one transaction — one chunked statement each for all their sessions,
-/// processed updates, messages and model calls ([`fast_batch`]); if anything is out of the
-/// ordinary the batch is redone turn by turn, each in a savepoint, so a refused turn
+/// free goes into one transaction — one statement each for all their sessions, processed
+/// updates, messages and model calls, sent together ([`fast_batch`]); if anything is out of
+/// the ordinary the batch is redone turn by turn, each in a savepoint, so a refused turn
 /// (duplicate, conflict, failed statement) is rolled back alone and answered with its
 /// error. One commit and one WAL append serve the whole batch; a lone turn still commits at
 /// once (nothing waits to fill a batch).
@@ -100,6 +103,8 @@ async fn group_commit(
     hot: Arc<HotSessions>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    // the id of the next session the fast path creates; `None`: read it from the database
+    let mut next_session_id = None;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (flushes, work): (Vec<_>, Vec<_>) = batch
             .drain(..)
@@ -108,7 +113,7 @@ async fn group_commit(
         let turns = batch.len();
         let span = tracing::trace_span!("group_commit", turns);
         let writing = gate.lock().await;
-        write_batch(&writer, &mut batch, &hot)
+        write_batch(&writer, &mut batch, &hot, &mut next_session_id)
             .instrument(span)
             .await;
         drop(writing);
@@ -252,10 +257,15 @@ type Outcome = (
     oneshot::Sender<Result<CommittedTurn, StoreError>>,
 );
 
-async fn write_batch(writer: &SqlitePool, batch: &mut Vec<Job>, hot: &HotSessions) {
+async fn write_batch(
+    writer: &SqlitePool,
+    batch: &mut Vec<Job>,
+    hot: &HotSessions,
+    next_session_id: &mut Option<i64>,
+) {
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut changes = Vec::with_capacity(batch.len());
-    let committed = run_batch(writer, batch, &mut outcomes, &mut changes).await;
+    let committed = run_batch(writer, batch, &mut outcomes, &mut changes, next_session_id).await;
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
         (e.to_string(), e.is_busy())
@@ -301,8 +311,9 @@ async fn run_batch(
     batch: &mut Vec<Job>,
     outcomes: &mut Vec<Outcome>,
     changes: &mut Vec<HotChange>,
+    next_session_id: &mut Option<i64>,
 ) -> Result<(), StoreError> {
-    if let Some(committed) = fast_batch(writer, batch).await {
+    if let Some(committed) = fast_batch(writer, batch, next_session_id).await {
         let mut committed = committed.into_iter();
         for job in batch.drain(..) {
             match job {
@@ -324,6 +335,8 @@ async fn run_batch(
         }
         return Ok(());
     }
+    // sessions created here take SQLite's ids
+    *next_session_id = None;
     let mut tx = writer
         .begin()
         .await
@@ -666,82 +679,115 @@ fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
     })
 }
 
-/// Model calls (of one turn or of a batch), in one statement; `session_id` is the turn's
-/// session, used where the call names none.
+/// A model call's row: its session (the turn's, where the call names none) and the call.
+type CallRow<'a> = (Option<i64>, &'a LlmCallRecord);
+
+/// Model calls (of one turn or of a batch), in one statement.
 async fn insert_llm_calls(
     conn: &mut sqlx::SqliteConnection,
-    calls: &[(Option<i64>, &LlmCallRecord)],
+    calls: &[CallRow<'_>],
 ) -> Result<(), StoreError> {
-    if calls.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<_> = calls
-        .iter()
-        .map(|(session_id, call)| {
-            (
-                call.session_id.or(*session_id),
-                &call.agent,
-                &call.model,
-                call.prompt_tokens,
-                call.completion_tokens,
-                call.latency_ms,
-                &call.error,
-                ms(call.at),
-            )
-        })
-        .collect();
-    execute_chunked(conn, &rows, "recording model calls", |chunk| {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) ",
-        );
-        insert.push_values(chunk, |mut row, r| {
-            row.push_bind(r.0)
-                .push_bind(r.1.as_str())
-                .push_bind(r.2.as_str())
-                .push_bind(r.3 as i64)
-                .push_bind(r.4 as i64)
-                .push_bind(r.5 as i64)
-                .push_bind(r.6.as_deref())
-                .push_bind(r.7);
-        });
-        insert
+    execute_rows(conn, calls, "recording model calls", |sql, rows| {
+        push_llm_calls(sql, rows)
     })
     .await?;
     Ok(())
 }
 
-async fn insert_submission(
-    conn: &mut sqlx::SqliteConnection,
+fn push_llm_calls(sql: &mut Sql<'_>, calls: &[CallRow<'_>]) -> Result<(), StoreError> {
+    let rows: Vec<_> = calls
+        .iter()
+        .map(|(session_id, call)| {
+            (
+                call.session_id.or(*session_id),
+                call.agent.as_str(),
+                call.model.as_str(),
+                call.prompt_tokens,
+                call.completion_tokens,
+                call.latency_ms,
+                call.error.as_deref(),
+                ms(call.at),
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 FROM ",
+    );
+    push_rows(sql, &rows)
+}
+
+/// A submission's row, its JSON columns written out.
+struct SubmissionRow<'a> {
     session_id: i64,
-    key: &SessionKey,
-    s: &Submission,
-    now_ms: i64,
+    key: &'a SessionKey,
+    submission: &'a Submission,
+    values: String,
+    facts: String,
+    flags: String,
+    audit: Option<String>,
+}
+
+/// The submissions among `changes` (a turn's, of the session `session_id` at `key`).
+fn submission_rows<'a>(
+    session_id: i64,
+    key: &'a SessionKey,
+    changes: &'a [StateChange],
+    rows: &mut Vec<SubmissionRow<'a>>,
 ) -> Result<(), StoreError> {
     let json =
         |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("submission", e));
-    sqlx::query(
-        "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
-         country, timezone, field_values, facts, flags, audit, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(session_id)
-    .bind(key.platform.as_str())
-    .bind(&key.user)
-    .bind(&s.applicant)
-    .bind(&s.form_id)
-    .bind(&s.variant)
-    .bind(s.status.as_str())
-    .bind(&s.language)
-    .bind(&s.country)
-    .bind(&s.timezone)
-    .bind(json(&s.values)?)
-    .bind(json(&s.facts)?)
-    .bind(json(&s.flags)?)
-    .bind(s.audit.as_ref().map(json).transpose()?)
-    .bind(now_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(StoreError::db("saving the submission"))?;
+    for change in changes {
+        if let StateChange::SaveSubmission { submission } = change {
+            rows.push(SubmissionRow {
+                session_id,
+                key,
+                submission,
+                values: json(&submission.values)?,
+                facts: json(&submission.facts)?,
+                flags: json(&submission.flags)?,
+                audit: submission.audit.as_ref().map(json).transpose()?,
+            });
+        }
+    }
     Ok(())
+}
+
+fn push_submissions(
+    sql: &mut Sql<'_>,
+    rows: &[SubmissionRow<'_>],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let s = r.submission;
+            (
+                r.session_id,
+                r.key.platform.as_str(),
+                r.key.user.as_str(),
+                s.applicant.as_str(),
+                s.form_id.as_str(),
+                s.variant.as_str(),
+                s.status.as_str(),
+                s.language.as_deref(),
+                s.country.as_deref(),
+                s.timezone.as_deref(),
+                r.values.as_str(),
+                r.facts.as_str(),
+                r.flags.as_str(),
+                r.audit.as_deref(),
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
+         country, timezone, field_values, facts, flags, audit, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, \
+         value->>8, value->>9, value->>10, value->>11, value->>12, value->>13, ",
+    );
+    sql.push_bind(now_ms).push(" FROM ");
+    push_rows(sql, &rows)
 }
 
 fn submission_from_row(row: &SqliteRow) -> Result<SubmissionRecord, StoreError> {
@@ -928,60 +974,88 @@ async fn apply_reading(
     Ok(())
 }
 
-/// Sessions that go on, updated in chunked multi-row statements, each only if its stored
-/// version is still the one the turn loaded. `sessions` carry the turn's changes and the
+/// Sessions that go on, updated in one statement (two if some change status), each only if
+/// its stored version is still the one the turn loaded. `sessions` carry the turn's changes and the
 /// loaded version. Returns how many rows were updated (fewer: a session moved on).
 async fn update_sessions(
     tx: &mut sqlx::SqliteConnection,
-    sessions: &[SessionUpdate<'_>],
+    sessions: Vec<SessionUpdate<'_>>,
     now_ms: i64,
 ) -> Result<u64, StoreError> {
-    let mut rows = Vec::with_capacity(sessions.len());
-    for update in sessions {
-        let pending = update
-            .session
-            .pending_options
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| corrupt("pending options", e))?;
-        rows.push((update, pending));
-    }
-    // SQLite rewrites every index of a column in the SET list, changed or not: a session
-    // whose status stays leaves `sessions_one_active` (a page per turn) alone
-    let (moved, staying): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(u, _)| u.status_changed);
+    let (moved, staying) = session_rows(sessions)?;
     let mut updated = 0;
     for (rows, status) in [(&moved, true), (&staying, false)] {
-        updated += execute_chunked(tx, rows, "updating the sessions", |chunk| {
-            let mut update = sqlx::QueryBuilder::new(
-                "UPDATE sessions SET current_agent = v.column3, language = v.column4, country = v.column5, \
-                 timezone = v.column6, state = v.column7, pending_options = v.column8, ",
-            );
-            if status {
-                update.push("status = v.column9, ");
-            }
-            update.push("version = version + 1, updated_ms = ");
-            update.push_bind(now_ms).push(" FROM (");
-            update.push_values(chunk, |mut row, (u, pending)| {
-                let s = u.session;
-                row.push_bind(s.id)
-                    .push_bind(s.version)
-                    .push_bind(s.current_agent.as_deref())
-                    .push_bind(s.language.as_deref())
-                    .push_bind(s.country.as_deref())
-                    .push_bind(s.timezone.as_deref())
-                    .push_bind(s.state.as_json())
-                    .push_bind(pending.as_deref());
-                if status {
-                    row.push_bind(s.status.as_str());
-                }
-            });
-            update.push(") AS v WHERE sessions.id = v.column1 AND sessions.version = v.column2");
-            update
+        updated += execute_rows(tx, rows, "updating the sessions", |sql, rows| {
+            push_session_updates(sql, rows, status, now_ms)
         })
         .await?;
     }
     Ok(updated)
+}
+
+/// A session to update and its pending options as JSON.
+type SessionRow<'a> = (SessionUpdate<'a>, Option<String>);
+
+/// The rows of `sessions`: those whose status changes, and the others. (SQLite rewrites
+/// every index of a column in the SET list, changed or not: a session whose status stays
+/// leaves `sessions_one_active`, a page per turn, alone.)
+#[allow(clippy::type_complexity)]
+fn session_rows(
+    sessions: Vec<SessionUpdate<'_>>,
+) -> Result<(Vec<SessionRow<'_>>, Vec<SessionRow<'_>>), StoreError> {
+    let mut rows = Vec::with_capacity(sessions.len());
+    for update in sessions {
+        let pending = pending_json(update.session)?;
+        rows.push((update, pending));
+    }
+    Ok(rows.into_iter().partition(|(u, _)| u.status_changed))
+}
+
+fn pending_json(session: &SessionRecord) -> Result<Option<String>, StoreError> {
+    session
+        .pending_options
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("pending options", e))
+}
+
+/// `rows` updated, their status too if `status` ([`session_rows`]).
+fn push_session_updates(
+    sql: &mut Sql<'_>,
+    rows: &[SessionRow<'_>],
+    status: bool,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|(u, pending)| {
+            let s = u.session;
+            (
+                s.id,
+                s.version,
+                s.current_agent.as_deref(),
+                s.language.as_deref(),
+                s.country.as_deref(),
+                s.timezone.as_deref(),
+                s.state.as_json(),
+                pending.as_deref(),
+                s.status.as_str(),
+            )
+        })
+        .collect();
+    sql.push(
+        "UPDATE sessions SET current_agent = v.value->>2, language = v.value->>3, country = v.value->>4, \
+         timezone = v.value->>5, state = v.value->>6, pending_options = v.value->>7, ",
+    );
+    if status {
+        sql.push("status = v.value->>8, ");
+    }
+    sql.push("version = version + 1, updated_ms = ");
+    sql.push_bind(now_ms).push(" FROM ");
+    push_rows(sql, &rows)?;
+    sql.push(" AS v WHERE sessions.id = v.value->>0 AND sessions.version = v.value->>1");
+    Ok(())
 }
 
 /// A session row to update: as the turn leaves it (with the version it loaded), and
@@ -1018,9 +1092,10 @@ async fn write_session(
     now_ms: i64,
 ) -> Result<SessionRecord, StoreError> {
     if let Some(previous) = commit.finish_session {
-        sqlx::query("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ? WHERE id = ?")
-            .bind(now_ms)
-            .bind(previous)
+        let mut finish = Sql::new("");
+        push_finished(&mut finish, &[previous], now_ms)?;
+        finish
+            .build()
             .execute(&mut *tx)
             .await
             .map_err(StoreError::db("finishing the previous session"))?;
@@ -1028,53 +1103,27 @@ async fn write_session(
 
     let mut session = applied(commit);
     if session.is_new() {
-        let key = &session.key;
-        let pending = session
-            .pending_options
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| corrupt("pending options", e))?;
-        // the user row is written when a session starts (sessions reference it)
-        sqlx::query(
-            "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
-        )
-        .bind(key.platform.as_str())
-        .bind(&commit.user.id)
-        .bind(&commit.user.display_name)
-        .bind(now_ms)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("saving the user"))?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO sessions (platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
-             state, pending_options, status, version, created_ms, updated_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) RETURNING id",
-        )
-        .bind(key.platform.as_str())
-        .bind(&key.chat)
-        .bind(&key.thread)
-        .bind(&key.user)
-        .bind(&session.flow)
-        .bind(&session.current_agent)
-        .bind(&session.language)
-        .bind(&session.country)
-        .bind(&session.timezone)
-        .bind(session.state.as_json())
-        .bind(&pending)
-        .bind(session.status.as_str())
-        .bind(now_ms)
-        .bind(now_ms)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::db("creating the session"))?;
+        let users = [(&session.key, &commit.user)];
+        let mut user = Sql::new("");
+        push_users(&mut user, &users, now_ms)?;
+        user.build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving the user"))?;
+        let rows = [(&session, pending_json(&session)?)];
+        let mut insert = Sql::new("");
+        push_new_sessions(&mut insert, &rows, now_ms)?;
+        insert.push(" RETURNING id");
+        let id: i64 = insert
+            .build_query_scalar()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db("creating the session"))?;
         session.id = id;
         session.version = 1;
         session.created_at = from_ms(now_ms);
     } else {
-        if update_sessions(tx, &[SessionUpdate::of(commit, &session)], now_ms).await? == 0 {
+        if update_sessions(tx, vec![SessionUpdate::of(commit, &session)], now_ms).await? == 0 {
             return Err(StoreError::Conflict {
                 session_id: session.id,
             });
@@ -1085,7 +1134,92 @@ async fn write_session(
     Ok(session)
 }
 
-/// A turn's other rows: submissions, reading data, tickets and feedback.
+/// Sessions a flow switch leaves behind, finished.
+fn push_finished(sql: &mut Sql<'_>, ids: &[i64], now_ms: i64) -> Result<(), StoreError> {
+    sql.push("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ");
+    sql.push_bind(now_ms)
+        .push(" WHERE id IN (SELECT value FROM ");
+    push_rows(sql, ids)?;
+    sql.push(")");
+    Ok(())
+}
+
+/// The users of new sessions (sessions reference them), their names as they are now.
+fn push_users(
+    sql: &mut Sql<'_>,
+    users: &[(&SessionKey, &UserRef)],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = users
+        .iter()
+        .map(|(key, user)| {
+            (
+                key.platform.as_str(),
+                user.id.as_str(),
+                user.display_name.as_str(),
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) \
+         SELECT value->>0, value->>1, value->>2, ",
+    );
+    sql.push_bind(now_ms)
+        .push(", ")
+        .push_bind(now_ms)
+        .push(" FROM ");
+    push_rows(sql, &rows)?;
+    // (`WHERE true`: an upsert's SELECT needs a WHERE clause to be read as one)
+    sql.push(
+        " WHERE true ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, \
+         last_seen_ms = excluded.last_seen_ms",
+    );
+    Ok(())
+}
+
+/// New sessions (with their pending options as JSON), at version 1; a session without an
+/// id yet (0) gets SQLite's.
+fn push_new_sessions(
+    sql: &mut Sql<'_>,
+    sessions: &[(&SessionRecord, Option<String>)],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = sessions
+        .iter()
+        .map(|(s, pending)| {
+            let key = &s.key;
+            (
+                (!s.is_new()).then_some(s.id),
+                key.platform.as_str(),
+                key.chat.as_str(),
+                key.thread.as_str(),
+                key.user.as_str(),
+                s.flow.as_str(),
+                s.current_agent.as_deref(),
+                s.language.as_deref(),
+                s.country.as_deref(),
+                s.timezone.as_deref(),
+                s.state.as_json(),
+                pending.as_deref(),
+                s.status.as_str(),
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO sessions (id, platform, chat, thread, user_id, flow, current_agent, language, country, \
+         timezone, state, pending_options, status, version, created_ms, updated_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, \
+         value->>8, value->>9, value->>10, value->>11, value->>12, 1, ",
+    );
+    sql.push_bind(now_ms)
+        .push(", ")
+        .push_bind(now_ms)
+        .push(" FROM ");
+    push_rows(sql, &rows)
+}
+
+/// A turn's other rows: reading data, tickets and feedback (its submissions go with the
+/// messages: [`push_submissions`]).
 async fn write_extras(
     tx: &mut sqlx::SqliteConnection,
     session: &SessionRecord,
@@ -1095,9 +1229,6 @@ async fn write_extras(
     let key = &session.key;
     for change in changes {
         match change {
-            StateChange::SaveSubmission { submission } => {
-                insert_submission(tx, session.id, key, submission, now_ms).await?;
-            }
             StateChange::Reading { change } => {
                 apply_reading(tx, key, change, now_ms).await?;
             }
@@ -1142,119 +1273,132 @@ async fn write_extras(
     Ok(())
 }
 
-/// Rows for multi-row statements in chunks of power-of-two sizes, largest first: a
-/// `VALUES (?, …), (?, …)` statement is prepared (and cached per connection) once per
-/// size, not once per batch size, and n rows take at most log2(n) + 1 statements. Each
-/// statement is a round trip to the connection's worker thread and back (two context
-/// switches, a wake-up each): with sizes 128/32/8/2/1 a closed-loop bench run switched
-/// 160–235 k times, with every power of two 115–160 k (more turns/s, +3 MB of cached
-/// statements). (Rows as one JSON argument to `json_each` would need one statement, but
-/// SQLite's JSON extraction cost more than the statements it saved.)
-fn chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
-    let mut rest = rows;
-    std::iter::from_fn(move || {
-        let size = [128, 64, 32, 16, 8, 4, 2, 1]
-            .into_iter()
-            .find(|&n| n <= rest.len())?;
-        let (chunk, tail) = rest.split_at(size);
-        rest = tail;
-        Some(chunk)
-    })
-}
-
-/// One statement per chunk of `rows` ([`chunks`]), each built by `statement` and run on
-/// `conn`. Returns how many rows they changed in all.
-async fn execute_chunked<'r, T>(
+/// The statement `statement` builds for `rows` (none for no rows), run on `conn`. Returns
+/// how many rows it changed.
+async fn execute_rows<'r, T>(
     conn: &mut sqlx::SqliteConnection,
     rows: &'r [T],
     context: &'static str,
-    statement: impl Fn(&'r [T]) -> sqlx::QueryBuilder<'r, sqlx::Sqlite>,
+    statement: impl Fn(&mut Sql<'r>, &'r [T]) -> Result<(), StoreError>,
 ) -> Result<u64, StoreError> {
-    let mut changed = 0;
-    for chunk in chunks(rows) {
-        changed += statement(chunk)
-            .build()
-            .execute(&mut *conn)
-            .await
-            .map_err(StoreError::db(context))?
-            .rows_affected();
+    if rows.is_empty() {
+        return Ok(0);
     }
-    Ok(changed)
+    let mut sql = Sql::new("");
+    statement(&mut sql, rows)?;
+    Ok(sql
+        .build()
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::db(context))?
+        .rows_affected())
 }
 
-/// The turns' platform updates marked processed, in one statement. Returns how many were
-/// new (the others were processed already).
+/// The turns' platform updates marked processed. Returns how many were new (the others
+/// were processed already).
 async fn mark_processed(
     tx: &mut sqlx::SqliteConnection,
     updates: &[(&ProcessedUpdate, i64)],
     now_ms: i64,
 ) -> Result<u64, StoreError> {
-    if updates.is_empty() {
-        return Ok(0);
-    }
-    execute_chunked(tx, updates, "marking the update processed", |chunk| {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) ",
-        );
-        insert.push_values(chunk, |mut row, (p, session_id)| {
-            row.push_bind(p.platform.as_str())
-                .push_bind(p.chat.as_str())
-                .push_bind(p.message_id.as_str())
-                .push_bind(*session_id)
-                .push_bind(now_ms);
-        });
-        insert.push(" ON CONFLICT DO NOTHING");
-        insert
+    execute_rows(tx, updates, "marking the update processed", |sql, rows| {
+        push_processed(sql, rows, now_ms)
     })
     .await
 }
 
-/// The turns' transcript messages, in one statement. Returns the ids of the messages
-/// written, per session, in order.
+fn push_processed(
+    sql: &mut Sql<'_>,
+    updates: &[(&ProcessedUpdate, i64)],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = updates
+        .iter()
+        .map(|(p, session_id)| {
+            (
+                p.platform.as_str(),
+                p.chat.as_str(),
+                p.message_id.as_str(),
+                *session_id,
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, ",
+    );
+    sql.push_bind(now_ms).push(" FROM ");
+    push_rows(sql, &rows)?;
+    sql.push(" WHERE true ON CONFLICT DO NOTHING");
+    Ok(())
+}
+
+/// The turns' transcript messages. Returns the ids of the messages written, per session,
+/// in order.
 async fn insert_messages(
     tx: &mut sqlx::SqliteConnection,
     turns: &[(i64, &[StateChange])],
     now_ms: i64,
 ) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
-    let messages: Vec<(i64, Role, &str)> = turns
-        .iter()
+    let messages = message_rows(turns.iter().copied());
+    if messages.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut insert = Sql::new("");
+    push_messages(&mut insert, &messages, now_ms)?;
+    let rows = insert
+        .build()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("saving the messages"))?;
+    messages_written(&rows)
+}
+
+/// A transcript message's row: session, role, text.
+type MessageRow<'a> = (i64, Role, &'a str);
+
+/// The transcript messages among the changes of each session's turn.
+fn message_rows<'a>(turns: impl Iterator<Item = (i64, &'a [StateChange])>) -> Vec<MessageRow<'a>> {
+    turns
         .flat_map(|(session_id, changes)| {
             changes.iter().filter_map(move |change| match change {
                 StateChange::AddUserMessage { text } => {
-                    Some((*session_id, Role::User, text.as_str()))
+                    Some((session_id, Role::User, text.as_str()))
                 }
                 StateChange::AddAssistantMessage { text } => {
-                    Some((*session_id, Role::Assistant, text.as_str()))
+                    Some((session_id, Role::Assistant, text.as_str()))
                 }
                 _ => None,
             })
         })
+        .collect()
+}
+
+/// `messages` written; the statement returns each one's id and session.
+fn push_messages(
+    sql: &mut Sql<'_>,
+    messages: &[MessageRow<'_>],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = messages
+        .iter()
+        .map(|(session_id, role, text)| {
+            (*session_id, role.as_str(), *text, *role != Role::Assistant)
+        })
         .collect();
+    sql.push(
+        "INSERT INTO messages (session_id, role, text, delivered, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, ",
+    );
+    sql.push_bind(now_ms).push(" FROM ");
+    push_rows(sql, &rows)?;
+    sql.push(" RETURNING id, session_id");
+    Ok(())
+}
+
+/// The ids [`push_messages`] returned, per session, in order.
+fn messages_written(rows: &[SqliteRow]) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
     let mut written: HashMap<i64, Vec<i64>> = HashMap::new();
-    if messages.is_empty() {
-        return Ok(written);
-    }
-    let mut rows = Vec::with_capacity(messages.len());
-    for chunk in chunks(&messages) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO messages (session_id, role, text, delivered, created_ms) ",
-        );
-        insert.push_values(chunk, |mut row, (session_id, role, text)| {
-            row.push_bind(*session_id)
-                .push_bind(role.as_str())
-                .push_bind(*text)
-                .push_bind(*role != Role::Assistant)
-                .push_bind(now_ms);
-        });
-        insert.push(" RETURNING id, session_id");
-        rows.extend(
-            insert
-                .build()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(StoreError::db("saving the messages"))?,
-        );
-    }
     for row in rows {
         let get = |e: sqlx::Error| corrupt("message row", e);
         written
@@ -1344,6 +1488,12 @@ async fn write_turn(
     }
     let mut ids = insert_messages(tx, &[(session.id, &commit.changes)], now_ms).await?;
     write_extras(tx, &session, &commit.changes, now_ms).await?;
+    let mut submissions = Vec::new();
+    submission_rows(session.id, &session.key, &commit.changes, &mut submissions)?;
+    execute_rows(tx, &submissions, "saving the submission", |sql, rows| {
+        push_submissions(sql, rows, now_ms)
+    })
+    .await?;
     let calls: Vec<_> = commit
         .llm_calls
         .iter()
@@ -1354,31 +1504,61 @@ async fn write_turn(
     Ok(turn_written(&commit, session, ids, now_ms))
 }
 
-/// The fast path of a batch: every turn's session row, then one statement each for all
-/// their processed updates, messages and model calls. Anything out of the ordinary — a
-/// conflict, a duplicate, a failed statement, two turns of one session — answers `None`
-/// (the transaction rolled back), and the batch is redone turn by turn in savepoints.
-async fn fast_batch(writer: &SqlitePool, batch: &[Job]) -> Option<Vec<(CommittedTurn, HotChange)>> {
-    let mut tx = writer.begin().await.ok()?;
-    let result = fast_writes(&mut tx, batch).await;
-    let done = match result {
-        Ok(Some(done)) => done,
+/// The fast path of a batch, in two round trips to the connection's worker thread: `BEGIN`
+/// and every row of the batch as one query ([`Trip`]), then `COMMIT`. (Each trip wakes that
+/// thread and then this one; measured at 5,000 turns/s, when the turns keep both cores
+/// busy, a trip took ~190 µs, and a batch made ~5 of them.) New sessions are numbered here,
+/// from `next_id`, so that their rows go in the same query; a turn's reading data or
+/// ticket takes trips of its own ([`write_extras`]). Anything out of the ordinary — a
+/// conflict, a duplicate, a failed statement, two turns of one session — answers `None`,
+/// the transaction rolled back, and the batch is redone turn by turn in savepoints.
+async fn fast_batch(
+    writer: &SqlitePool,
+    batch: &[Job],
+    next_id: &mut Option<i64>,
+) -> Option<Vec<(CommittedTurn, HotChange)>> {
+    let mut conn = writer.acquire().await.ok()?;
+    let first = match *next_id {
+        Some(id) => id,
+        None => sqlx::query_scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions")
+            .fetch_one(&mut *conn)
+            .await
+            .ok()?,
+    };
+    let (done, next) = match fast_writes(&mut conn, batch, first).await {
+        Ok(Some(written)) => written,
         outcome => {
             if let Err(e) = &outcome {
                 tracing::debug!(error = %e, "batch redone turn by turn");
             }
-            let _ = tx.rollback().await;
+            rollback(&mut conn).await;
             return None;
         }
     };
-    tx.commit().await.ok()?;
+    if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
+        tracing::debug!(error = %e, "batch redone turn by turn");
+        rollback(&mut conn).await;
+        return None;
+    }
+    *next_id = Some(next);
     Some(done)
 }
 
+/// Ends the transaction a fast batch began, unless its failure ended it already.
+async fn rollback(conn: &mut sqlx::SqliteConnection) {
+    if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+        tracing::trace!(error = %e, "nothing to roll back");
+    }
+}
+
+/// The fast path's writes, from `BEGIN` on ([`fast_batch`]); new sessions numbered from
+/// `first`. Returns the turns written and the next free session id.
+#[allow(clippy::type_complexity)]
 async fn fast_writes(
-    tx: &mut sqlx::SqliteConnection,
+    conn: &mut sqlx::SqliteConnection,
     batch: &[Job],
-) -> Result<Option<Vec<(CommittedTurn, HotChange)>>, StoreError> {
+    first: i64,
+) -> Result<Option<(Vec<(CommittedTurn, HotChange)>, i64)>, StoreError> {
     let now_ms = ms(Utc::now());
     let commits: Vec<&TurnCommit> = batch
         .iter()
@@ -1390,61 +1570,57 @@ async fn fast_writes(
             | Job::Flush(_) => None,
         })
         .collect();
-    // sessions that go on: one statement for all; new ones and flow switches: one each
-    let mut sessions = Vec::with_capacity(commits.len());
-    let mut updates = Vec::new();
-    for commit in &commits {
-        if commit.session.is_new() || commit.finish_session.is_some() {
-            match write_session(tx, commit, now_ms).await {
-                Ok(session) => sessions.push(session),
-                Err(StoreError::Conflict { .. }) => return Ok(None),
-                Err(e) => return Err(e),
+    let mut next = first;
+    let mut sessions: Vec<SessionRecord> = commits
+        .iter()
+        .map(|commit| {
+            let mut session = applied(commit);
+            if session.is_new() {
+                session.id = next;
+                next += 1;
             }
-        } else {
-            updates.push(sessions.len());
-            sessions.push(applied(commit));
-        }
-    }
+            session
+        })
+        .collect();
     let seen: std::collections::HashSet<i64> = sessions.iter().map(|s| s.id).collect();
     if seen.len() != sessions.len() {
+        // two turns of one session: the second must see the first's version
         return Ok(None);
     }
-    if !updates.is_empty() {
-        let going_on: Vec<SessionUpdate> = updates
-            .iter()
-            .map(|&i| SessionUpdate::of(commits[i], &sessions[i]))
-            .collect();
-        if update_sessions(tx, &going_on, now_ms).await? != going_on.len() as u64 {
-            // a session moved on meanwhile: the turn by turn path names it
-            return Ok(None);
-        }
-        for &i in &updates {
-            sessions[i].version += 1;
-            sessions[i].updated_at = from_ms(now_ms);
+
+    // every row of the batch, before the query borrows them
+    let finished: Vec<i64> = commits.iter().filter_map(|c| c.finish_session).collect();
+    let mut users = Vec::new();
+    let mut created = Vec::new();
+    let mut going_on = Vec::new();
+    for (commit, session) in commits.iter().zip(&sessions) {
+        if commit.session.is_new() {
+            users.push((&session.key, &commit.user));
+            created.push((session, pending_json(session)?));
+        } else {
+            going_on.push(SessionUpdate::of(commit, session));
         }
     }
+    let (moved, staying) = session_rows(going_on)?;
     let processed: Vec<(&ProcessedUpdate, i64)> = commits
         .iter()
         .zip(&sessions)
         .filter_map(|(c, s)| c.processed.as_ref().map(|p| (p, s.id)))
         .collect();
-    if mark_processed(tx, &processed, now_ms).await? != processed.len() as u64 {
-        return Ok(None);
-    }
-    let turns: Vec<(i64, &[StateChange])> = commits
-        .iter()
-        .zip(&sessions)
-        .map(|(c, s)| (s.id, c.changes.as_slice()))
-        .collect();
-    let mut ids = insert_messages(tx, &turns, now_ms).await?;
-    let calls: Vec<(Option<i64>, &LlmCallRecord)> = commits
+    let messages = message_rows(
+        commits
+            .iter()
+            .zip(&sessions)
+            .map(|(c, s)| (s.id, c.changes.as_slice())),
+    );
+    let calls: Vec<CallRow> = commits
         .iter()
         .zip(&sessions)
         .flat_map(|(c, s)| c.llm_calls.iter().map(move |call| (Some(s.id), call)))
         .collect();
-    insert_llm_calls(tx, &calls).await?;
+    let mut submissions = Vec::new();
     for (commit, session) in commits.iter().zip(&sessions) {
-        write_extras(tx, session, &commit.changes, now_ms).await?;
+        submission_rows(session.id, &session.key, &commit.changes, &mut submissions)?;
     }
     let delivered: Vec<i64> = batch
         .iter()
@@ -1454,31 +1630,185 @@ async fn fast_writes(
         })
         .copied()
         .collect();
-    mark_delivered_in(tx, &delivered).await?;
-    write_inbox(tx, batch, &commits).await?;
-    Ok(Some(
-        commits
-            .iter()
-            .zip(sessions)
-            .map(|(commit, session)| {
-                let written = ids.remove(&session.id).unwrap_or_default();
-                turn_written(commit, session, written, now_ms)
-            })
-            .collect(),
-    ))
+    let (put, done) = inbox_rows(batch, &commits);
+
+    let mut trip = Trip::new("BEGIN IMMEDIATE");
+    if !finished.is_empty() {
+        trip.add(Part::Any, |sql| push_finished(sql, &finished, now_ms))?;
+    }
+    if !users.is_empty() {
+        trip.add(Part::Any, |sql| push_users(sql, &users, now_ms))?;
+        trip.add(Part::Any, |sql| push_new_sessions(sql, &created, now_ms))?;
+    }
+    for (rows, status) in [(&moved, true), (&staying, false)] {
+        if !rows.is_empty() {
+            // fewer: a session moved on meanwhile (the turn by turn path names it)
+            trip.add(Part::Changes(rows.len() as u64), |sql| {
+                push_session_updates(sql, rows, status, now_ms)
+            })?;
+        }
+    }
+    if !processed.is_empty() {
+        // fewer: an update was processed already
+        trip.add(Part::Changes(processed.len() as u64), |sql| {
+            push_processed(sql, &processed, now_ms)
+        })?;
+    }
+    if !messages.is_empty() {
+        trip.add(Part::Any, |sql| push_messages(sql, &messages, now_ms))?;
+    }
+    if !calls.is_empty() {
+        trip.add(Part::Any, |sql| push_llm_calls(sql, &calls))?;
+    }
+    if !submissions.is_empty() {
+        trip.add(Part::Any, |sql| push_submissions(sql, &submissions, now_ms))?;
+    }
+    if !delivered.is_empty() {
+        trip.add(Part::Any, |sql| push_delivered(sql, &delivered))?;
+    }
+    if !put.is_empty() {
+        trip.add(Part::Any, |sql| push_inbox_put(sql, &put))?;
+    }
+    if !done.is_empty() {
+        trip.add(Part::Any, |sql| push_inbox_done(sql, &done))?;
+    }
+    let Some(returned) = trip.run(conn).await? else {
+        return Ok(None);
+    };
+    let mut ids = messages_written(&returned)?;
+    for (commit, session) in commits.iter().zip(&sessions) {
+        write_extras(conn, session, &commit.changes, now_ms).await?;
+    }
+    for session in &mut sessions {
+        if session.version == 0 {
+            session.created_at = from_ms(now_ms);
+        }
+        session.version += 1;
+        session.updated_at = from_ms(now_ms);
+    }
+    let done = commits
+        .iter()
+        .zip(sessions)
+        .map(|(commit, session)| {
+            let written = ids.remove(&session.id).unwrap_or_default();
+            turn_written(commit, session, written, now_ms)
+        })
+        .collect();
+    Ok(Some((done, next)))
+}
+
+/// Statements run as one query, each with what its result must be ([`fast_batch`]).
+///
+/// sqlx 0.8 runs every statement of a query on SQLite, binding the arguments in order
+/// across them, and reports each statement's changes and rows; it marks that use as
+/// deprecated, to go in a later major version (launchbadge/sqlx#3108). This is the one
+/// place that relies on it (the version is pinned by `Cargo.lock`; the store's tests and
+/// `kaiwa bench` run it with every batch): without it, each statement would cost a trip.
+struct Trip<'r> {
+    sql: Sql<'r>,
+    parts: Vec<Part>,
+}
+
+/// What a statement of a [`Trip`] must do.
+#[derive(Clone, Copy)]
+enum Part {
+    /// change exactly this many rows
+    Changes(u64),
+    Any,
+}
+
+impl<'r> Trip<'r> {
+    fn new(first: &'static str) -> Self {
+        Trip {
+            sql: Sql::new(first),
+            parts: vec![Part::Any],
+        }
+    }
+
+    fn add(
+        &mut self,
+        part: Part,
+        statement: impl FnOnce(&mut Sql<'r>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.sql.push("; ");
+        statement(&mut self.sql)?;
+        self.parts.push(part);
+        Ok(())
+    }
+
+    /// Runs the statements (not cached: a batch's statements are seldom those of the last
+    /// one). Returns the rows they returned, or `None` if one changed other than its number
+    /// of rows. A failed statement ends the query (the ones before it stay done).
+    #[allow(deprecated)]
+    async fn run(
+        mut self,
+        conn: &mut sqlx::SqliteConnection,
+    ) -> Result<Option<Vec<SqliteRow>>, StoreError> {
+        use futures::TryStreamExt;
+        let results: Vec<_> = self
+            .sql
+            .build()
+            .fetch_many(&mut *conn)
+            .try_collect()
+            .await
+            .map_err(StoreError::db("writing a batch of turns"))?;
+        let mut parts = self.parts.iter();
+        let mut rows = Vec::new();
+        for result in results {
+            match result {
+                sqlx::Either::Right(row) => rows.push(row),
+                sqlx::Either::Left(done) => match parts.next() {
+                    Some(Part::Changes(n)) if done.rows_affected() != *n => return Ok(None),
+                    Some(_) => {}
+                    None => {
+                        return Err(corrupt(
+                            "a batch's statements",
+                            "more results than statements",
+                        ));
+                    }
+                },
+            }
+        }
+        if parts.next().is_some() {
+            return Err(corrupt(
+                "a batch's statements",
+                "fewer results than statements",
+            ));
+        }
+        Ok(Some(rows))
+    }
 }
 
 /// An inbox entry's key: platform, chat, message id.
 type InboxKey<'a> = (&'a str, &'a str, &'a str);
 
-/// The inbox entries `batch` keeps and those it clears, both paths of a batch alike. A
-/// message whose turn is among `committing` (the turns this same transaction commits) gets
-/// no entry: its dedupe row marks it done, so a fast turn costs no inbox page.
+/// The inbox entries `batch` keeps and those it clears, on the turn by turn path (the fast
+/// one writes the same [`inbox_rows`] in its query).
 async fn write_inbox(
     tx: &mut sqlx::SqliteConnection,
     batch: &[Job],
     committing: &[&TurnCommit],
 ) -> Result<(), StoreError> {
+    let (put, done) = inbox_rows(batch, committing);
+    execute_rows(tx, &put, "keeping a received message", |sql, rows| {
+        push_inbox_put(sql, rows)
+    })
+    .await?;
+    execute_rows(tx, &done, "clearing a handled message", |sql, rows| {
+        push_inbox_done(sql, rows)
+    })
+    .await?;
+    Ok(())
+}
+
+/// The inbox entries `batch` keeps and those it clears. A message whose turn is among
+/// `committing` (the turns this same transaction commits) gets no entry: its dedupe row
+/// marks it done, so a fast turn costs no inbox page.
+#[allow(clippy::type_complexity)]
+fn inbox_rows<'a>(
+    batch: &'a [Job],
+    committing: &[&'a TurnCommit],
+) -> (Vec<&'a InboxEntry>, Vec<InboxKey<'a>>) {
     let turned: std::collections::HashSet<InboxKey<'_>> = committing
         .iter()
         .filter_map(|c| c.processed.as_ref())
@@ -1506,54 +1836,38 @@ async fn write_inbox(
             Job::Turn { .. } | Job::Delivered { .. } | Job::Flush(_) => {}
         }
     }
-    inbox_put_in(tx, &put).await?;
-    inbox_done_in(tx, &done).await
+    (put, done)
 }
 
-/// Keeps `entries` (none: no statement, as [`execute_chunked`] runs one per chunk).
-async fn inbox_put_in(
-    tx: &mut sqlx::SqliteConnection,
-    entries: &[&InboxEntry],
-) -> Result<(), StoreError> {
-    execute_chunked(tx, entries, "keeping a received message", |chunk| {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) ",
-        );
-        insert.push_values(chunk, |mut row, entry| {
-            row.push_bind(entry.platform.as_str())
-                .push_bind(entry.chat.as_str())
-                .push_bind(entry.message_id.as_str())
-                .push_bind(entry.incoming.as_str())
-                .push_bind(entry.created_ms);
-        });
-        insert.push(" ON CONFLICT DO NOTHING");
-        insert
-    })
-    .await?;
+fn push_inbox_put(sql: &mut Sql<'_>, entries: &[&InboxEntry]) -> Result<(), StoreError> {
+    let rows: Vec<_> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.platform.as_str(),
+                e.chat.as_str(),
+                e.message_id.as_str(),
+                e.incoming.as_str(),
+                e.created_ms,
+            )
+        })
+        .collect();
+    sql.push(
+        "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM ",
+    );
+    push_rows(sql, &rows)?;
+    sql.push(" WHERE true ON CONFLICT DO NOTHING");
     Ok(())
 }
 
-async fn inbox_done_in(
-    tx: &mut sqlx::SqliteConnection,
-    keys: &[InboxKey<'_>],
-) -> Result<(), StoreError> {
-    execute_chunked(tx, keys, "clearing a handled message", |chunk| {
-        let mut delete =
-            sqlx::QueryBuilder::new("DELETE FROM inbox WHERE (platform, chat, message_id) IN (");
-        let mut rows = delete.separated(", ");
-        for (platform, chat, message_id) in chunk {
-            rows.push("(")
-                .push_bind_unseparated(*platform)
-                .push_unseparated(", ")
-                .push_bind_unseparated(*chat)
-                .push_unseparated(", ")
-                .push_bind_unseparated(*message_id)
-                .push_unseparated(")");
-        }
-        delete.push(")");
-        delete
-    })
-    .await?;
+fn push_inbox_done(sql: &mut Sql<'_>, keys: &[InboxKey<'_>]) -> Result<(), StoreError> {
+    sql.push(
+        "DELETE FROM inbox WHERE (platform, chat, message_id) IN \
+         (SELECT value->>0, value->>1, value->>2 FROM ",
+    );
+    push_rows(sql, keys)?;
+    sql.push(")");
     Ok(())
 }
 
@@ -1561,19 +1875,27 @@ async fn mark_delivered_in(
     tx: &mut sqlx::SqliteConnection,
     delivered: &[i64],
 ) -> Result<(), StoreError> {
-    if delivered.is_empty() {
-        return Ok(());
-    }
-    execute_chunked(tx, delivered, "marking messages delivered", |chunk| {
-        let mut update = sqlx::QueryBuilder::new("UPDATE messages SET delivered = 1 WHERE id IN (");
-        let mut ids = update.separated(", ");
-        for id in chunk {
-            ids.push_bind(id);
-        }
-        update.push(")");
-        update
+    execute_rows(tx, delivered, "marking messages delivered", |sql, rows| {
+        push_delivered(sql, rows)
     })
     .await?;
+    Ok(())
+}
+
+fn push_delivered(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
+    sql.push("UPDATE messages SET delivered = 1 WHERE id IN (SELECT value FROM ");
+    push_rows(sql, ids)?;
+    sql.push(")");
+    Ok(())
+}
+
+/// `json_each(?)` of `rows` as one JSON array (each row an array of its values, which the
+/// statement reads as `value->>0`, `value->>1`, …): one argument instead of one per value,
+/// so that a statement's text — and the statement SQLite prepares for it once per
+/// connection — is the same for any number of rows.
+fn push_rows<T: serde::Serialize>(sql: &mut Sql<'_>, rows: &[T]) -> Result<(), StoreError> {
+    let json = serde_json::to_string(rows).map_err(|e| corrupt("rows to write", e))?;
+    sql.push("json_each(").push_bind(json).push(")");
     Ok(())
 }
 
@@ -2855,6 +3177,164 @@ pub(crate) mod tests {
         store.close().await;
     }
 
+    /// A user's message and the reply to it.
+    pub(crate) fn said(user: &str, assistant: &str) -> Vec<StateChange> {
+        vec![
+            StateChange::AddUserMessage { text: user.into() },
+            StateChange::AddAssistantMessage {
+                text: assistant.into(),
+            },
+        ]
+    }
+
+    fn submission() -> Submission {
+        Submission {
+            applicant: "山田 \"Yama\" 花子".into(),
+            form_id: "engineer".into(),
+            variant: "default".into(),
+            status: SubmissionStatus::Submitted,
+            language: Some("ja".into()),
+            country: Some("JP".into()),
+            timezone: None,
+            values: serde_json::json!({ "full_name": "山田 花子", "years": 3 }),
+            facts: serde_json::json!({ "skills": { "rust": true } }),
+            flags: serde_json::json!([]),
+            audit: Some(serde_json::json!({ "passed": true, "summary": "ok\nfine" })),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_batch_carries_every_kind_of_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kinds.db", dir.path().display());
+        let store = SqliteStore::connect(&url).await.expect("opens");
+        let place = |chat: &str| SessionKey {
+            platform: Platform::Console,
+            chat: chat.into(),
+            thread: String::new(),
+            user: "u1".into(),
+        };
+        let turn = |session: SessionRecord, id: &str, changes: Vec<StateChange>| {
+            let mut commit = commit(session, id, changes);
+            if let Some(p) = commit.processed.as_mut() {
+                p.chat = commit.session.key.chat.clone();
+            }
+            commit
+        };
+        let going = store
+            .commit_turn(turn(
+                SessionRecord::draft(place("a"), "assistant"),
+                "a1",
+                said("hi", "hello"),
+            ))
+            .await
+            .expect("commits");
+        let switched = store
+            .commit_turn(turn(
+                SessionRecord::draft(place("b"), "assistant"),
+                "b1",
+                said("hi", "hello"),
+            ))
+            .await
+            .expect("commits");
+
+        // the writer held: what follows queues, then commits as one batch
+        let mut holder = hold_the_writer(&url).await;
+        let occupy = store.commit_turn(turn(
+            SessionRecord::draft(place("z"), "assistant"),
+            "z1",
+            vec![],
+        ));
+        let mut ending = said("my answers", "thank you");
+        ending.push(StateChange::SaveSubmission {
+            submission: submission(),
+        });
+        ending.push(StateChange::EndSession);
+        let mut switch = turn(
+            SessionRecord::draft(place("b"), "interview"),
+            "b2",
+            said("/interview", "welcome"),
+        );
+        switch.finish_session = Some(switched.session.id);
+        let batch = futures::future::join_all(
+            [
+                turn(SessionRecord::draft(place("c"), "interview"), "c1", ending),
+                switch,
+                turn(going.session.clone(), "a2", said("more", "sure")),
+            ]
+            .map(|commit| store.commit_turn(commit)),
+        );
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            sqlx::query("COMMIT")
+                .execute(&mut holder)
+                .await
+                .expect("releases");
+        };
+        let (first, results, ()) = tokio::join!(occupy, batch, release);
+        first.expect("the first turn commits");
+        let [ended, new, went_on]: [CommittedTurn; 3] = results
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .expect("every turn of the batch commits")
+            .try_into()
+            .expect("three");
+
+        assert_eq!(ended.session.status, SessionStatus::Finished);
+        assert_eq!(
+            store.session(ended.session.id).await.expect("reads"),
+            Some(ended.session.clone())
+        );
+        let saved = store.submissions(None).await.expect("reads");
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0].session_id, Some(ended.session.id));
+        assert_eq!(saved[0].submission, submission());
+        let old = store
+            .session(switched.session.id)
+            .await
+            .expect("reads")
+            .expect("kept");
+        assert_eq!(old.status, SessionStatus::Finished);
+        assert_eq!(
+            store.active_session(&place("b")).await.expect("reads"),
+            Some(new.session.clone())
+        );
+        assert_eq!(went_on.session.version, 2);
+        let ids: std::collections::HashSet<i64> = [
+            going.session.id,
+            switched.session.id,
+            ended.session.id,
+            new.session.id,
+        ]
+        .into();
+        assert_eq!(ids.len(), 4, "every session its own id");
+        for (turn, texts) in [
+            (&ended, vec!["my answers", "thank you"]),
+            (&new, vec!["/interview", "welcome"]),
+            (&went_on, vec!["hi", "hello", "more", "sure"]),
+        ] {
+            let stored: Vec<String> = store
+                .recent_messages(turn.session.id, 10)
+                .await
+                .expect("reads")
+                .into_iter()
+                .map(|m| m.text)
+                .collect();
+            assert_eq!(stored, texts);
+            assert_eq!(turn.assistant_message_ids.len(), 1);
+        }
+        for (chat, id) in [("c", "c1"), ("b", "b2"), ("a", "a2")] {
+            assert!(
+                store
+                    .is_processed(Platform::Console, chat, id)
+                    .await
+                    .expect("reads")
+            );
+        }
+        assert_eq!(store.llm_calls(None).await.expect("ledger").len(), 6);
+        store.close().await;
+    }
+
     #[tokio::test]
     async fn a_session_ended_on_a_later_turn_is_finished() {
         let (store, first) = store_with_a_session().await;
@@ -3050,7 +3530,7 @@ mod reading_tests {
 /// The hot-session cache seen through the store: what a turn reads is what the database holds.
 #[cfg(test)]
 mod hot_tests {
-    use super::tests::{commit, first_turn, key};
+    use super::tests::{commit, first_turn, key, said};
     use super::*;
     use crate::store::hot::{HOT_HISTORY, HOT_SESSIONS};
 
@@ -3062,15 +3542,6 @@ mod hot_tests {
                 scan.await.expect("the scan ends");
             }
         }
-    }
-
-    fn said(user: &str, assistant: &str) -> Vec<StateChange> {
-        vec![
-            StateChange::AddUserMessage { text: user.into() },
-            StateChange::AddAssistantMessage {
-                text: assistant.into(),
-            },
-        ]
     }
 
     /// Runs `turns` turns on the session of `key()` the way the orchestrator does: read,
@@ -3098,6 +3569,28 @@ mod hot_tests {
         let store = SqliteStore::connect(&url).await.expect("opens");
         store.scanned().await;
         (dir, url, store)
+    }
+
+    #[tokio::test]
+    async fn texts_of_every_kind_are_stored_whole() {
+        let (_dir, url, store) = on_file().await;
+        let tricky = "quote \" backslash \\ escaped \\u0000 literal, tab\t, line\n, 絵文字 😀, nul \0 and after";
+        store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m0",
+                said(tricky, "ok"),
+            ))
+            .await
+            .expect("commits");
+        let fresh = SqliteStore::connect(&url).await.expect("opens again");
+        let stored = fresh.load_for_turn(&key(), "m1", 20).await.expect("loads");
+        let cached = store.load_for_turn(&key(), "m1", 20).await.expect("loads");
+        // (the rows go to SQLite as JSON: every escape comes back as it was, a NUL too)
+        assert_eq!(stored.history[0].text, tricky);
+        assert_eq!(cached.history[0].text, tricky);
+        fresh.close().await;
+        store.close().await;
     }
 
     #[tokio::test]
