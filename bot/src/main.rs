@@ -153,6 +153,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => (PathBuf::from(DEFAULT_CONFIG), false),
     };
     let settings = Settings::load(&path, required)?;
+    // (the default file may be missing: the built-in defaults apply, but say so, since a
+    // bot started from the wrong folder would otherwise run without its forms and books)
+    let defaults = !required && !path.exists();
+    if defaults {
+        tracing::warn!(path = %path.display(), "no configuration file: built-in defaults");
+    }
     let database_url = cli
         .database_url
         .clone()
@@ -224,7 +230,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check => {
-            println!("configuration: ok ({})", path.display());
+            if defaults {
+                println!(
+                    "configuration: none at {} (built-in defaults; run kaiwa where config/ is, or pass --config)",
+                    path.display()
+                );
+            } else {
+                println!("configuration: ok ({})", path.display());
+            }
             app::build_models(settings.llm.as_ref()).context("model configuration")?;
             match &settings.llm {
                 Some(llm) => println!(

@@ -192,6 +192,30 @@ async fn an_unknown_flow_or_a_bad_config_is_a_clear_error() {
 }
 
 #[tokio::test]
+async fn check_says_when_no_configuration_file_was_found() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("check")
+        .current_dir(dir.path())
+        .env_remove("KAIWA_CONFIG")
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.path().display()),
+        )
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("kaiwa runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("configuration: none at config/kaiwa.toml (built-in defaults"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("configuration: ok"), "{stdout}");
+}
+
+#[tokio::test]
 async fn migrate_creates_the_database() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = kaiwa(dir.path(), "", &["migrate"], "").await;
