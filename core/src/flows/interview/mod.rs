@@ -779,15 +779,15 @@ impl Flow for InterviewFlow {
                 }
                 None => {
                     let known: Vec<&str> = self.forms.iter().map(|f| f.id.as_str()).collect();
-                    out.say(format!(
-                        "There is no form {:?}. Available forms: {}. Start with /interview FORM.",
-                        wanted.unwrap_or_default(),
-                        if known.is_empty() {
-                            "(none configured)".into()
-                        } else {
+                    out.say(if known.is_empty() {
+                        "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。".to_string()
+                    } else {
+                        format!(
+                            "There is no form {:?}. Available forms: {}. Start with /interview FORM.",
+                            wanted.unwrap_or_default(),
                             known.join(", ")
-                        }
-                    ));
+                        )
+                    });
                     out.end();
                     return Ok(out);
                 }

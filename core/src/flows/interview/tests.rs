@@ -669,3 +669,63 @@ async fn forget_keeps_submissions_only_when_the_service_says_so() {
         .expect("forgets");
     assert!(h.store.submissions(None).await.expect("subs").is_empty());
 }
+
+#[tokio::test]
+async fn an_unknown_form_or_none_at_all_is_said_plainly_and_ends_the_session() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::new(None), "nope").await;
+    let said = h.open().await;
+    assert!(
+        said.iter()
+            .any(|t| t
+                .contains("There is no form \"nope\". Available forms: engineer, event_signup.")),
+        "{said:?}"
+    );
+
+    // a bot with no forms at all (say, started outside the folder that holds config/)
+    let store = Arc::new(
+        SqliteStore::connect("sqlite::memory:")
+            .await
+            .expect("store"),
+    );
+    let flows =
+        FlowRegistry::new(vec![Arc::new(InterviewFlow::new(Vec::new(), None))]).expect("flows");
+    let orchestrator = Orchestrator::new(
+        store.clone(),
+        flows,
+        ModelRouter::new(None),
+        Arc::new(CollectingAdminSink::default()),
+    );
+    let outbox = RecordingOutbox::default();
+    let key = Incoming {
+        platform: Platform::Console,
+        chat: "c".into(),
+        thread: String::new(),
+        user: UserRef {
+            id: "applicant".into(),
+            display_name: "Hanako".into(),
+        },
+        message_id: "m1".into(),
+        body: Body::Open,
+        flow: Some(ID.into()),
+        flow_arg: None,
+    };
+    orchestrator
+        .handle(key.clone(), &outbox)
+        .await
+        .expect("turn");
+    let texts = outbox.texts();
+    assert_eq!(
+        texts,
+        [
+            "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。"
+        ]
+    );
+    assert!(
+        store
+            .active_session(&key.key())
+            .await
+            .expect("reads")
+            .is_none(),
+        "the session ended"
+    );
+}
