@@ -355,6 +355,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             store.close().await;
             let forms = app::load_forms(&settings)?;
             let definition = forms.iter().find(|f| f.id == form);
+            if records.is_empty() {
+                // a mistyped form id would otherwise write an empty file and succeed
+                if definition.is_none() {
+                    let known: Vec<&str> = forms.iter().map(|f| f.id.as_str()).collect();
+                    bail!(
+                        "no form {form:?}: it is not in {} and nothing was submitted for it (forms: {})",
+                        settings.flows.forms_dir,
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    );
+                }
+                eprintln!("no submissions for the form {form:?} yet");
+            }
             let text = match format {
                 ExportFormat::Json => {
                     serde_json::to_string_pretty(&records).context("encoding JSON")? + "\n"

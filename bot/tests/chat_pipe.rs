@@ -291,6 +291,36 @@ async fn a_whole_interview_runs_through_a_pipe_without_a_model_and_exports() {
     let value: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
     assert_eq!(value[0]["values"]["email"], "aiko@example.com");
     assert_eq!(value[0]["status"], "submitted");
+
+    // a form id nobody knows: refused, not an empty file
+    let typo = kaiwa(
+        dir.path(),
+        &config,
+        &["export", "--form", "event_sigup"],
+        "",
+    )
+    .await;
+    assert_ne!(typo.code, Some(0), "{}", typo.stdout);
+    assert!(
+        typo.stderr.contains("no form \"event_sigup\""),
+        "{}",
+        typo.stderr
+    );
+    assert!(
+        typo.stderr.contains("forms: engineer, event_signup"),
+        "{}",
+        typo.stderr
+    );
+    // a configured form without submissions: its header, and a word on stderr
+    let none = kaiwa(dir.path(), &config, &["export", "--form", "engineer"], "").await;
+    assert_eq!(none.code, Some(0), "{}", none.stderr);
+    assert_eq!(none.stdout.lines().count(), 1, "{}", none.stdout);
+    assert!(
+        none.stderr
+            .contains("no submissions for the form \"engineer\" yet"),
+        "{}",
+        none.stderr
+    );
 }
 
 #[tokio::test]
