@@ -6,7 +6,7 @@ use crate::admin::CollectingAdminSink;
 use crate::flow::FlowRegistry;
 use crate::llm::scripted::ScriptedModel;
 use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
-use crate::message::{Body, Incoming, Platform, UserRef};
+use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use crate::orchestrator::Orchestrator;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, SubmissionStatus};
@@ -34,10 +34,15 @@ struct Harness {
 
 impl Harness {
     async fn new(url: &str, models: ModelRouter, form: &str) -> Harness {
+        Harness::with_forms(url, models, form, forms()).await
+    }
+
+    /// A bot with `forms`; the applicant asks for `form` ("": for none).
+    async fn with_forms(url: &str, models: ModelRouter, form: &str, forms: Vec<Form>) -> Harness {
         let store = Arc::new(SqliteStore::connect(url).await.expect("store"));
         let admin = Arc::new(CollectingAdminSink::default());
         let flows =
-            FlowRegistry::new(vec![Arc::new(InterviewFlow::new(forms(), None))]).expect("flows");
+            FlowRegistry::new(vec![Arc::new(InterviewFlow::new(forms, None))]).expect("flows");
         Harness {
             orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
             store,
@@ -62,7 +67,7 @@ impl Harness {
             message_id: format!("m{n}"),
             body,
             flow: Some(ID.into()),
-            flow_arg: Some(self.form.clone()),
+            flow_arg: (!self.form.is_empty()).then(|| self.form.clone()),
         };
         self.orchestrator
             .handle(incoming, &self.outbox)
@@ -682,50 +687,21 @@ async fn an_unknown_form_or_none_at_all_is_said_plainly_and_ends_the_session() {
     );
 
     // a bot with no forms at all (say, started outside the folder that holds config/)
-    let store = Arc::new(
-        SqliteStore::connect("sqlite::memory:")
-            .await
-            .expect("store"),
-    );
-    let flows =
-        FlowRegistry::new(vec![Arc::new(InterviewFlow::new(Vec::new(), None))]).expect("flows");
-    let orchestrator = Orchestrator::new(
-        store.clone(),
-        flows,
-        ModelRouter::new(None),
-        Arc::new(CollectingAdminSink::default()),
-    );
-    let outbox = RecordingOutbox::default();
-    let key = Incoming {
-        platform: Platform::Console,
-        chat: "c".into(),
-        thread: String::new(),
-        user: UserRef {
-            id: "applicant".into(),
-            display_name: "Hanako".into(),
-        },
-        message_id: "m1".into(),
-        body: Body::Open,
-        flow: Some(ID.into()),
-        flow_arg: None,
-    };
-    orchestrator
-        .handle(key.clone(), &outbox)
-        .await
-        .expect("turn");
-    let texts = outbox.texts();
+    let h = Harness::with_forms("sqlite::memory:", ModelRouter::new(None), "", Vec::new()).await;
     assert_eq!(
-        texts,
+        h.open().await,
         [
             "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。"
         ]
     );
+    let key = SessionKey {
+        platform: Platform::Console,
+        chat: "c".into(),
+        thread: String::new(),
+        user: "applicant".into(),
+    };
     assert!(
-        store
-            .active_session(&key.key())
-            .await
-            .expect("reads")
-            .is_none(),
+        h.store.active_session(&key).await.expect("reads").is_none(),
         "the session ended"
     );
 }
