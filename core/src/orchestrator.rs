@@ -43,7 +43,8 @@ pub struct TurnReport {
     /// The session the turn ran in (0 when nothing was written).
     pub session_id: i64,
     pub outgoing: Vec<Outgoing>,
-    /// The session is over (the flow ended it or `/end`).
+    /// The place's conversation is over (the flow ended it or `/end`). Not when a session
+    /// that ended on its first turn left the one it was to replace going on.
     pub finished: bool,
     /// The update had been processed before; nothing was done.
     pub duplicate: bool,
@@ -442,14 +443,30 @@ impl Orchestrator {
                 .unwrap_or(output.outgoing.len());
             output.outgoing.insert(at, Outgoing::text(notice));
         }
+        // a command whose flow ends its new session on the first turn — it would not start
+        // (an unknown form) or it answered once (`/recommend`) — leaves the session it was
+        // to replace as it was: a typo in `/interview FORM` must not end an interview half
+        // done. (Opening a place for another flow, `kaiwa chat recommend`, still replaces.)
+        let kept = finish_session.is_some()
+            && session.is_new()
+            && matches!(incoming.body, Body::Command { .. })
+            && output
+                .changes
+                .iter()
+                .any(|c| matches!(c, StateChange::EndSession));
         let turn = FinishedTurn {
             session,
-            finish_session,
+            finish_session: finish_session.filter(|_| !kept),
             output,
             ledger,
             replace_pending: true,
         };
-        self.commit_and_deliver(&incoming, turn, outbox).await
+        let mut report = self.commit_and_deliver(&incoming, turn, outbox).await?;
+        if kept {
+            // the session it was to replace goes on
+            report.finished = false;
+        }
+        Ok(report)
     }
 
     /// True the first time `key` hears of `outage` (later outages are told again).

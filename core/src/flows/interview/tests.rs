@@ -705,3 +705,41 @@ async fn an_unknown_form_or_none_at_all_is_said_plainly_and_ends_the_session() {
         "the session ended"
     );
 }
+
+#[tokio::test]
+async fn a_mistyped_form_mid_interview_leaves_the_interview_going() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::new(None), "engineer").await;
+    h.open().await;
+    let key = SessionKey {
+        platform: Platform::Console,
+        chat: "c".into(),
+        thread: String::new(),
+        user: "applicant".into(),
+    };
+    let before = h
+        .store
+        .active_session(&key)
+        .await
+        .expect("reads")
+        .expect("an interview");
+    let said = h.send(Body::from_text("/interview engineerr")).await;
+    assert!(
+        said.iter()
+            .any(|t| t.contains("There is no form \"engineerr\"")),
+        "{said:?}"
+    );
+    let after = h
+        .store
+        .active_session(&key)
+        .await
+        .expect("reads")
+        .expect("the interview goes on");
+    assert_eq!(after.id, before.id);
+    assert_eq!(after.state.as_json(), before.state.as_json());
+    // and it answers where it stopped
+    let resumed = h.open().await;
+    assert!(
+        resumed.iter().any(|t| t.contains("Welcome back")),
+        "{resumed:?}"
+    );
+}
