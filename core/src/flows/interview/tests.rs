@@ -9,7 +9,7 @@ use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use crate::orchestrator::Orchestrator;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Store, SubmissionStatus};
+use crate::store::{SessionRecord, Store, SubmissionStatus};
 use crate::testing::RecordingOutbox;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -84,19 +84,19 @@ impl Harness {
         self.send(Body::Text { text: text.into() }).await
     }
 
-    async fn choose(&self, value: &str) -> Vec<String> {
-        let key = crate::message::SessionKey {
+    /// The applicant's active session, if any.
+    async fn active(&self) -> Option<SessionRecord> {
+        let key = SessionKey {
             platform: Platform::Console,
             chat: "c".into(),
             thread: String::new(),
             user: "applicant".into(),
         };
-        let session = self
-            .store
-            .active_session(&key)
-            .await
-            .expect("loads")
-            .expect("active session");
+        self.store.active_session(&key).await.expect("loads")
+    }
+
+    async fn choose(&self, value: &str) -> Vec<String> {
+        let session = self.active().await.expect("active session");
         let request = session.pending_options.expect("options are pending");
         self.send(Body::Choice {
             request_id: request.request_id,
@@ -106,13 +106,7 @@ impl Harness {
     }
 
     async fn state(&self) -> InterviewState {
-        let key = crate::message::SessionKey {
-            platform: Platform::Console,
-            chat: "c".into(),
-            thread: String::new(),
-            user: "applicant".into(),
-        };
-        let session = match self.store.active_session(&key).await.expect("loads") {
+        let session = match self.active().await {
             Some(s) => s,
             None => {
                 let sub = self.store.submissions(None).await.expect("subs");
@@ -694,46 +688,21 @@ async fn an_unknown_form_or_none_at_all_is_said_plainly_and_ends_the_session() {
             "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。"
         ]
     );
-    let key = SessionKey {
-        platform: Platform::Console,
-        chat: "c".into(),
-        thread: String::new(),
-        user: "applicant".into(),
-    };
-    assert!(
-        h.store.active_session(&key).await.expect("reads").is_none(),
-        "the session ended"
-    );
+    assert!(h.active().await.is_none(), "the session ended");
 }
 
 #[tokio::test]
 async fn a_mistyped_form_mid_interview_leaves_the_interview_going() {
     let h = Harness::new("sqlite::memory:", ModelRouter::new(None), "engineer").await;
     h.open().await;
-    let key = SessionKey {
-        platform: Platform::Console,
-        chat: "c".into(),
-        thread: String::new(),
-        user: "applicant".into(),
-    };
-    let before = h
-        .store
-        .active_session(&key)
-        .await
-        .expect("reads")
-        .expect("an interview");
+    let before = h.active().await.expect("an interview");
     let said = h.send(Body::from_text("/interview engineerr")).await;
     assert!(
         said.iter()
             .any(|t| t.contains("There is no form \"engineerr\"")),
         "{said:?}"
     );
-    let after = h
-        .store
-        .active_session(&key)
-        .await
-        .expect("reads")
-        .expect("the interview goes on");
+    let after = h.active().await.expect("the interview goes on");
     assert_eq!(after.id, before.id);
     assert_eq!(after.state.as_json(), before.state.as_json());
     // and it answers where it stopped
