@@ -1633,45 +1633,35 @@ async fn fast_writes(
     let (put, done) = inbox_rows(batch, &commits);
 
     let mut trip = Trip::new("BEGIN IMMEDIATE");
-    if !finished.is_empty() {
-        trip.add(Part::Any, |sql| push_finished(sql, &finished, now_ms))?;
-    }
-    if !users.is_empty() {
-        trip.add(Part::Any, |sql| push_users(sql, &users, now_ms))?;
-        trip.add(Part::Any, |sql| push_new_sessions(sql, &created, now_ms))?;
-    }
+    trip.add(Part::Any, &finished, |sql, ids| {
+        push_finished(sql, ids, now_ms)
+    })?;
+    trip.add(Part::Any, &users, |sql, users| {
+        push_users(sql, users, now_ms)
+    })?;
+    trip.add(Part::Any, &created, |sql, created| {
+        push_new_sessions(sql, created, now_ms)
+    })?;
+    // each row: else a session moved on meanwhile (the turn by turn path names it)
     for (rows, status) in [(&moved, true), (&staying, false)] {
-        if !rows.is_empty() {
-            // fewer: a session moved on meanwhile (the turn by turn path names it)
-            trip.add(Part::Changes(rows.len() as u64), |sql| {
-                push_session_updates(sql, rows, status, now_ms)
-            })?;
-        }
-    }
-    if !processed.is_empty() {
-        // fewer: an update was processed already
-        trip.add(Part::Changes(processed.len() as u64), |sql| {
-            push_processed(sql, &processed, now_ms)
+        trip.add(Part::EveryRow, rows, |sql, rows| {
+            push_session_updates(sql, rows, status, now_ms)
         })?;
     }
-    if !messages.is_empty() {
-        trip.add(Part::Any, |sql| push_messages(sql, &messages, now_ms))?;
-    }
-    if !calls.is_empty() {
-        trip.add(Part::Any, |sql| push_llm_calls(sql, &calls))?;
-    }
-    if !submissions.is_empty() {
-        trip.add(Part::Any, |sql| push_submissions(sql, &submissions, now_ms))?;
-    }
-    if !delivered.is_empty() {
-        trip.add(Part::Any, |sql| push_delivered(sql, &delivered))?;
-    }
-    if !put.is_empty() {
-        trip.add(Part::Any, |sql| push_inbox_put(sql, &put))?;
-    }
-    if !done.is_empty() {
-        trip.add(Part::Any, |sql| push_inbox_done(sql, &done))?;
-    }
+    // each row: else an update was processed already
+    trip.add(Part::EveryRow, &processed, |sql, rows| {
+        push_processed(sql, rows, now_ms)
+    })?;
+    trip.add(Part::Any, &messages, |sql, rows| {
+        push_messages(sql, rows, now_ms)
+    })?;
+    trip.add(Part::Any, &calls, push_llm_calls)?;
+    trip.add(Part::Any, &submissions, |sql, rows| {
+        push_submissions(sql, rows, now_ms)
+    })?;
+    trip.add(Part::Any, &delivered, push_delivered)?;
+    trip.add(Part::Any, &put, push_inbox_put)?;
+    trip.add(Part::Any, &done, push_inbox_done)?;
     let Some(returned) = trip.run(conn).await? else {
         return Ok(None);
     };
@@ -1706,14 +1696,15 @@ async fn fast_writes(
 /// `kaiwa bench` run it with every batch): without it, each statement would cost a trip.
 struct Trip<'r> {
     sql: Sql<'r>,
-    parts: Vec<Part>,
+    /// for each statement, how many rows it must change (if it must)
+    changes: Vec<Option<u64>>,
 }
 
 /// What a statement of a [`Trip`] must do.
 #[derive(Clone, Copy)]
 enum Part {
-    /// change exactly this many rows
-    Changes(u64),
+    /// change one row for each of its rows
+    EveryRow,
     Any,
 }
 
@@ -1721,24 +1712,34 @@ impl<'r> Trip<'r> {
     fn new(first: &'static str) -> Self {
         Trip {
             sql: Sql::new(first),
-            parts: vec![Part::Any],
+            changes: vec![None],
         }
     }
 
-    fn add(
+    /// Appends the statement `statement` builds for `rows` (none for no rows), as
+    /// [`execute_rows`] runs one.
+    fn add<T>(
         &mut self,
         part: Part,
-        statement: impl FnOnce(&mut Sql<'r>) -> Result<(), StoreError>,
+        rows: &[T],
+        statement: impl FnOnce(&mut Sql<'r>, &[T]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
         self.sql.push("; ");
-        statement(&mut self.sql)?;
-        self.parts.push(part);
+        statement(&mut self.sql, rows)?;
+        self.changes.push(match part {
+            Part::EveryRow => Some(rows.len() as u64),
+            Part::Any => None,
+        });
         Ok(())
     }
 
-    /// Runs the statements (not cached: a batch's statements are seldom those of the last
-    /// one). Returns the rows they returned, or `None` if one changed other than its number
-    /// of rows. A failed statement ends the query (the ones before it stay done).
+    /// Runs the statements (prepared once per set of statements a batch needs: each one's
+    /// text is the same for any number of rows, [`push_rows`]). Returns the rows they
+    /// returned, or `None` if one changed other than its number of rows. A failed statement
+    /// ends the query (the ones before it stay done).
     #[allow(deprecated)]
     async fn run(
         mut self,
@@ -1752,13 +1753,13 @@ impl<'r> Trip<'r> {
             .try_collect()
             .await
             .map_err(StoreError::db("writing a batch of turns"))?;
-        let mut parts = self.parts.iter();
+        let mut changes = self.changes.iter();
         let mut rows = Vec::new();
         for result in results {
             match result {
                 sqlx::Either::Right(row) => rows.push(row),
-                sqlx::Either::Left(done) => match parts.next() {
-                    Some(Part::Changes(n)) if done.rows_affected() != *n => return Ok(None),
+                sqlx::Either::Left(done) => match changes.next() {
+                    Some(Some(n)) if done.rows_affected() != *n => return Ok(None),
                     Some(_) => {}
                     None => {
                         return Err(corrupt(
@@ -1769,7 +1770,7 @@ impl<'r> Trip<'r> {
                 },
             }
         }
-        if parts.next().is_some() {
+        if changes.next().is_some() {
             return Err(corrupt(
                 "a batch's statements",
                 "fewer results than statements",
