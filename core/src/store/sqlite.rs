@@ -1421,24 +1421,16 @@ fn turn_written(
     ids: Vec<i64>,
     now_ms: i64,
 ) -> (CommittedTurn, HotChange) {
-    let said: Vec<(Role, &String)> = commit
-        .changes
-        .iter()
-        .filter_map(|change| match change {
-            StateChange::AddUserMessage { text } => Some((Role::User, text)),
-            StateChange::AddAssistantMessage { text } => Some((Role::Assistant, text)),
-            _ => None,
-        })
-        .collect();
+    let said = message_rows(std::iter::once((session.id, commit.changes.as_slice())));
     let whole = said.len() == ids.len();
     let messages: Vec<StoredMessage> = said
         .into_iter()
         .zip(ids)
-        .map(|((role, text), id)| StoredMessage {
+        .map(|((session_id, role, text), id)| StoredMessage {
             id,
-            session_id: session.id,
+            session_id,
             role,
-            text: text.clone(),
+            text: text.to_string(),
             at: from_ms(now_ms),
         })
         .collect();
