@@ -717,16 +717,8 @@ fn push_llm_calls(sql: &mut Sql<'_>, calls: &[CallRow<'_>]) -> Result<(), StoreE
     push_rows(sql, &rows)
 }
 
-/// A submission's row, its JSON columns written out.
-struct SubmissionRow<'a> {
-    session_id: i64,
-    key: &'a SessionKey,
-    submission: &'a Submission,
-    values: String,
-    facts: String,
-    flags: String,
-    audit: Option<String>,
-}
+/// A submission's row: its session, the session's place, the submission.
+type SubmissionRow<'a> = (i64, &'a SessionKey, &'a Submission);
 
 /// The submissions among `changes` (a turn's, of the session `session_id` at `key`).
 fn submission_rows<'a>(
@@ -734,23 +726,11 @@ fn submission_rows<'a>(
     key: &'a SessionKey,
     changes: &'a [StateChange],
     rows: &mut Vec<SubmissionRow<'a>>,
-) -> Result<(), StoreError> {
-    let json =
-        |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("submission", e));
-    for change in changes {
-        if let StateChange::SaveSubmission { submission } = change {
-            rows.push(SubmissionRow {
-                session_id,
-                key,
-                submission,
-                values: json(&submission.values)?,
-                facts: json(&submission.facts)?,
-                flags: json(&submission.flags)?,
-                audit: submission.audit.as_ref().map(json).transpose()?,
-            });
-        }
-    }
-    Ok(())
+) {
+    rows.extend(changes.iter().filter_map(|change| match change {
+        StateChange::SaveSubmission { submission } => Some((session_id, key, submission)),
+        _ => None,
+    }));
 }
 
 fn push_submissions(
@@ -758,28 +738,27 @@ fn push_submissions(
     rows: &[SubmissionRow<'_>],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let rows: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            let s = r.submission;
-            (
-                r.session_id,
-                r.key.platform.as_str(),
-                r.key.user.as_str(),
-                s.applicant.as_str(),
-                s.form_id.as_str(),
-                s.variant.as_str(),
-                s.status.as_str(),
-                s.language.as_deref(),
-                s.country.as_deref(),
-                s.timezone.as_deref(),
-                r.values.as_str(),
-                r.facts.as_str(),
-                r.flags.as_str(),
-                r.audit.as_deref(),
-            )
-        })
-        .collect();
+    let json =
+        |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("submission", e));
+    let mut written = Vec::with_capacity(rows.len());
+    for (session_id, key, s) in rows {
+        written.push((
+            *session_id,
+            key.platform.as_str(),
+            key.user.as_str(),
+            s.applicant.as_str(),
+            s.form_id.as_str(),
+            s.variant.as_str(),
+            s.status.as_str(),
+            s.language.as_deref(),
+            s.country.as_deref(),
+            s.timezone.as_deref(),
+            json(&s.values)?,
+            json(&s.facts)?,
+            json(&s.flags)?,
+            s.audit.as_ref().map(json).transpose()?,
+        ));
+    }
     sql.push(
         "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
          country, timezone, field_values, facts, flags, audit, created_ms) \
@@ -787,7 +766,7 @@ fn push_submissions(
          value->>8, value->>9, value->>10, value->>11, value->>12, value->>13, ",
     );
     sql.push_bind(now_ms).push(" FROM ");
-    push_rows(sql, &rows)
+    push_rows(sql, &written)
 }
 
 fn submission_from_row(row: &SqliteRow) -> Result<SubmissionRecord, StoreError> {
@@ -1481,7 +1460,7 @@ async fn write_turn(
     let mut ids = insert_messages(tx, &[(session.id, &commit.changes)], now_ms).await?;
     write_extras(tx, &session, &commit.changes, now_ms).await?;
     let mut submissions = Vec::new();
-    submission_rows(session.id, &session.key, &commit.changes, &mut submissions)?;
+    submission_rows(session.id, &session.key, &commit.changes, &mut submissions);
     execute_rows(tx, &submissions, "saving the submission", |sql, rows| {
         push_submissions(sql, rows, now_ms)
     })
@@ -1612,7 +1591,7 @@ async fn fast_writes(
         .collect();
     let mut submissions = Vec::new();
     for (commit, session) in commits.iter().zip(&sessions) {
-        submission_rows(session.id, &session.key, &commit.changes, &mut submissions)?;
+        submission_rows(session.id, &session.key, &commit.changes, &mut submissions);
     }
     let delivered: Vec<i64> = batch
         .iter()
