@@ -951,21 +951,32 @@ impl Orchestrator {
             )
             .await;
         }
-        match outbox.deliver(key, outgoing).await {
+        let sent = outbox.deliver(key, outgoing).await;
+        self.delivered(sent, committed.session.id, &committed.assistant_message_ids)
+            .await;
+    }
+
+    /// After a delivery of the session's messages `ids`: marks them delivered, or counts
+    /// the failure and remembers the session (they stay undelivered in the store, and go
+    /// with its next reply). True when they were delivered.
+    async fn delivered(
+        &self,
+        sent: Result<(), DeliveryError>,
+        session_id: i64,
+        ids: &[i64],
+    ) -> bool {
+        match sent {
             Ok(()) => {
-                if let Err(e) = self
-                    .store
-                    .mark_delivered(&committed.assistant_message_ids)
-                    .await
-                {
+                if let Err(e) = self.store.mark_delivered(ids).await {
                     tracing::warn!(error = %e, "could not mark messages delivered");
                 }
+                true
             }
-            // stays undelivered in the store, and goes with the session's next reply
             Err(e) => {
                 self.metrics.error(kind::DELIVERY);
-                self.unreached_set().insert(committed.session.id);
+                self.unreached_set().insert(session_id);
                 tracing::warn!(error = %e, "reply not delivered; kept as undelivered");
+                false
             }
         }
     }
@@ -1009,20 +1020,11 @@ impl Orchestrator {
             "（お届けできなかった前回の返信です）",
         ))];
         items.extend(earlier.iter().map(|m| Outgoing::text(m.text.clone())));
-        match outbox.deliver(key, &items).await {
-            Ok(()) => {
-                self.unreached_set().remove(&session.id);
-                let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
-                tracing::info!(replies = ids.len(), "replies not delivered before sent");
-                if let Err(e) = self.store.mark_delivered(&ids).await {
-                    tracing::warn!(error = %e, "could not mark messages delivered");
-                }
-            }
-            Err(e) => {
-                self.metrics.error(kind::DELIVERY);
-                self.unreached_set().insert(session.id);
-                tracing::warn!(error = %e, "replies not delivered before: still not delivered");
-            }
+        let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
+        let sent = outbox.deliver(key, &items).await;
+        if self.delivered(sent, session.id, &ids).await {
+            self.unreached_set().remove(&session.id);
+            tracing::info!(replies = ids.len(), "replies not delivered before sent");
         }
     }
 
