@@ -176,12 +176,7 @@ impl HotSessions {
         {
             return;
         }
-        let mut hot = Hot {
-            session: session.clone(),
-            history: history.iter().cloned().collect(),
-            whole,
-        };
-        hot.trim();
+        let hot = Hot::new(session.clone(), history.iter().cloned().collect(), whole);
         inner.sessions.insert(session.key.clone(), hot);
     }
 
@@ -207,13 +202,9 @@ impl HotSessions {
                 inner.sessions.remove(&key);
             } else if turn.loaded_version == 0 {
                 // a new session (a flow switch's finished one is replaced with it)
-                let mut hot = Hot {
-                    session: turn.session,
-                    history: turn.messages.into(),
-                    whole: true,
-                };
-                hot.trim();
-                inner.sessions.insert(key, hot);
+                inner
+                    .sessions
+                    .insert(key, Hot::new(turn.session, turn.messages.into(), true));
             } else {
                 match inner.sessions.get_mut(&key) {
                     Some(hot)
@@ -283,6 +274,17 @@ impl HotSessions {
 }
 
 impl Hot {
+    /// An entry of `history` (`whole`: every message of the session), trimmed.
+    fn new(session: SessionRecord, history: VecDeque<StoredMessage>, whole: bool) -> Hot {
+        let mut hot = Hot {
+            session,
+            history,
+            whole,
+        };
+        hot.trim();
+        hot
+    }
+
     /// Keeps the newest [`HOT_HISTORY`] messages.
     fn trim(&mut self) {
         while self.history.len() > HOT_HISTORY {
