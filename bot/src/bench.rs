@@ -21,6 +21,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 pub struct BenchOptions {
     pub flow: String,
@@ -96,10 +97,31 @@ const INTERVIEW: &[Step] = &[
 
 const CHAT: &[Step] = &[Step::Say("Tell me something interesting about tea.")];
 
-/// When a paced (open-loop) user sends next.
-struct Pace {
-    next: Instant,
-    gap: Duration,
+/// The open loop's clock: a thread of its own that tells each simulated user when to send,
+/// `1 / rate` seconds apart, user after user in turn (each user every `users / rate`
+/// seconds). A tokio timer would wake a user on the next whole millisecond or later (its
+/// wheel ticks in milliseconds and is turned only when a worker looks), and that lateness,
+/// ~1 ms at the median, would be counted as the bot's; a thread's sleep is accurate to
+/// tens of microseconds. A message's time counts from its scheduled send, so a bot that
+/// falls behind is charged its queue (the sends wait in the channel).
+fn pace_users(users: Vec<mpsc::UnboundedSender<Instant>>, started: Instant, rate: f64) {
+    let mut open = users.len();
+    let mut gone = vec![false; users.len()];
+    let mut sent: u64 = 0;
+    while open > 0 {
+        let due = started + Duration::from_secs_f64(sent as f64 / rate);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        let user = (sent % users.len() as u64) as usize;
+        // a user whose conversations are all done closed its channel: its turns stay empty
+        if !gone[user] && users[user].send(due).is_err() {
+            gone[user] = true;
+            open -= 1;
+        }
+        sent += 1;
+    }
 }
 
 /// One simulated user's conversation; the bot's time per turn, in milliseconds, without
@@ -111,7 +133,7 @@ async fn simulate_user(
     user: usize,
     turns: usize,
     (flow, form): (&str, &str),
-    mut pace: Option<&mut Pace>,
+    mut pace: Option<&mut mpsc::UnboundedReceiver<Instant>>,
 ) -> anyhow::Result<Vec<f64>> {
     let outbox = RecordingOutbox::default();
     let mut overheads = Vec::with_capacity(turns);
@@ -152,12 +174,7 @@ async fn simulate_user(
         };
         MODEL_TIME.with(|m| m.set(Duration::ZERO));
         let turn_started = match pace.as_deref_mut() {
-            Some(pace) => {
-                tokio::time::sleep_until(pace.next.into()).await;
-                let scheduled = pace.next;
-                pace.next += pace.gap;
-                scheduled
-            }
+            Some(pace) => pace.recv().await.context("the open loop's clock stopped")?,
             None => Instant::now(),
         };
         let result = orchestrator.handle_durable(incoming, &outbox).await;
@@ -255,19 +272,22 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
     let started = Instant::now();
     let workers = options.concurrency.clamp(1, options.sessions);
     // open loop: each user sends every `workers / rate` seconds, the users spread evenly
-    let gap = match options.rate {
+    let mut paces = match options.rate {
         Some(rate) if rate > 0.0 && rate.is_finite() => {
-            Some(Duration::from_secs_f64(workers as f64 / rate))
+            let (senders, receivers): (Vec<_>, Vec<_>) =
+                (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+            std::thread::Builder::new()
+                .name("bench-clock".into())
+                .spawn(move || pace_users(senders, started, rate))
+                .context("cannot start the open loop's clock")?;
+            receivers.into_iter().map(Some).collect()
         }
         Some(rate) => bail!("--rate must be a positive number of turns per second, not {rate}"),
-        None => None,
+        None => Vec::new(),
     };
+    paces.resize_with(workers, || None);
     let mut tasks = Vec::with_capacity(workers);
-    for worker in 0..workers {
-        let pace = gap.map(|gap| Pace {
-            next: started + gap.mul_f64(worker as f64 / workers as f64),
-            gap,
-        });
+    for pace in paces {
         let (orchestrator, next_user, flow, form) = (
             orchestrator.clone(),
             next_user.clone(),

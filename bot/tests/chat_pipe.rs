@@ -446,6 +446,9 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
     let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
     assert_eq!(report["turns"], 66);
     assert_eq!(report["offered_rate"], 400.0);
+    // paced: the 66th message is not sent before 65 / 400 s
+    let wall = report["wall_secs"].as_f64().expect("wall_secs");
+    assert!(wall >= 0.162, "66 turns at 400/s took only {wall} s");
     // every turn of every simulated user was committed before its reply
     let store = kaiwa_core::store::sqlite::SqliteStore::connect(&url)
         .await
