@@ -537,6 +537,12 @@ impl SqliteStore {
         // and every turn waiting for the writer would wait for that too ([`checkpoints`]
         // does it aside)
         let writer = single()
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, BATCH_CHECKS).await?;
+                    Ok(())
+                })
+            })
             .connect_with(
                 options
                     .clone()
@@ -1475,14 +1481,15 @@ async fn write_turn(
     Ok(turn_written(&commit, session, ids, now_ms))
 }
 
-/// The fast path of a batch, in two round trips to the connection's worker thread: `BEGIN`
-/// and every row of the batch as one query ([`Trip`]), then `COMMIT`. (Each trip wakes that
+/// The fast path of a batch, in one round trip to the connection's worker thread: `BEGIN`,
+/// every row of the batch and `COMMIT` as one query ([`Trip`]). (Each trip wakes that
 /// thread and then this one; measured at 5,000 turns/s, when the turns keep both cores
-/// busy, a trip took ~190 µs, and a batch made ~5 of them.) New sessions are numbered here,
-/// from `next_id`, so that their rows go in the same query; a turn's reading data or
-/// ticket takes trips of its own ([`write_extras`]). Anything out of the ordinary — a
-/// conflict, a duplicate, a failed statement, two turns of one session — answers `None`,
-/// the transaction rolled back, and the batch is redone turn by turn in savepoints.
+/// busy, a trip took ~190 µs, and a batch once made ~5 of them.) New sessions are numbered
+/// here, from `next_id`, so that their rows go in the same query; a turn's reading data or
+/// ticket takes trips of its own ([`write_extras`]), and the `COMMIT` one more. Anything out
+/// of the ordinary — a conflict, a duplicate, a failed statement, two turns of one session —
+/// answers `None`, the transaction rolled back, and the batch is redone turn by turn in
+/// savepoints.
 async fn fast_batch(
     writer: &SqlitePool,
     batch: &[Job],
@@ -1506,13 +1513,18 @@ async fn fast_batch(
             return None;
         }
     };
-    if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
-        tracing::debug!(error = %e, "batch redone turn by turn");
-        rollback(&mut conn).await;
-        return None;
-    }
     *next_id = Some(next);
     Some(done)
+}
+
+/// A change [`write_extras`] writes (on the fast path, after the batch's [`Trip`]).
+fn is_extra(change: &StateChange) -> bool {
+    matches!(
+        change,
+        StateChange::Reading { .. }
+            | StateChange::SaveTicket { .. }
+            | StateChange::SetTicketFeedback { .. }
+    )
 }
 
 /// Ends the transaction a fast batch began, unless its failure ended it already.
@@ -1633,13 +1645,27 @@ async fn fast_writes(
     trip.add(Part::Any, &delivered, push_delivered)?;
     trip.add(Part::Any, &put, push_inbox_put)?;
     trip.add(Part::Any, &done, push_inbox_done)?;
-    let Some(returned) = trip.run(conn).await? else {
-        return Ok(None);
-    };
-    let mut ids = messages_written(&returned)?;
-    for (commit, session) in commits.iter().zip(&sessions) {
-        write_extras(conn, session, &commit.changes, now_ms).await?;
+    // reading data and tickets take trips of their own, before the COMMIT
+    let extras = commits.iter().any(|c| c.changes.iter().any(is_extra));
+    if !extras {
+        trip.finish("COMMIT");
     }
+    let returned = trip.run(conn).await?;
+    if extras {
+        for (commit, session) in commits.iter().zip(&sessions) {
+            write_extras(conn, session, &commit.changes, now_ms).await?;
+        }
+        sqlx::query("COMMIT")
+            .execute(&mut *conn)
+            .await
+            .map_err(StoreError::db("committing a batch of turns"))?;
+    }
+    // committed: a turn whose message ids cannot be read is answered all the same (the hot
+    // cache forgets its session, [`turn_written`])
+    let mut ids = messages_written(&returned).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the ids of a batch's messages could not be read");
+        HashMap::new()
+    });
     for session in &mut sessions {
         if session.version == 0 {
             session.created_at = from_ms(now_ms);
@@ -1658,7 +1684,11 @@ async fn fast_writes(
     Ok(Some((done, next)))
 }
 
-/// Statements run as one query, each with what its result must be ([`fast_batch`]).
+/// Statements run as one query ([`fast_batch`]): `BEGIN IMMEDIATE`, the batch's writes, each
+/// followed by a check where it must change one row per row it carries, and `COMMIT` when
+/// nothing else is to be written. A check that fails ends the query with an error before
+/// the `COMMIT` ([`BATCH_CHECKS`]), so a batch that commits in its trip is one round trip
+/// to the connection's thread.
 ///
 /// sqlx 0.8 runs every statement of a query on SQLite, binding the arguments in order
 /// across them, and reports each statement's changes and rows; it marks that use as
@@ -1667,8 +1697,8 @@ async fn fast_writes(
 /// `kaiwa bench` run it with every batch): without it, each statement would cost a trip.
 struct Trip<'r> {
     sql: Sql<'r>,
-    /// for each statement, how many rows it must change (if it must)
-    changes: Vec<Option<u64>>,
+    /// statements in the query
+    statements: usize,
 }
 
 /// What a statement of a [`Trip`] must do.
@@ -1679,16 +1709,24 @@ enum Part {
     Any,
 }
 
+/// Made on the writer's connection when it opens: a row inserted into `batch_refused` fails
+/// its statement (and so ends a [`Trip`], its `COMMIT` not run). A trip's check inserts one
+/// when the statement before it changed other than its number of rows: a session moved on
+/// meanwhile, or an update was processed already.
+const BATCH_CHECKS: &str = "CREATE TEMP TABLE IF NOT EXISTS batch_refused (changes INTEGER); \
+    CREATE TEMP TRIGGER IF NOT EXISTS batch_refused_raises BEFORE INSERT ON batch_refused \
+    BEGIN SELECT RAISE(ABORT, 'a statement of the batch did not change one row per row'); END";
+
 impl<'r> Trip<'r> {
     fn new(first: &'static str) -> Self {
         Trip {
             sql: Sql::new(first),
-            changes: vec![None],
+            statements: 1,
         }
     }
 
     /// Appends the statement `statement` builds for `rows` (none for no rows), as
-    /// [`execute_rows`] runs one.
+    /// [`execute_rows`] runs one, and for [`Part::EveryRow`] its check.
     fn add<T>(
         &mut self,
         part: Part,
@@ -1700,54 +1738,55 @@ impl<'r> Trip<'r> {
         }
         self.sql.push("; ");
         statement(&mut self.sql, rows)?;
-        self.changes.push(match part {
-            Part::EveryRow => Some(rows.len() as u64),
-            Part::Any => None,
-        });
+        self.statements += 1;
+        if let Part::EveryRow = part {
+            let n = i64::try_from(rows.len()).map_err(|e| corrupt("a batch's rows", e))?;
+            self.sql
+                .push("; INSERT INTO temp.batch_refused SELECT changes() WHERE changes() <> ")
+                .push_bind(n);
+            self.statements += 1;
+        }
         Ok(())
+    }
+
+    /// Appends a last statement (`COMMIT`).
+    fn finish(&mut self, last: &'static str) {
+        self.sql.push("; ").push(last);
+        self.statements += 1;
     }
 
     /// Runs the statements (prepared once per set of statements a batch needs: each one's
     /// text is the same for any number of rows, [`push_rows`]). Returns the rows they
-    /// returned, or `None` if one changed other than its number of rows. A failed statement
-    /// ends the query (the ones before it stay done).
+    /// returned. A failed statement or check ends the query with its error (the statements
+    /// before it stay done: the caller rolls back).
     #[allow(deprecated)]
-    async fn run(
-        mut self,
-        conn: &mut sqlx::SqliteConnection,
-    ) -> Result<Option<Vec<SqliteRow>>, StoreError> {
+    async fn run(self, conn: &mut sqlx::SqliteConnection) -> Result<Vec<SqliteRow>, StoreError> {
         use futures::TryStreamExt;
-        let results: Vec<_> = self
-            .sql
+        let Trip {
+            mut sql,
+            statements,
+        } = self;
+        let results: Vec<_> = sql
             .build()
             .fetch_many(&mut *conn)
             .try_collect()
             .await
             .map_err(StoreError::db("writing a batch of turns"))?;
-        let mut changes = self.changes.iter();
+        let mut done = 0;
         let mut rows = Vec::new();
         for result in results {
             match result {
                 sqlx::Either::Right(row) => rows.push(row),
-                sqlx::Either::Left(done) => match changes.next() {
-                    Some(Some(n)) if done.rows_affected() != *n => return Ok(None),
-                    Some(_) => {}
-                    None => {
-                        return Err(corrupt(
-                            "a batch's statements",
-                            "more results than statements",
-                        ));
-                    }
-                },
+                sqlx::Either::Left(_) => done += 1,
             }
         }
-        if changes.next().is_some() {
+        if done != statements {
             return Err(corrupt(
                 "a batch's statements",
-                "fewer results than statements",
+                format!("{done} results for {statements} statements"),
             ));
         }
-        Ok(Some(rows))
+        Ok(rows)
     }
 }
 
