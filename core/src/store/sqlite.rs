@@ -103,8 +103,9 @@ async fn group_commit(
     hot: Arc<HotSessions>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    // the id of the next session the fast path creates; `None`: read it from the database
-    let mut next_session_id = None;
+    // the ids of the next session and message the fast path creates; `None`: read them
+    // from the database
+    let mut next_ids = None;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (flushes, work): (Vec<_>, Vec<_>) = batch
             .drain(..)
@@ -113,7 +114,7 @@ async fn group_commit(
         let turns = batch.len();
         let span = tracing::trace_span!("group_commit", turns);
         let writing = gate.lock().await;
-        write_batch(&writer, &mut batch, &hot, &mut next_session_id)
+        write_batch(&writer, &mut batch, &hot, &mut next_ids)
             .instrument(span)
             .await;
         drop(writing);
@@ -261,11 +262,11 @@ async fn write_batch(
     writer: &SqlitePool,
     batch: &mut Vec<Job>,
     hot: &HotSessions,
-    next_session_id: &mut Option<i64>,
+    next_ids: &mut Option<NextIds>,
 ) {
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut changes = Vec::with_capacity(batch.len());
-    let committed = run_batch(writer, batch, &mut outcomes, &mut changes, next_session_id).await;
+    let committed = run_batch(writer, batch, &mut outcomes, &mut changes, next_ids).await;
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
         (e.to_string(), e.is_busy())
@@ -311,9 +312,9 @@ async fn run_batch(
     batch: &mut Vec<Job>,
     outcomes: &mut Vec<Outcome>,
     changes: &mut Vec<HotChange>,
-    next_session_id: &mut Option<i64>,
+    next_ids: &mut Option<NextIds>,
 ) -> Result<(), StoreError> {
-    if let Some(committed) = fast_batch(writer, batch, next_session_id).await {
+    if let Some(committed) = fast_batch(writer, batch, next_ids).await {
         let mut committed = committed.into_iter();
         for job in batch.drain(..) {
             match job {
@@ -335,8 +336,8 @@ async fn run_batch(
         }
         return Ok(());
     }
-    // sessions created here take SQLite's ids
-    *next_session_id = None;
+    // sessions and messages created here take SQLite's ids
+    *next_ids = None;
     let mut tx = writer
         .begin()
         .await
@@ -1292,14 +1293,17 @@ async fn mark_processed(
     now_ms: i64,
 ) -> Result<u64, StoreError> {
     execute_rows(tx, updates, "marking the update processed", |sql, rows| {
-        push_processed(sql, rows, now_ms)
+        push_processed(sql, rows, true, now_ms)
     })
     .await
 }
 
+/// `updates` marked processed; one processed already is left as it is when `skip_known`,
+/// else it fails the statement (its primary key).
 fn push_processed(
     sql: &mut Sql<'_>,
     updates: &[(&ProcessedUpdate, i64)],
+    skip_known: bool,
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let rows: Vec<_> = updates
@@ -1319,7 +1323,9 @@ fn push_processed(
     );
     sql.push_bind(now_ms).push(" FROM ");
     push_rows(sql, &rows)?;
-    sql.push(" WHERE true ON CONFLICT DO NOTHING");
+    if skip_known {
+        sql.push(" WHERE true ON CONFLICT DO NOTHING");
+    }
     Ok(())
 }
 
@@ -1335,7 +1341,7 @@ async fn insert_messages(
         return Ok(HashMap::new());
     }
     let mut insert = Sql::new("");
-    push_messages(&mut insert, &messages, now_ms)?;
+    push_messages(&mut insert, &messages, None, now_ms)?;
     let rows = insert
         .build()
         .fetch_all(&mut *tx)
@@ -1364,25 +1370,36 @@ fn message_rows<'a>(turns: impl Iterator<Item = (i64, &'a [StateChange])>) -> Ve
         .collect()
 }
 
-/// `messages` written; the statement returns each one's id and session.
+/// `messages` written, numbered from `first` (the fast path's ids, [`NextIds`]); with
+/// none, SQLite numbers them and the statement returns each one's id and session.
 fn push_messages(
     sql: &mut Sql<'_>,
     messages: &[MessageRow<'_>],
+    first: Option<i64>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let rows: Vec<_> = messages
         .iter()
-        .map(|(session_id, role, text)| {
-            (*session_id, role.as_str(), *text, *role != Role::Assistant)
+        .zip(0..)
+        .map(|((session_id, role, text), i)| {
+            (
+                *session_id,
+                role.as_str(),
+                *text,
+                *role != Role::Assistant,
+                first.map(|first| first + i),
+            )
         })
         .collect();
     sql.push(
-        "INSERT INTO messages (session_id, role, text, delivered, created_ms) \
-         SELECT value->>0, value->>1, value->>2, value->>3, ",
+        "INSERT INTO messages (session_id, role, text, delivered, id, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ",
     );
     sql.push_bind(now_ms).push(" FROM ");
     push_rows(sql, &rows)?;
-    sql.push(" RETURNING id, session_id");
+    if first.is_none() {
+        sql.push(" RETURNING id, session_id");
+    }
     Ok(())
 }
 
@@ -1489,8 +1506,9 @@ async fn write_turn(
 /// The fast path of a batch, in one round trip to the connection's worker thread: `BEGIN`,
 /// every row of the batch and `COMMIT` as one query ([`Trip`]). (Each trip wakes that
 /// thread and then this one; measured at 5,000 turns/s, when the turns keep both cores
-/// busy, a trip took ~190 µs, and a batch once made ~5 of them.) New sessions are numbered
-/// here, from `next_id`, so that their rows go in the same query; a turn's reading data or
+/// busy, a trip took ~190 µs, and a batch once made ~5 of them.) New sessions and messages
+/// are numbered here, from `next_ids`, so that their rows go in the same query and no row
+/// comes back (each returned row is one more hand-over between the threads); a turn's reading data or
 /// ticket takes trips of its own ([`write_extras`]), and the `COMMIT` one more. Anything out
 /// of the ordinary — a conflict, a duplicate, a failed statement, two turns of one session —
 /// answers `None`, the transaction rolled back, and the batch is redone turn by turn in
@@ -1498,15 +1516,21 @@ async fn write_turn(
 async fn fast_batch(
     writer: &SqlitePool,
     batch: &[Job],
-    next_id: &mut Option<i64>,
+    next_ids: &mut Option<NextIds>,
 ) -> Option<Vec<(CommittedTurn, HotChange)>> {
     let mut conn = writer.acquire().await.ok()?;
-    let first = match *next_id {
-        Some(id) => id,
-        None => sqlx::query_scalar("SELECT coalesce(max(id), 0) + 1 FROM sessions")
+    let first = match *next_ids {
+        Some(ids) => ids,
+        None => {
+            let (session, message) = sqlx::query_as(
+                "SELECT (SELECT coalesce(max(id), 0) + 1 FROM sessions), \
+                 (SELECT coalesce(max(id), 0) + 1 FROM messages)",
+            )
             .fetch_one(&mut *conn)
             .await
-            .ok()?,
+            .ok()?;
+            NextIds { session, message }
+        }
     };
     let (done, next) = match fast_writes(&mut conn, batch, first).await {
         Ok(Some(written)) => written,
@@ -1518,8 +1542,15 @@ async fn fast_batch(
             return None;
         }
     };
-    *next_id = Some(next);
+    *next_ids = Some(next);
     Some(done)
+}
+
+/// The ids the fast path gives the next session and message it creates ([`fast_batch`]).
+#[derive(Clone, Copy)]
+struct NextIds {
+    session: i64,
+    message: i64,
 }
 
 /// A change [`write_extras`] writes (on the fast path, after the batch's [`Trip`]).
@@ -1539,14 +1570,14 @@ async fn rollback(conn: &mut sqlx::SqliteConnection) {
     }
 }
 
-/// The fast path's writes, from `BEGIN` on ([`fast_batch`]); new sessions numbered from
-/// `first`. Returns the turns written and the next free session id.
+/// The fast path's writes, from `BEGIN` on ([`fast_batch`]); new sessions and messages
+/// numbered from `first`. Returns the turns written and the next free ids.
 #[allow(clippy::type_complexity)]
 async fn fast_writes(
     conn: &mut sqlx::SqliteConnection,
     batch: &[Job],
-    first: i64,
-) -> Result<Option<(Vec<(CommittedTurn, HotChange)>, i64)>, StoreError> {
+    first: NextIds,
+) -> Result<Option<(Vec<(CommittedTurn, HotChange)>, NextIds)>, StoreError> {
     let now_ms = ms(Utc::now());
     let commits: Vec<&TurnCommit> = batch
         .iter()
@@ -1564,8 +1595,8 @@ async fn fast_writes(
         .map(|commit| {
             let mut session = applied(commit);
             if session.is_new() {
-                session.id = next;
-                next += 1;
+                session.id = next.session;
+                next.session += 1;
             }
             session
         })
@@ -1636,12 +1667,12 @@ async fn fast_writes(
             push_session_updates(sql, rows, status, now_ms)
         })?;
     }
-    // each row: else an update was processed already
-    trip.add(Part::EveryRow, &processed, |sql, rows| {
-        push_processed(sql, rows, now_ms)
+    // an update processed already fails the query (its primary key: no check needed)
+    trip.add(Part::Any, &processed, |sql, rows| {
+        push_processed(sql, rows, false, now_ms)
     })?;
     trip.add(Part::Any, &messages, |sql, rows| {
-        push_messages(sql, rows, now_ms)
+        push_messages(sql, rows, Some(next.message), now_ms)
     })?;
     trip.add(Part::Any, &calls, push_llm_calls)?;
     trip.add(Part::Any, &submissions, |sql, rows| {
@@ -1655,7 +1686,7 @@ async fn fast_writes(
     if !extras {
         trip.finish("COMMIT");
     }
-    let returned = trip.run(conn).await?;
+    trip.run(conn).await?;
     if extras {
         for (commit, session) in commits.iter().zip(&sessions) {
             write_extras(conn, session, &commit.changes, now_ms).await?;
@@ -1665,12 +1696,12 @@ async fn fast_writes(
             .await
             .map_err(StoreError::db("committing a batch of turns"))?;
     }
-    // committed: a turn whose message ids cannot be read is answered all the same (the hot
-    // cache forgets its session, [`turn_written`])
-    let mut ids = messages_written(&returned).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "the ids of a batch's messages could not be read");
-        HashMap::new()
-    });
+    // committed: nothing below can fail
+    let mut ids: HashMap<i64, Vec<i64>> = HashMap::new();
+    for ((session_id, _, _), id) in messages.iter().zip(next.message..) {
+        ids.entry(*session_id).or_default().push(id);
+    }
+    next.message += messages.len() as i64;
     for session in &mut sessions {
         if session.version == 0 {
             session.created_at = from_ms(now_ms);
@@ -1717,7 +1748,7 @@ enum Part {
 /// Made on the writer's connection when it opens: a row inserted into `batch_refused` fails
 /// its statement (and so ends a [`Trip`], its `COMMIT` not run). A trip's check inserts one
 /// when the statement before it changed other than its number of rows: a session moved on
-/// meanwhile, or an update was processed already.
+/// meanwhile.
 const BATCH_CHECKS: &str = "CREATE TEMP TABLE IF NOT EXISTS batch_refused (changes INTEGER); \
     CREATE TEMP TRIGGER IF NOT EXISTS batch_refused_raises BEFORE INSERT ON batch_refused \
     BEGIN SELECT RAISE(ABORT, 'a statement of the batch did not change one row per row'); END";
@@ -1761,11 +1792,12 @@ impl<'r> Trip<'r> {
     }
 
     /// Runs the statements (prepared once per set of statements a batch needs: each one's
-    /// text is the same for any number of rows, [`push_rows`]). Returns the rows they
-    /// returned. A failed statement or check ends the query with its error (the statements
-    /// before it stay done: the caller rolls back).
+    /// text is the same for any number of rows, [`push_rows`]); they return no rows (each
+    /// would be one more hand-over from the connection's thread). A failed statement or
+    /// check ends the query with its error (the statements before it stay done: the caller
+    /// rolls back).
     #[allow(deprecated)]
-    async fn run(self, conn: &mut sqlx::SqliteConnection) -> Result<Vec<SqliteRow>, StoreError> {
+    async fn run(self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
         use futures::TryStreamExt;
         let Trip {
             mut sql,
@@ -1777,21 +1809,14 @@ impl<'r> Trip<'r> {
             .try_collect()
             .await
             .map_err(StoreError::db("writing a batch of turns"))?;
-        let mut done = 0;
-        let mut rows = Vec::new();
-        for result in results {
-            match result {
-                sqlx::Either::Right(row) => rows.push(row),
-                sqlx::Either::Left(_) => done += 1,
-            }
-        }
+        let done = results.iter().filter(|r| r.is_left()).count();
         if done != statements {
             return Err(corrupt(
                 "a batch's statements",
                 format!("{done} results for {statements} statements"),
             ));
         }
-        Ok(rows)
+        Ok(())
     }
 }
 
@@ -3008,6 +3033,132 @@ pub(crate) mod tests {
             .await
             .expect("locks");
         other
+    }
+
+    /// The fast path numbers messages itself (no row comes back from its query): the ids a
+    /// turn reports are the stored ones, per session and in order, across batches of
+    /// several sessions and after a batch SQLite numbered turn by turn.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_numbered_by_the_writer_are_the_ones_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/ids.db", dir.path().display());
+        let store = SqliteStore::connect(&url).await.expect("opens");
+        let place = |chat: &str| SessionKey {
+            platform: Platform::Console,
+            chat: chat.into(),
+            thread: String::new(),
+            user: "u1".into(),
+        };
+        let turn = |session: SessionRecord, id: &str, n: usize| {
+            let mut changes = Vec::new();
+            for k in 0..n {
+                changes.extend(said(&format!("q {id} {k}"), &format!("a {id} {k}")));
+            }
+            let mut commit = commit(session, id, changes);
+            if let Some(p) = commit.processed.as_mut() {
+                p.chat = commit.session.key.chat.clone();
+            }
+            commit
+        };
+        // several turns in one batch: the writer held, they queue behind a first one
+        async fn together(
+            store: &SqliteStore,
+            url: &str,
+            occupier: &str,
+            turns: Vec<TurnCommit>,
+        ) -> Vec<Result<CommittedTurn, StoreError>> {
+            let mut holder = hold_the_writer(url).await;
+            let occupy = store.commit_turn(super::tests::commit(
+                SessionRecord::draft(
+                    SessionKey {
+                        platform: Platform::Console,
+                        chat: occupier.into(),
+                        thread: String::new(),
+                        user: "u1".into(),
+                    },
+                    "assistant",
+                ),
+                occupier,
+                vec![],
+            ));
+            let batch = futures::future::join_all(turns.into_iter().map(|t| store.commit_turn(t)));
+            let release = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                sqlx::query("COMMIT")
+                    .execute(&mut holder)
+                    .await
+                    .expect("releases");
+            };
+            let (first, results, ()) = tokio::join!(occupy, batch, release);
+            first.expect("the first turn commits");
+            results
+        }
+        let ok = |r: Result<CommittedTurn, StoreError>| r.expect("commits");
+
+        // two new sessions in one fast batch, with one and two exchanges
+        let mut results = together(
+            &store,
+            &url,
+            "z1",
+            vec![
+                turn(SessionRecord::draft(place("a"), "assistant"), "a1", 1),
+                turn(SessionRecord::draft(place("b"), "assistant"), "b1", 2),
+            ],
+        )
+        .await
+        .into_iter();
+        let (a1, b1) = (
+            ok(results.next().expect("a1")),
+            ok(results.next().expect("b1")),
+        );
+        // a stale turn sends its batch turn by turn: SQLite numbers those messages
+        let mut stale = b1.session.clone();
+        stale.version = 0;
+        let mut results = together(
+            &store,
+            &url,
+            "z2",
+            vec![turn(stale, "b2", 1), turn(a1.session.clone(), "a2", 2)],
+        )
+        .await
+        .into_iter();
+        assert!(matches!(
+            results.next(),
+            Some(Err(StoreError::Conflict { .. }))
+        ));
+        let a2 = ok(results.next().expect("a2"));
+        // and the fast path numbers from the database again
+        let a3 = ok(store.commit_turn(turn(a2.session.clone(), "a3", 1)).await);
+        let b3 = ok(store.commit_turn(turn(b1.session.clone(), "b3", 1)).await);
+
+        for (session, turns) in [
+            (
+                a3.session.id,
+                vec![("a1", 1, &a1), ("a2", 2, &a2), ("a3", 1, &a3)],
+            ),
+            (b3.session.id, vec![("b1", 2, &b1), ("b3", 1, &b3)]),
+        ] {
+            let stored = store.recent_messages(session, 50).await.expect("messages");
+            let mut expected = Vec::new();
+            let mut reported = Vec::new();
+            for (id, n, committed) in turns {
+                for k in 0..n {
+                    expected.push(format!("q {id} {k}"));
+                    expected.push(format!("a {id} {k}"));
+                }
+                reported.extend(committed.assistant_message_ids.iter().copied());
+            }
+            let texts: Vec<&str> = stored.iter().map(|m| m.text.as_str()).collect();
+            assert_eq!(texts, expected);
+            assert!(stored.windows(2).all(|w| w[0].id < w[1].id), "{stored:?}");
+            let assistant: Vec<i64> = stored
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .map(|m| m.id)
+                .collect();
+            assert_eq!(reported, assistant, "the ids each turn reported");
+        }
+        store.close().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
