@@ -3066,6 +3066,52 @@ pub(crate) mod tests {
         other
     }
 
+    /// A place of user `u1` on the console.
+    fn place(chat: &str) -> SessionKey {
+        SessionKey {
+            platform: Platform::Console,
+            chat: chat.into(),
+            thread: String::new(),
+            user: "u1".into(),
+        }
+    }
+
+    /// [`commit`], its update received in the session's own chat.
+    fn turn_in_place(session: SessionRecord, id: &str, changes: Vec<StateChange>) -> TurnCommit {
+        let mut commit = commit(session, id, changes);
+        if let Some(p) = commit.processed.as_mut() {
+            p.chat = commit.session.key.chat.clone();
+        }
+        commit
+    }
+
+    /// `turns` committed in one batch: the writer held, they queue behind a first turn (a
+    /// new session at `occupier`), then it is let go.
+    async fn together(
+        store: &SqliteStore,
+        url: &str,
+        occupier: &str,
+        turns: Vec<TurnCommit>,
+    ) -> Vec<Result<CommittedTurn, StoreError>> {
+        let mut holder = hold_the_writer(url).await;
+        let occupy = store.commit_turn(turn_in_place(
+            SessionRecord::draft(place(occupier), "assistant"),
+            occupier,
+            vec![],
+        ));
+        let batch = futures::future::join_all(turns.into_iter().map(|t| store.commit_turn(t)));
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            sqlx::query("COMMIT")
+                .execute(&mut holder)
+                .await
+                .expect("releases");
+        };
+        let (first, results, ()) = tokio::join!(occupy, batch, release);
+        first.expect("the first turn commits");
+        results
+    }
+
     /// The fast path numbers messages itself (no row comes back from its query): the ids a
     /// turn reports are the stored ones, per session and in order, across batches of
     /// several sessions and after a batch SQLite numbered turn by turn.
@@ -3074,56 +3120,13 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/ids.db", dir.path().display());
         let store = SqliteStore::connect(&url).await.expect("opens");
-        let place = |chat: &str| SessionKey {
-            platform: Platform::Console,
-            chat: chat.into(),
-            thread: String::new(),
-            user: "u1".into(),
-        };
         let turn = |session: SessionRecord, id: &str, n: usize| {
             let mut changes = Vec::new();
             for k in 0..n {
                 changes.extend(said(&format!("q {id} {k}"), &format!("a {id} {k}")));
             }
-            let mut commit = commit(session, id, changes);
-            if let Some(p) = commit.processed.as_mut() {
-                p.chat = commit.session.key.chat.clone();
-            }
-            commit
+            turn_in_place(session, id, changes)
         };
-        // several turns in one batch: the writer held, they queue behind a first one
-        async fn together(
-            store: &SqliteStore,
-            url: &str,
-            occupier: &str,
-            turns: Vec<TurnCommit>,
-        ) -> Vec<Result<CommittedTurn, StoreError>> {
-            let mut holder = hold_the_writer(url).await;
-            let occupy = store.commit_turn(super::tests::commit(
-                SessionRecord::draft(
-                    SessionKey {
-                        platform: Platform::Console,
-                        chat: occupier.into(),
-                        thread: String::new(),
-                        user: "u1".into(),
-                    },
-                    "assistant",
-                ),
-                occupier,
-                vec![],
-            ));
-            let batch = futures::future::join_all(turns.into_iter().map(|t| store.commit_turn(t)));
-            let release = async {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                sqlx::query("COMMIT")
-                    .execute(&mut holder)
-                    .await
-                    .expect("releases");
-            };
-            let (first, results, ()) = tokio::join!(occupy, batch, release);
-            first.expect("the first turn commits");
-            results
-        }
         let ok = |r: Result<CommittedTurn, StoreError>| r.expect("commits");
 
         // two new sessions in one fast batch, with one and two exchanges
@@ -3410,19 +3413,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/kinds.db", dir.path().display());
         let store = SqliteStore::connect(&url).await.expect("opens");
-        let place = |chat: &str| SessionKey {
-            platform: Platform::Console,
-            chat: chat.into(),
-            thread: String::new(),
-            user: "u1".into(),
-        };
-        let turn = |session: SessionRecord, id: &str, changes: Vec<StateChange>| {
-            let mut commit = commit(session, id, changes);
-            if let Some(p) = commit.processed.as_mut() {
-                p.chat = commit.session.key.chat.clone();
-            }
-            commit
-        };
+        let turn = turn_in_place;
         let going = store
             .commit_turn(turn(
                 SessionRecord::draft(place("a"), "assistant"),
@@ -3441,12 +3432,6 @@ pub(crate) mod tests {
             .expect("commits");
 
         // the writer held: what follows queues, then commits as one batch
-        let mut holder = hold_the_writer(&url).await;
-        let occupy = store.commit_turn(turn(
-            SessionRecord::draft(place("z"), "assistant"),
-            "z1",
-            vec![],
-        ));
         let mut ending = said("my answers", "thank you");
         ending.push(StateChange::SaveSubmission {
             submission: submission(),
@@ -3458,23 +3443,17 @@ pub(crate) mod tests {
             said("/interview", "welcome"),
         );
         switch.finish_session = Some(switched.session.id);
-        let batch = futures::future::join_all(
-            [
+        let results = together(
+            &store,
+            &url,
+            "z",
+            vec![
                 turn(SessionRecord::draft(place("c"), "interview"), "c1", ending),
                 switch,
                 turn(going.session.clone(), "a2", said("more", "sure")),
-            ]
-            .map(|commit| store.commit_turn(commit)),
-        );
-        let release = async {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            sqlx::query("COMMIT")
-                .execute(&mut holder)
-                .await
-                .expect("releases");
-        };
-        let (first, results, ()) = tokio::join!(occupy, batch, release);
-        first.expect("the first turn commits");
+            ],
+        )
+        .await;
         let [ended, new, went_on]: [CommittedTurn; 3] = results
             .into_iter()
             .collect::<Result<Vec<_>, _>>()
