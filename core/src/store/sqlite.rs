@@ -1194,10 +1194,8 @@ fn push_users(
     Ok(())
 }
 
-/// New sessions (with their pending options as JSON), at version 1; a session without an
-/// id yet (0) gets SQLite's.
-/// `sessions` created (numbered, or numbered by SQLite when new), their state and options
-/// as [`Prepared`].
+/// New sessions at version 1, their state and pending options as [`Prepared`] wrote them;
+/// a session without an id yet (0) gets SQLite's.
 fn push_new_sessions(
     sql: &mut Sql<'_>,
     sessions: &[(&SessionRecord, &Prepared)],
@@ -1537,11 +1535,11 @@ async fn write_turn(
 /// thread and then this one; measured at 5,000 turns/s, when the turns keep both cores
 /// busy, a trip took ~190 µs, and a batch once made ~5 of them.) New sessions and messages
 /// are numbered here, from `next_ids`, so that their rows go in the same query and no row
-/// comes back (each returned row is one more hand-over between the threads); a turn's reading data or
-/// ticket takes trips of its own ([`write_extras`]), and the `COMMIT` one more. Anything out
-/// of the ordinary — a conflict, a duplicate, a failed statement, two turns of one session —
-/// answers `None`, the transaction rolled back, and the batch is redone turn by turn in
-/// savepoints.
+/// comes back (each returned row is one more hand-over between the threads); a turn's
+/// reading data or ticket takes trips of its own ([`write_extras`]), and the `COMMIT` one
+/// more. Anything out of the ordinary — a conflict, a duplicate, a failed statement, two
+/// turns of one session — answers `None`, the transaction rolled back, and the batch is
+/// redone turn by turn in savepoints.
 async fn fast_batch(
     writer: &SqlitePool,
     batch: &[Job],
