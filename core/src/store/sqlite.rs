@@ -1018,7 +1018,7 @@ fn push_session_updates(
     let rows: Vec<_> = rows
         .iter()
         .map(|u| {
-            let s = u.session;
+            let s = &u.after.session;
             (
                 s.id,
                 s.version,
@@ -1046,20 +1046,18 @@ fn push_session_updates(
     Ok(())
 }
 
-/// A session row to update: as the turn leaves it (with the version it loaded), its
-/// state and options as written ([`Prepared`]), and whether the turn changed its status.
+/// A session row to update: as the turn leaves it (with the version it loaded; its state
+/// and options as written, [`Prepared`]), and whether the turn changed its status.
 struct SessionUpdate<'a> {
-    session: &'a SessionRecord,
     after: &'a Prepared,
     status_changed: bool,
 }
 
 impl<'a> SessionUpdate<'a> {
-    fn of(commit: &TurnCommit, session: &'a SessionRecord, after: &'a Prepared) -> Self {
+    fn of(commit: &TurnCommit, after: &'a Prepared) -> Self {
         SessionUpdate {
-            session,
             after,
-            status_changed: commit.session.status != session.status,
+            status_changed: commit.session.status != after.session.status,
         }
     }
 }
@@ -1139,8 +1137,7 @@ async fn write_session(
         session.version = 1;
         session.created_at = from_ms(now_ms);
     } else {
-        if update_sessions(tx, vec![SessionUpdate::of(commit, &session, after)], now_ms).await? == 0
-        {
+        if update_sessions(tx, vec![SessionUpdate::of(commit, after)], now_ms).await? == 0 {
             return Err(StoreError::Conflict {
                 session_id: session.id,
             });
@@ -1644,7 +1641,7 @@ async fn fast_writes(
             users.push((&session.key, &commit.user));
             created.push((session, *after));
         } else {
-            going_on.push(SessionUpdate::of(commit, session, after));
+            going_on.push(SessionUpdate::of(commit, after));
         }
     }
     let (moved, staying) = session_rows(going_on);
