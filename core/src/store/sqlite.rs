@@ -1015,6 +1015,7 @@ fn push_session_updates(
     status: bool,
     now_ms: i64,
 ) -> Result<(), StoreError> {
+    let mut states = Texts::default();
     let rows: Vec<_> = rows
         .iter()
         .map(|u| {
@@ -1026,7 +1027,7 @@ fn push_session_updates(
                 s.language.as_deref(),
                 s.country.as_deref(),
                 s.timezone.as_deref(),
-                &*u.after.state,
+                states.add(s.state.as_json()),
                 u.after.pending.as_deref(),
                 s.status.as_str(),
             )
@@ -1034,8 +1035,10 @@ fn push_session_updates(
         .collect();
     sql.push(
         "UPDATE sessions SET current_agent = v.value->>2, language = v.value->>3, country = v.value->>4, \
-         timezone = v.value->>5, state = v.value->>6, pending_options = v.value->>7, ",
+         timezone = v.value->>5, state = ",
     );
+    states.push_text(sql, "v.value->6");
+    sql.push(", pending_options = v.value->>7, ");
     if status {
         sql.push("status = v.value->>8, ");
     }
@@ -1044,6 +1047,32 @@ fn push_session_updates(
     push_rows(sql, &rows)?;
     sql.push(" AS v WHERE sessions.id = v.value->>0 AND sessions.version = v.value->>1");
     Ok(())
+}
+
+/// Long texts of a statement's rows (sessions' states, a few KB each) bound as one BLOB,
+/// each row carrying where its text lies in it, `[start, length]` ([`Texts::add`]): in the
+/// rows' JSON ([`push_rows`]) each would be escaped on the way in and parsed back by
+/// SQLite (profiled under load: 4 % of all CPU for the states), while a slice of a BLOB is
+/// a copy.
+#[derive(Default)]
+struct Texts(Vec<u8>);
+
+impl Texts {
+    /// `text` appended; returns where a row finds it (SQLite's `substr` counts from 1).
+    fn add(&mut self, text: &str) -> [usize; 2] {
+        let start = self.0.len() + 1;
+        self.0.extend_from_slice(text.as_bytes());
+        [start, text.len()]
+    }
+
+    /// The text whose place is `place` (a JSON array `[start, length]` of the row,
+    /// [`Texts::add`]), the BLOB bound here. (Every text came from a `&str` whole: the bytes
+    /// are UTF-8, which `CAST` reads them as.)
+    fn push_text(&mut self, sql: &mut Sql<'_>, place: &str) {
+        sql.push("CAST(substr(")
+            .push_bind(std::mem::take(&mut self.0))
+            .push(format!(", {place}->>0, {place}->>1) AS TEXT)"));
+    }
 }
 
 /// A session row to update: as the turn leaves it (with the version it loaded; its state
@@ -1064,26 +1093,18 @@ impl<'a> SessionUpdate<'a> {
 
 /// What a turn's rows need of its session, worked out by the turn's own task
 /// ([`Store::commit_turn`], in parallel with the other turns) rather than on the writer's
-/// thread, which every turn waits for: the session as the turn leaves it, its state as a
-/// JSON string, escaped for the batch's rows ([`push_rows`]; profiled under load, the
-/// escaping was 14 % of the writer thread's time), and its pending options as JSON.
+/// thread, which every turn waits for: the session as the turn leaves it and its pending
+/// options as JSON.
 struct Prepared {
     session: SessionRecord,
-    state: Box<serde_json::value::RawValue>,
     pending: Option<String>,
 }
 
 impl Prepared {
     fn of(commit: &TurnCommit) -> Result<Self, StoreError> {
         let session = applied(commit);
-        let state = serde_json::value::to_raw_value(session.state.as_json())
-            .map_err(|e| corrupt("session state", e))?;
         let pending = pending_json(&session)?;
-        Ok(Prepared {
-            session,
-            state,
-            pending,
-        })
+        Ok(Prepared { session, pending })
     }
 }
 
@@ -1191,13 +1212,14 @@ fn push_users(
     Ok(())
 }
 
-/// New sessions at version 1, their state and pending options as [`Prepared`] wrote them;
+/// New sessions at version 1, their pending options as [`Prepared`] wrote them;
 /// a session without an id yet (0) gets SQLite's.
 fn push_new_sessions(
     sql: &mut Sql<'_>,
     sessions: &[(&SessionRecord, &Prepared)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
+    let mut states = Texts::default();
     let rows: Vec<_> = sessions
         .iter()
         .map(|(s, after)| {
@@ -1213,7 +1235,7 @@ fn push_new_sessions(
                 s.language.as_deref(),
                 s.country.as_deref(),
                 s.timezone.as_deref(),
-                &*after.state,
+                states.add(s.state.as_json()),
                 after.pending.as_deref(),
                 s.status.as_str(),
             )
@@ -1223,8 +1245,10 @@ fn push_new_sessions(
         "INSERT INTO sessions (id, platform, chat, thread, user_id, flow, current_agent, language, country, \
          timezone, state, pending_options, status, version, created_ms, updated_ms) \
          SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, \
-         value->>8, value->>9, value->>10, value->>11, value->>12, 1, ",
+         value->>8, value->>9, ",
     );
+    states.push_text(sql, "value->10");
+    sql.push(", value->>11, value->>12, 1, ");
     sql.push_bind(now_ms)
         .push(", ")
         .push_bind(now_ms)
