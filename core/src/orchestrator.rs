@@ -258,16 +258,19 @@ impl Orchestrator {
         }
         // replies the last run committed but did not deliver (it stopped in between), once
         // per session and before any of these messages is handled (whose own replies are
-        // marked delivered only with the writer's next batch)
-        let mut seen = std::collections::HashSet::new();
-        for key in pending
-            .iter()
-            .map(Incoming::key)
-            .filter(|k| seen.insert(k.clone()))
-        {
-            if let Some(session) = self.store.active_session(&key).await? {
-                self.send_unreached(&key, &session, &[], outbox).await;
-            }
+        // marked delivered only with the writer's next batch). Looked up by the replies, not
+        // by the messages left: a message whose turn committed may have left no entry
+        // (see `Store::inbox_put`).
+        let unreached = self.store.unreached_sessions(platform).await?;
+        if !unreached.is_empty() {
+            tracing::info!(
+                sessions = unreached.len(),
+                "sending replies the last run did not deliver"
+            );
+        }
+        for session in unreached {
+            self.send_unreached(&session.key, &session, &[], outbox)
+                .await;
         }
         for incoming in pending {
             let (chat, id) = (incoming.chat.clone(), incoming.message_id.clone());

@@ -383,6 +383,12 @@ pub trait Store: Send + Sync {
     async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
     /// Assistant messages committed but not yet delivered (after a crash), oldest first.
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;
+    /// The sessions of `platform` with a committed reply not yet delivered (a stop came
+    /// between its commit and its delivery, or the delivery failed), oldest reply first.
+    async fn unreached_sessions(
+        &self,
+        platform: crate::message::Platform,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
     /// Model calls made outside a committed turn (a failed turn's calls).
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
     /// The ledger, optionally for one session, oldest first.
@@ -432,8 +438,10 @@ pub trait Store: Send + Sync {
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
     /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn). It
     /// may return before the entry is committed: writes commit in the order they are asked
-    /// for, so it commits with or before the turn that follows it, within the writer's next
-    /// batch (a crash before that loses the message as one before the call would).
+    /// for, so it commits with or before the turn that follows it (a crash before that loses
+    /// the message as one before the call would). An entry that would commit with its turn
+    /// is not written at all: the turn's dedupe row says it is done, and its replies, should
+    /// the bot stop before they are delivered, are found by [`Store::unreached_sessions`].
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError>;
     /// Clears a handled message. It may return before the clear is committed (it rides with
     /// the next write; [`Store::close`] writes what is queued): a clear lost in a crash only

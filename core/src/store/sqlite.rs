@@ -2359,6 +2359,23 @@ impl Store for SqliteStore {
         rows.iter().map(message_from_row).collect()
     }
 
+    async fn unreached_sessions(
+        &self,
+        platform: crate::message::Platform,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        // (the undelivered messages through `messages_undelivered`, a few at most)
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions JOIN \
+             (SELECT session_id, min(id) AS first FROM messages WHERE delivered = 0 GROUP BY session_id) AS u \
+             ON sessions.id = u.session_id WHERE sessions.platform = ? ORDER BY u.first"
+        ))
+        .bind(platform.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("listing sessions with undelivered replies"))?;
+        rows.iter().map(session_from_row).collect()
+    }
+
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError> {
         if calls.is_empty() {
             return Ok(());
@@ -3129,6 +3146,66 @@ pub(crate) mod tests {
         let (first, results, ()) = tokio::join!(occupy, batch, release);
         first.expect("the first turn commits");
         results
+    }
+
+    #[tokio::test]
+    async fn sessions_with_replies_not_delivered_are_found_until_the_replies_are_marked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+        let store = SqliteStore::connect(&url).await.expect("opens");
+        let said = |text: &str| {
+            vec![
+                StateChange::AddUserMessage { text: "hi".into() },
+                StateChange::AddAssistantMessage { text: text.into() },
+            ]
+        };
+        let mut turns = Vec::new();
+        for (chat, id) in [("a", "m1"), ("b", "m2"), ("c", "m3")] {
+            let session = SessionRecord::draft(place(chat), "assistant");
+            let turn = store
+                .commit_turn(turn_in_place(session, id, said(&format!("to {chat}"))))
+                .await
+                .expect("commits");
+            turns.push(turn);
+        }
+        // b's reply reached its user; a's and c's did not
+        store
+            .mark_delivered(&turns[1].assistant_message_ids)
+            .await
+            .expect("marks");
+        store.close().await;
+        let store = SqliteStore::connect(&url).await.expect("reopens");
+        let unreached = store
+            .unreached_sessions(Platform::Console)
+            .await
+            .expect("lists");
+        let ids: Vec<i64> = unreached.iter().map(|s| s.id).collect();
+        assert_eq!(ids, [turns[0].session.id, turns[2].session.id]);
+        assert_eq!(unreached[1].key, place("c"));
+        // another platform's sessions are not these
+        assert!(
+            store
+                .unreached_sessions(Platform::Telegram)
+                .await
+                .expect("lists")
+                .is_empty()
+        );
+        for turn in [&turns[0], &turns[2]] {
+            store
+                .mark_delivered(&turn.assistant_message_ids)
+                .await
+                .expect("marks");
+        }
+        store.close().await;
+        let store = SqliteStore::connect(&url).await.expect("reopens");
+        assert!(
+            store
+                .unreached_sessions(Platform::Console)
+                .await
+                .expect("lists")
+                .is_empty()
+        );
+        store.close().await;
     }
 
     /// The fast path numbers messages itself (no row comes back from its query): the ids a
