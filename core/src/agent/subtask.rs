@@ -95,23 +95,31 @@ pub async fn subtask_result<T: Send>(
 /// characters, oldest first, with a count of what was left out.
 pub fn summarize(history: &[StoredMessage], max_lines: usize) -> String {
     let skip = history.len().saturating_sub(max_lines);
-    let mut out = String::new();
+    let shown = &history[skip..];
+    // written in one pass into one string (every sub-agent of a turn asks for one)
+    let mut out = String::with_capacity(
+        40 + shown
+            .iter()
+            .map(|m| 12 + m.text.len().min(4 * 300))
+            .sum::<usize>(),
+    );
     if skip > 0 {
         out.push_str(&format!("({skip} earlier messages omitted)\n"));
     }
-    for message in &history[skip..] {
-        let who = match message.role {
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-            Role::System => "System",
-        };
-        let text: String = message.text.chars().take(300).collect();
-        let cut = if message.text.chars().count() > 300 {
-            "…"
-        } else {
-            ""
-        };
-        out.push_str(&format!("{who}: {}{cut}\n", text.replace('\n', " ")));
+    for message in shown {
+        out.push_str(match message.role {
+            Role::User => "User: ",
+            Role::Assistant => "Assistant: ",
+            Role::System => "System: ",
+        });
+        let mut chars = message.text.chars();
+        for c in chars.by_ref().take(300) {
+            out.push(if c == '\n' { ' ' } else { c });
+        }
+        if chars.next().is_some() {
+            out.push('…');
+        }
+        out.push('\n');
     }
     out
 }
@@ -155,6 +163,25 @@ mod tests {
             text: text.into(),
             at: chrono::Utc::now(),
         }
+    }
+
+    #[test]
+    fn a_summary_keeps_the_last_lines_each_on_one_line_and_cut_to_300_characters() {
+        let long: String = "あ".repeat(300);
+        let history = vec![
+            message(Role::User, "left out"),
+            message(Role::Assistant, "first\nsecond"),
+            message(Role::User, &long),
+            message(Role::User, &format!("{long}x")),
+        ];
+        assert_eq!(
+            summarize(&history, 3),
+            format!(
+                "(1 earlier messages omitted)\nAssistant: first second\nUser: {long}\nUser: {long}…\n"
+            )
+        );
+        assert_eq!(summarize(&history[1..2], 5), "Assistant: first second\n");
+        assert_eq!(summarize(&[], 5), "");
     }
 
     #[tokio::test]
