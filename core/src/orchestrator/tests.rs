@@ -731,21 +731,20 @@ async fn a_message_cut_short_by_a_stop_is_handled_once_at_the_next_start() {
     store.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_cut_short_is_sent_at_the_next_start_though_its_message_left_no_entry() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let probe = Arc::new(Probe::new(None));
-    // as when the message's inbox entry committed with its turn (and so was never
-    // written): nothing in the inbox points at the session
-    let (orchestrator, store) = on_file(&url, probe.clone()).await;
+/// A first run on `url` that commits the turn of message "m1" (through the inbox if
+/// `durable`), then stops while the platform takes the reply.
+async fn stopped_before_delivery(url: &str, probe: &Arc<Probe>, durable: bool) {
+    let (orchestrator, store) = on_file(url, probe.clone()).await;
     let outbox = Arc::new(Flaky::default());
     outbox.hung.store(true, Ordering::SeqCst);
     let sending = outbox.clone();
     let turn = tokio::spawn(async move {
-        orchestrator
-            .handle(text("c", "m1", "one"), sending.as_ref())
-            .await
+        let message = text("c", "m1", "one");
+        if durable {
+            orchestrator.handle_durable(message, sending.as_ref()).await
+        } else {
+            orchestrator.handle(message, sending.as_ref()).await
+        }
     });
     let key = text("c", "m1", "one").key();
     eventually("the turn commits before its delivery", || async {
@@ -753,6 +752,16 @@ async fn a_reply_cut_short_is_sent_at_the_next_start_though_its_message_left_no_
     })
     .await;
     stop(turn, store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_cut_short_is_sent_at_the_next_start_though_its_message_left_no_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let probe = Arc::new(Probe::new(None));
+    // as when the message's inbox entry committed with its turn (and so was never
+    // written): nothing in the inbox points at the session
+    stopped_before_delivery(&url, &probe, false).await;
 
     let (orchestrator, store) = on_file(&url, probe.clone()).await;
     let outbox = Flaky::default();
@@ -875,25 +884,10 @@ async fn a_reply_committed_but_cut_short_by_a_stop_is_sent_at_the_next_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
     let probe = Arc::new(Probe::new(None));
-    // the first run commits the turn, then stops while the platform takes the reply
-    let (orchestrator, store) = on_file(&url, probe.clone()).await;
-    let outbox = Arc::new(Flaky::default());
-    outbox.hung.store(true, Ordering::SeqCst);
-    let sending = outbox.clone();
-    let turn = tokio::spawn(async move {
-        orchestrator
-            .handle_durable(text("c", "m1", "one"), sending.as_ref())
-            .await
-    });
-    let key = text("c", "m1", "one").key();
-    eventually("the turn commits before its delivery", || async {
-        store.active_session(&key).await.expect("loads").is_some()
-    })
-    .await;
-    stop(turn, store).await;
+    stopped_before_delivery(&url, &probe, true).await;
 
     // the next run sends the reply, and the message itself is a duplicate (its entry
-    // committed before its turn; one that commits with it is not written: the test below)
+    // committed before its turn; one that commits with it is not written: the test before)
     let (orchestrator, store) = on_file(&url, probe.clone()).await;
     let outbox = Flaky::default();
     let replayed = orchestrator
