@@ -754,6 +754,21 @@ async fn stopped_before_delivery(url: &str, probe: &Arc<Probe>, durable: bool) {
     stop(turn, store).await;
 }
 
+/// The next run on `url`: sends the reply a stop cut short, late, without a second turn.
+/// Returns how many messages it replayed from the inbox.
+async fn next_start_sends_the_reply(url: &str, probe: &Arc<Probe>) -> usize {
+    let (orchestrator, store) = on_file(url, probe.clone()).await;
+    let outbox = Flaky::default();
+    let replayed = orchestrator
+        .replay_inbox(Platform::Console, &outbox)
+        .await
+        .expect("replays");
+    assert_eq!(outbox.took.texts(), [LATE, "got one"]);
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
+    store.close().await;
+    replayed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_cut_short_is_sent_at_the_next_start_though_its_message_left_no_entry() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -762,17 +777,7 @@ async fn a_reply_cut_short_is_sent_at_the_next_start_though_its_message_left_no_
     // as when the message's inbox entry committed with its turn (and so was never
     // written): nothing in the inbox points at the session
     stopped_before_delivery(&url, &probe, false).await;
-
-    let (orchestrator, store) = on_file(&url, probe.clone()).await;
-    let outbox = Flaky::default();
-    let replayed = orchestrator
-        .replay_inbox(Platform::Console, &outbox)
-        .await
-        .expect("replays");
-    assert_eq!(replayed, 0);
-    assert_eq!(outbox.took.texts(), [LATE, "got one"]);
-    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
-    store.close().await;
+    assert_eq!(next_start_sends_the_reply(&url, &probe).await, 0);
     // sent once: the next start finds nothing more to send
     let (orchestrator, store) = on_file(&url, probe.clone()).await;
     let outbox = Flaky::default();
@@ -885,17 +890,8 @@ async fn a_reply_committed_but_cut_short_by_a_stop_is_sent_at_the_next_start() {
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
     let probe = Arc::new(Probe::new(None));
     stopped_before_delivery(&url, &probe, true).await;
-
     // the next run sends the reply, and the message itself is a duplicate (its entry
     // committed before its turn; one that commits with it is not written: the test before)
-    let (orchestrator, store) = on_file(&url, probe.clone()).await;
-    let outbox = Flaky::default();
-    let replayed = orchestrator
-        .replay_inbox(Platform::Console, &outbox)
-        .await
-        .expect("replays");
+    let replayed = next_start_sends_the_reply(&url, &probe).await;
     assert!(replayed <= 1, "{replayed} messages replayed");
-    assert_eq!(outbox.took.texts(), [LATE, "got one"]);
-    assert_eq!(probe.turns.load(Ordering::SeqCst), 1);
-    store.close().await;
 }
