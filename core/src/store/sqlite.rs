@@ -1075,8 +1075,8 @@ impl Texts {
     }
 }
 
-/// A session row to update: as the turn leaves it (with the version it loaded; its state
-/// and options as written, [`Prepared`]), and whether the turn changed its status.
+/// A session row to update: as the turn leaves it (with the version it loaded; its pending
+/// options as written, [`Prepared`]), and whether the turn changed its status.
 struct SessionUpdate<'a> {
     after: &'a Prepared,
     status_changed: bool,
@@ -3153,17 +3153,15 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
         let store = SqliteStore::connect(&url).await.expect("opens");
-        let said = |text: &str| {
-            vec![
-                StateChange::AddUserMessage { text: "hi".into() },
-                StateChange::AddAssistantMessage { text: text.into() },
-            ]
-        };
         let mut turns = Vec::new();
         for (chat, id) in [("a", "m1"), ("b", "m2"), ("c", "m3")] {
             let session = SessionRecord::draft(place(chat), "assistant");
             let turn = store
-                .commit_turn(turn_in_place(session, id, said(&format!("to {chat}"))))
+                .commit_turn(turn_in_place(
+                    session,
+                    id,
+                    said("hi", &format!("to {chat}")),
+                ))
                 .await
                 .expect("commits");
             turns.push(turn);
