@@ -19,7 +19,7 @@ use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -205,6 +205,55 @@ fn rss_peak_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// How often the stall probe asks to wake ([`probe_stalls`]).
+const PROBE_PERIOD: Duration = Duration::from_millis(5);
+
+/// The machine's own stalls while the bench runs (a thread that only sleeps, as jHiccup
+/// does): for each [`PROBE_PERIOD`] sleep until `stop`, how much later than asked it woke,
+/// in milliseconds. That lateness is the scheduling delay at this load plus whatever held
+/// the whole machine (a virtual machine's host, memory pressure); no turn can be answered
+/// faster, so a p99 near it is the machine's, not the bot's. (On the 2-core bench VM at
+/// 5,000 turns/s: with the database's checkpoints writing ~100 MB/s, every thread there,
+/// another process's too, stopped for 8–15 ms about every 100 ms while the host took 4 %
+/// of the CPU time ([`cpu_ticks`]); with the checkpoints held back, neither.)
+fn probe_stalls(stop: Arc<AtomicBool>) -> Vec<f64> {
+    let mut late = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let asked = Instant::now();
+        std::thread::sleep(PROBE_PERIOD);
+        let slept = asked.elapsed().saturating_sub(PROBE_PERIOD);
+        late.push(slept.as_secs_f64() * 1000.0);
+    }
+    late
+}
+
+/// The machine's CPU time so far, in clock ticks: (stolen, all), from the first line of
+/// `/proc/stat` (`None` where there is none). Stolen time is time a virtual machine's
+/// vCPUs were ready to run but its host ran something else (on the bench VM: the host
+/// writing the database's pages to disk).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map_while(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is counted in user)
+    let steal = *fields.get(7)?;
+    Some((steal, fields.iter().take(8).sum()))
+}
+
+/// Sets its flag when dropped: the stall probe stops however the run ends.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -269,6 +318,15 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
     // `concurrency` simulated users at a time, each a task that takes the next user when
     // its user is done: a user who is not talking is only rows in SQLite, as in the bot
     let next_user = Arc::new(AtomicUsize::new(0));
+    let stop_probe = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let probe = {
+        let stop = stop_probe.0.clone();
+        std::thread::Builder::new()
+            .name("bench-stalls".into())
+            .spawn(move || probe_stalls(stop))
+            .context("cannot start the stall probe")?
+    };
+    let ticks_before = cpu_ticks();
     let started = Instant::now();
     let workers = options.concurrency.clamp(1, options.sessions);
     // open loop: each user sends every `workers / rate` seconds, the users spread evenly
@@ -331,6 +389,18 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         }
     }
     let wall = started.elapsed().as_secs_f64();
+    drop(stop_probe);
+    // the share of the machine's CPU time its host took while the bench ran
+    let steal_pct = match (ticks_before, cpu_ticks()) {
+        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+            Some(100.0 * s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+        }
+        _ => None,
+    };
+    let mut stalls = probe
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stall probe panicked"))?;
+    stalls.sort_by(f64::total_cmp);
     let turns = all.len();
     all.sort_by(f64::total_cmp);
     let mean = |v: &[f64]| {
@@ -365,5 +435,8 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         "turns": turns,
         "wall_secs": round(wall),
         "offered_rate": options.rate,
+        "stall_p99_ms": round(percentile(&stalls, 0.99)),
+        "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
+        "cpu_steal_pct": steal_pct.map(round),
     }))
 }

@@ -446,6 +446,18 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
     let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
     assert_eq!(report["turns"], 66);
     assert_eq!(report["offered_rate"], 400.0);
+    // the stall probe woke ~every 5 ms while the 66 turns took at least 162 ms
+    let (stall_p99, stall_max) = (
+        report["stall_p99_ms"].as_f64().expect("stall_p99_ms"),
+        report["stall_max_ms"].as_f64().expect("stall_max_ms"),
+    );
+    assert!(
+        (0.0..=stall_max).contains(&stall_p99),
+        "stall p99 {stall_p99} ms, max {stall_max} ms"
+    );
+    // Linux: the share of CPU time a host took, from /proc/stat
+    let steal = report["cpu_steal_pct"].as_f64().expect("cpu_steal_pct");
+    assert!((0.0..=100.0).contains(&steal), "steal {steal} %");
     // paced: the 66th message is not sent before 65 / 400 s
     let wall = report["wall_secs"].as_f64().expect("wall_secs");
     assert!(wall >= 0.162, "66 turns at 400/s took only {wall} s");
