@@ -397,8 +397,10 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         }
         _ => None,
     };
-    let mut stalls = probe
-        .join()
+    // (it wakes within one period: joined off the runtime's threads)
+    let mut stalls = tokio::task::spawn_blocking(move || probe.join())
+        .await
+        .context("waiting for the stall probe")?
         .map_err(|_| anyhow::anyhow!("the stall probe panicked"))?;
     stalls.sort_by(f64::total_cmp);
     let turns = all.len();
