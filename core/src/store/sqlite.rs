@@ -1174,7 +1174,7 @@ fn push_finished(sql: &mut Sql<'_>, ids: &[i64], now_ms: i64) -> Result<(), Stor
     sql.push("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ");
     sql.push_bind(now_ms)
         .push(" WHERE id IN (SELECT value FROM ");
-    push_rows(sql, ids)?;
+    push_ids(sql, ids)?;
     sql.push(")");
     Ok(())
 }
@@ -1973,17 +1973,32 @@ async fn mark_delivered_in(
 
 fn push_delivered(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
     sql.push("UPDATE messages SET delivered = 1 WHERE id IN (SELECT value FROM ");
-    push_rows(sql, ids)?;
+    push_ids(sql, ids)?;
     sql.push(")");
     Ok(())
 }
 
-/// `json_each(?)` of `rows` as one JSON array (each row an array of its values, which the
-/// statement reads as `value->>0`, `value->>1`, …): one argument instead of one per value,
+/// `rows` as one JSON array bound as one argument (each row an array of its values, which
+/// the statement reads as `value->>0`, `value->>1`, …) instead of one argument per value,
 /// so that a statement's text — and the statement SQLite prepares for it once per
 /// connection — is the same for any number of rows.
+///
+/// `json_each` gives each row back as JSON text, and every `value->>n` would parse that
+/// text again (profiled under load: 6 % of all CPU time, for sessions' thirteen columns).
+/// Each row is turned into SQLite's binary JSON once instead, in a subquery that SQLite
+/// runs beside the statement rather than folding it into each column (an `OFFSET` keeps
+/// it from doing that), and `->>` reads the binary form in place.
 fn push_rows<T: serde::Serialize>(sql: &mut Sql<'_>, rows: &[T]) -> Result<(), StoreError> {
     let json = serde_json::to_string(rows).map_err(|e| corrupt("rows to write", e))?;
+    sql.push("(SELECT jsonb(value) AS value FROM json_each(")
+        .push_bind(json)
+        .push(") LIMIT -1 OFFSET 0)");
+    Ok(())
+}
+
+/// `ids` as the rows of a one-column table `value` (one argument, [`push_rows`]).
+fn push_ids(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
+    let json = serde_json::to_string(ids).map_err(|e| corrupt("ids to write", e))?;
     sql.push("json_each(").push_bind(json).push(")");
     Ok(())
 }
