@@ -40,22 +40,37 @@ impl FieldStatus {
     }
 }
 
+/// What is empty is left out of the stored state (a session's state is parsed and written
+/// again every turn, and most fields carry no facts, prefill or feedback): a missing key
+/// reads as empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldProgress {
     pub status: FieldStatus,
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub follow_ups: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// fact key → what the applicant said
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub facts: BTreeMap<String, String>,
     /// A value found in an answer to an earlier field, reviewed before asking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill: Option<String>,
     /// What the last review found missing (drives the follow-up).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_facts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
     /// The question the applicant is answering now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<String>,
     /// Every answer given for this field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answers: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One question sent, bound to its field.
@@ -75,7 +90,7 @@ pub struct InterviewState {
     pub country: Option<String>,
     pub timezone: Option<String>,
     /// Time zones offered when the country has several.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zone_choices: Vec<String>,
     /// Field ids in interview order (the Architect's plan).
     pub plan: Vec<String>,
@@ -148,5 +163,51 @@ impl InterviewState {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_parts_are_left_out_and_a_state_written_with_them_still_reads() {
+        let mut state = InterviewState {
+            form_id: "engineer".into(),
+            plan: vec!["email".into(), "skills".into()],
+            ..Default::default()
+        };
+        let email = state.field_mut("email");
+        email.status = FieldStatus::Done;
+        email.value = Some("hanako@example.com".into());
+        email.answers = vec!["hanako@example.com".into()];
+        state.field_mut("skills").follow_ups = 1;
+
+        let json = serde_json::to_string(&state).expect("state to JSON");
+        for empty in [
+            "facts",
+            "prefill",
+            "missing_facts",
+            "feedback",
+            "zone_choices",
+        ] {
+            assert!(!json.contains(empty), "{empty} written in {json}");
+        }
+        assert!(json.contains(r#""follow_ups":1"#), "{json}");
+        let back: InterviewState = serde_json::from_str(&json).expect("state from JSON");
+        assert_eq!(back, state);
+
+        // as the release before this one wrote it: every key, empty or not
+        let old = r#"{"form_id":"engineer","stage":"interviewing","language":"en","country":"JP",
+            "timezone":"Asia/Tokyo","zone_choices":[],"plan":["email"],"fields":{"email":{"status":"done",
+            "follow_ups":0,"value":"hanako@example.com","facts":{},"prefill":null,"missing_facts":[],
+            "feedback":null,"question":"Your email?","answers":["hanako@example.com"]}},"current":null,
+            "asked":[],"audit":null,"blocked_drafts":0}"#;
+        let old: InterviewState = serde_json::from_str(old).expect("old state");
+        let email = old.field("email");
+        assert_eq!(email.status, FieldStatus::Done);
+        assert_eq!(email.value.as_deref(), Some("hanako@example.com"));
+        assert_eq!(email.question.as_deref(), Some("Your email?"));
+        assert!(email.facts.is_empty() && email.missing_facts.is_empty());
     }
 }
