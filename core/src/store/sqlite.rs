@@ -1174,7 +1174,7 @@ fn push_finished(sql: &mut Sql<'_>, ids: &[i64], now_ms: i64) -> Result<(), Stor
     sql.push("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ");
     sql.push_bind(now_ms)
         .push(" WHERE id IN (SELECT value FROM ");
-    push_ids(sql, ids)?;
+    push_each(sql, ids)?;
     sql.push(")");
     Ok(())
 }
@@ -1973,7 +1973,7 @@ async fn mark_delivered_in(
 
 fn push_delivered(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
     sql.push("UPDATE messages SET delivered = 1 WHERE id IN (SELECT value FROM ");
-    push_ids(sql, ids)?;
+    push_each(sql, ids)?;
     sql.push(")");
     Ok(())
 }
@@ -1989,16 +1989,16 @@ fn push_delivered(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
 /// runs beside the statement rather than folding it into each column (an `OFFSET` keeps
 /// it from doing that), and `->>` reads the binary form in place.
 fn push_rows<T: serde::Serialize>(sql: &mut Sql<'_>, rows: &[T]) -> Result<(), StoreError> {
-    let json = serde_json::to_string(rows).map_err(|e| corrupt("rows to write", e))?;
-    sql.push("(SELECT jsonb(value) AS value FROM json_each(")
-        .push_bind(json)
-        .push(") LIMIT -1 OFFSET 0)");
+    sql.push("(SELECT jsonb(value) AS value FROM ");
+    push_each(sql, rows)?;
+    sql.push(" LIMIT -1 OFFSET 0)");
     Ok(())
 }
 
-/// `ids` as the rows of a one-column table `value` (one argument, [`push_rows`]).
-fn push_ids(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
-    let json = serde_json::to_string(ids).map_err(|e| corrupt("ids to write", e))?;
+/// `json_each(?)` of `items` as one JSON array: each item a row of the one column `value`
+/// (as is for ids; [`push_rows`] for rows of several values).
+fn push_each<T: serde::Serialize>(sql: &mut Sql<'_>, items: &[T]) -> Result<(), StoreError> {
+    let json = serde_json::to_string(items).map_err(|e| corrupt("rows to write", e))?;
     sql.push("json_each(").push_bind(json).push(")");
     Ok(())
 }
