@@ -133,7 +133,8 @@ async fn group_commit(
 type WriteGate = std::sync::Arc<tokio::sync::Mutex<()>>;
 
 /// Checkpoints the WAL into the database file every 50 ms on a connection of its own, and
-/// restarts the WAL from its beginning once it holds [`WAL_RESTART_FRAMES`] frames. Ends,
+/// restarts the WAL from its beginning once it holds `restart_frames` frames
+/// ([`WAL_RESTART_BYTES`] of pages). Ends,
 /// closing its connection, when `stop` fires or is dropped.
 ///
 /// A PASSIVE checkpoint never blocks the writer or a reader, but under a steady stream of
@@ -238,14 +239,33 @@ async fn sync_data(file: &Arc<std::fs::File>) {
     }
 }
 
-/// WAL frames (pages) past which the checkpointer restarts the WAL (64 MB of 4 KB pages;
-/// a WAL file keeps its largest size). Each restart pauses the writer for a checkpoint's
-/// two syncs (10–25 ms on the bench machine before the database file was flushed ahead of
-/// the pause, 1–8 ms since), so the fewer the better: measured at 1,000
-/// turns/s (~9,000 pages a second), every 10,000 frames p99 10–13 ms, every 16,384 7 ms,
-/// every 32,768 6 ms (single runs each). Under a light load the WAL restarts on its own,
-/// long before.
-const WAL_RESTART_FRAMES: i64 = 16_384;
+/// WAL bytes past which the checkpointer restarts the WAL (a WAL file keeps its largest
+/// size, reached only under a load the WAL cannot restart by itself under). Each restart
+/// pauses the writer for a checkpoint's two syncs (1–8 ms on the bench VM, tens of ms
+/// when its host is busy), and those pauses are what the slowest turns wait for: measured
+/// with `kaiwa bench` at 5,000 turns/s, 100,000 turns, every 64 MiB of 4 KiB frames made
+/// 39–45 pauses in 20 s, 230–360 ms in all, p99 19–49 ms (6 runs); every 256 MiB of
+/// 2 KiB frames 7–8 pauses, 37–151 ms in all, p99 9.6–31 ms (8 runs, interleaved with
+/// those). Under a light load the WAL restarts on its own, long before.
+const WAL_RESTART_BYTES: i64 = 256 << 20;
+
+/// The page size of a new database (SQLite's default is 4 KiB; an existing database keeps
+/// the size it was made with). Every page a commit touches is a WAL frame that reaches the
+/// disk at the next checkpoint, and most of a turn's pages are touched for one small row
+/// (an index entry, a dedupe key, a message) or a session's ~2 KB state. Measured with
+/// `kaiwa bench` at 5,000 turns/s on the 2-core VM, whose host takes vCPU time for the
+/// disk's work (`cpu_steal_pct`): 2 KiB pages wrote a third fewer bytes to disk than 4 KiB
+/// ones (2.5–2.9 against 3.8–4.5 million 512-byte blocks for 100,000 turns), the host
+/// took half as much (steal 2.2–3.4 % against 4.9–6.2 %) and a thread that only sleeps
+/// woke late by 2.6–3.2 ms at p99 instead of 7.3–8.3. 1 KiB pages wrote less again but
+/// twice the frames (a system call each, and session states over overflow pages), and
+/// their WAL restarts paused the writer twice as long.
+pub const PAGE_SIZE: u32 = 2048;
+
+/// WAL frames of `page_size` bytes that make `bytes`.
+fn frames_of(bytes: i64, page_size: i64) -> i64 {
+    (bytes / page_size.max(512)).max(1)
+}
 
 /// How long a WAL restart waits for readers of older frames (it pauses the writer).
 const RESTART_WAIT: Duration = Duration::from_millis(20);
@@ -496,19 +516,21 @@ impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         // past twice the restart point the writer checkpoints by itself (a long read kept
         // the WAL from restarting, or the checkpointer fell behind)
-        Self::connect_tuned(url, WAL_RESTART_FRAMES, 2 * WAL_RESTART_FRAMES).await
+        Self::connect_tuned(url, WAL_RESTART_BYTES, 2 * WAL_RESTART_BYTES).await
     }
 
     /// [`SqliteStore::connect`], the checkpointer restarting the WAL once it holds
-    /// `restart_frames` pages and the writer checkpointing past `writer_frames`.
+    /// `restart_bytes` of frames and the writer checkpointing past `writer_bytes`.
     async fn connect_tuned(
         url: &str,
-        restart_frames: i64,
-        writer_frames: i64,
+        restart_bytes: i64,
+        writer_bytes: i64,
     ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(StoreError::db("parsing the database URL"))?
             .create_if_missing(true)
+            // before the database file is made (sqlx sets it first); ignored by an existing one
+            .page_size(PAGE_SIZE)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
@@ -543,8 +565,18 @@ impl SqliteStore {
         // and every turn waiting for the writer would wait for that too ([`checkpoints`]
         // does it aside)
         let writer = single()
-            .after_connect(|conn, _| {
+            .after_connect(move |conn, _| {
                 Box::pin(async move {
+                    // in frames of the database's own page size
+                    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    let frames = frames_of(writer_bytes, page_size);
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        format!("PRAGMA wal_autocheckpoint = {frames}").as_str(),
+                    )
+                    .await?;
                     sqlx::Executor::execute(conn, BATCH_CHECKS).await?;
                     Ok(())
                 })
@@ -552,7 +584,6 @@ impl SqliteStore {
             .connect_with(
                 options
                     .clone()
-                    .pragma("wal_autocheckpoint", writer_frames.to_string())
                     // a statement that changes many rows inside a transaction keeps the pages
                     // it changes in a statement journal, which spills past 64 KiB to a temp
                     // file (profiled under load: writes to it cost the writer 1 % of all CPU,
@@ -597,18 +628,22 @@ impl SqliteStore {
         let checkpointer = if in_memory {
             None
         } else {
-            let conn = options
+            let mut conn = options
                 .clone()
                 .busy_timeout(RESTART_WAIT)
                 .connect()
                 .await
                 .map_err(StoreError::db("opening the database"))?;
+            let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(StoreError::db("reading the page size"))?;
             let (stop, stopped) = oneshot::channel();
             let task = writer_tasks.spawn(checkpoints(
                 conn,
                 stopped,
                 gate,
-                restart_frames,
+                frames_of(restart_bytes, page_size),
                 filename.clone(),
             ));
             Some((stop, task))
@@ -2950,7 +2985,7 @@ pub(crate) mod tests {
         let url = format!("sqlite://{}", path.display());
         // the writer's own checkpoint out of the way: only the checkpointer restarts the WAL
         let store = Arc::new(
-            SqliteStore::connect_tuned(&url, 64, 1_000_000)
+            SqliteStore::connect_tuned(&url, 64 * 1024, 1 << 30)
                 .await
                 .expect("opens"),
         );
@@ -3006,7 +3041,7 @@ pub(crate) mod tests {
     async fn a_long_read_holds_the_wal_restart_up_but_no_turn() {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-        let store = SqliteStore::connect_tuned(&url, 64, 1_000_000)
+        let store = SqliteStore::connect_tuned(&url, 64 * 1024, 1 << 30)
             .await
             .expect("opens");
         let connect = || async {
@@ -3064,7 +3099,7 @@ pub(crate) mod tests {
             .expect("ends");
         // past the backoff, the next turns find the WAL restarted
         tokio::time::sleep(RESTART_BACKOFF + Duration::from_millis(200)).await;
-        talk(&store, 20).await;
+        talk(&store, 5).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             wal_frames(&mut probe).await < 200,
@@ -3488,6 +3523,58 @@ pub(crate) mod tests {
                 .await
                 .expect("checks")
         );
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_new_database_gets_small_pages_and_an_older_one_keeps_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let page_size = |store: &SqliteStore| {
+            let pool = store.pool().clone();
+            async move {
+                sqlx::query_scalar::<_, i64>("PRAGMA page_size")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("page size")
+            }
+        };
+        let fresh = format!("sqlite://{}/new.db", dir.path().display());
+        let store = SqliteStore::connect(&fresh).await.expect("opens");
+        assert_eq!(page_size(&store).await, i64::from(PAGE_SIZE));
+        store.close().await;
+
+        // a database made with SQLite's default pages (as every release before this one did)
+        let older = format!("sqlite://{}/old.db", dir.path().display());
+        let pool = SqlitePoolOptions::new()
+            .connect_with(
+                SqliteConnectOptions::from_str(&older)
+                    .expect("url")
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal),
+            )
+            .await
+            .expect("opens");
+        sqlx::query("CREATE TABLE earlier (x INTEGER)")
+            .execute(&pool)
+            .await
+            .expect("creates");
+        pool.close().await;
+        let store = SqliteStore::connect(&older).await.expect("migrates");
+        assert_eq!(page_size(&store).await, 4096, "the file keeps its pages");
+        let id = store
+            .commit_turn(commit(
+                SessionRecord::draft(key(), "assistant"),
+                "m1",
+                said("hello", "hi"),
+            ))
+            .await
+            .expect("commits")
+            .session
+            .id;
+        store.close().await;
+        let store = SqliteStore::connect(&older).await.expect("reopens");
+        let kept = store.recent_messages(id, 10).await.expect("reads");
+        assert_eq!(kept.len(), 2, "the turn is kept");
         store.close().await;
     }
 
