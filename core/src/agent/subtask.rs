@@ -112,11 +112,24 @@ pub fn summarize(history: &[StoredMessage], max_lines: usize) -> String {
             Role::Assistant => "Assistant: ",
             Role::System => "System: ",
         });
-        let mut chars = message.text.chars();
-        for c in chars.by_ref().take(300) {
-            out.push(if c == '\n' { ' ' } else { c });
+        // copied a line at a time, not a character at a time (300 bytes hold at most 300
+        // characters: most messages need no counting)
+        let text = message.text.as_str();
+        let cut = if text.len() <= 300 {
+            text.len()
+        } else {
+            text.char_indices()
+                .nth(300)
+                .map_or(text.len(), |(at, _)| at)
+        };
+        let (shown, left) = text.split_at(cut);
+        for (i, line) in shown.split('\n').enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(line);
         }
-        if chars.next().is_some() {
+        if !left.is_empty() {
             out.push('…');
         }
         out.push('\n');
@@ -181,6 +194,11 @@ mod tests {
             )
         );
         assert_eq!(summarize(&history[1..2], 5), "Assistant: first second\n");
+        let ascii = "a".repeat(300);
+        assert_eq!(
+            summarize(&[message(Role::User, &format!("{ascii}b"))], 5),
+            format!("User: {ascii}…\n")
+        );
         assert_eq!(summarize(&[], 5), "");
     }
 

@@ -561,12 +561,12 @@ impl InterviewFlow {
         let mut text = pick(&lang, "Here is what I have:\n", "ご回答内容の確認です:\n");
         for id in &st.plan {
             if let Some(field) = form.field(id) {
-                let value = match st.field(id).value {
+                let value = match &st.field(id).value {
                     // a choice shows its label, not its stored value
                     Some(v) => field
                         .options
                         .iter()
-                        .find(|o| o.value == v)
+                        .find(|o| o.value == *v)
                         .map_or(v.clone(), |o| o.label.get(&lang).to_string()),
                     None => pick(&lang, "(not answered)", "（未回答）"),
                 };
@@ -718,7 +718,11 @@ impl InterviewFlow {
                 self.greeting_step(form, st, out);
             }
             Stage::Interviewing => {
-                if let Some(q) = st.current.as_ref().and_then(|id| st.field(id).question) {
+                if let Some(q) = st
+                    .current
+                    .as_ref()
+                    .and_then(|id| st.field(id).question.clone())
+                {
                     out.say(q);
                 }
             }

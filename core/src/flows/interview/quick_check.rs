@@ -69,25 +69,42 @@ fn normalize(q: &str) -> String {
         .collect()
 }
 
-/// Character-bigram similarity (Dice), 0.0 – 1.0; works for Japanese and English alike.
-fn similarity(a: &str, b: &str) -> f64 {
-    let grams = |s: &str| -> Vec<(char, char)> {
-        let chars: Vec<char> = s.chars().collect();
-        chars.windows(2).map(|w| (w[0], w[1])).collect()
-    };
-    let (ga, gb) = (grams(a), grams(b));
-    if ga.is_empty() || gb.is_empty() {
-        return if a == b { 1.0 } else { 0.0 };
+/// A normalized question and its character bigrams, sorted (for [`Bigrams::similarity`]).
+struct Bigrams {
+    text: String,
+    grams: Vec<(char, char)>,
+}
+
+impl Bigrams {
+    fn of(question: &str) -> Bigrams {
+        let text = normalize(question);
+        let chars: Vec<char> = text.chars().collect();
+        let mut grams: Vec<(char, char)> = chars.windows(2).map(|w| (w[0], w[1])).collect();
+        grams.sort_unstable();
+        Bigrams { text, grams }
     }
-    let mut rest = gb.clone();
-    let mut common = 0usize;
-    for g in &ga {
-        if let Some(pos) = rest.iter().position(|x| x == g) {
-            rest.swap_remove(pos);
-            common += 1;
+
+    /// Character-bigram similarity (Dice), 0.0 – 1.0; works for Japanese and English
+    /// alike. Both lists sorted: the bigrams in common are counted in one merge.
+    fn similarity(&self, other: &Bigrams) -> f64 {
+        let (a, b) = (&self.grams, &other.grams);
+        if a.is_empty() || b.is_empty() {
+            return if self.text == other.text { 1.0 } else { 0.0 };
         }
+        let (mut i, mut j, mut common) = (0, 0, 0usize);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    common += 1;
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        (2 * common) as f64 / (a.len() + b.len()) as f64
     }
-    (2 * common) as f64 / (ga.len() + gb.len()) as f64
 }
 
 /// What a pattern of the [`Screener`] stands for.
@@ -238,10 +255,10 @@ pub fn deterministic(
             message: format!("field {field_id:?} is already answered"),
         });
     }
-    let norm = normalize(question);
+    let asked = Bigrams::of(question);
     if let Some(prev) = answered_questions
         .iter()
-        .find(|q| similarity(&normalize(q), &norm) >= 0.85)
+        .find(|q| Bigrams::of(q).similarity(&asked) >= 0.85)
     {
         violations.push(Violation {
             kind: ViolationType::DuplicateQuestion,
@@ -379,6 +396,23 @@ mod tests {
         );
         assert!(
             deterministic(&f, "motivation", "Why do you want to join us?", &[], &[]).is_empty()
+        );
+    }
+
+    #[test]
+    fn similarity_counts_the_bigrams_in_common_with_their_repeats() {
+        let sim = |a: &str, b: &str| Bigrams::of(a).similarity(&Bigrams::of(b));
+        assert!((sim("abcd", "ABC-e") - 2.0 / 3.0).abs() < 1e-9);
+        // "aaa" has "aa" twice, "aa" once: one in common
+        assert!((sim("aaa", "aa") - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(sim("志望動機は？", "志望動機は"), 1.0);
+        assert_eq!(sim("a", "A"), 1.0);
+        assert_eq!(sim("a", "b"), 0.0);
+        assert!(
+            sim(
+                "Why do you want to join us?",
+                "Why do you want to leave your job?"
+            ) < 0.85
         );
     }
 

@@ -104,8 +104,11 @@ pub struct InterviewState {
 }
 
 impl InterviewState {
-    pub fn field(&self, id: &str) -> FieldProgress {
-        self.fields.get(id).cloned().unwrap_or_default()
+    /// A field's progress, borrowed (an untouched field's is empty).
+    pub fn field(&self, id: &str) -> &FieldProgress {
+        static UNTOUCHED: std::sync::LazyLock<FieldProgress> =
+            std::sync::LazyLock::new(FieldProgress::default);
+        self.fields.get(id).unwrap_or(&UNTOUCHED)
     }
 
     pub fn field_mut(&mut self, id: &str) -> &mut FieldProgress {
