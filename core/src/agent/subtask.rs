@@ -21,7 +21,14 @@ pub struct SubtaskContext {
 impl SubtaskContext {
     /// The context as one user message.
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        let facts: usize = self
+            .collected_facts
+            .iter()
+            .map(|(key, value)| key.len() + value.len() + 5)
+            .sum();
+        let mut out = String::with_capacity(
+            80 + self.conversation_summary.len() + self.current_item.len() + facts,
+        );
         out.push_str("## Conversation so far\n");
         if self.conversation_summary.trim().is_empty() {
             out.push_str("(nothing yet)\n");
@@ -36,7 +43,9 @@ impl SubtaskContext {
             out.push_str("(none)\n");
         }
         for (key, value) in &self.collected_facts {
-            out.push_str(&format!("- {key}: {value}\n"));
+            for piece in ["- ", key, ": ", value, "\n"] {
+                out.push_str(piece);
+            }
         }
         out
     }

@@ -62,26 +62,39 @@ fn lowercase(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn normalize(q: &str) -> String {
-    q.to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric())
-        .collect()
-}
-
-/// A normalized question and its character bigrams, sorted (for [`Bigrams::similarity`]).
+/// A question's character bigrams, lowercase, letters and digits only, sorted (two
+/// characters packed in one integer), for [`Bigrams::similarity`].
 struct Bigrams {
-    text: String,
-    grams: Vec<(char, char)>,
+    grams: Vec<u64>,
+    /// The normalized question when it is shorter than a bigram ("" or one character).
+    short: Option<Option<char>>,
 }
 
 impl Bigrams {
     fn of(question: &str) -> Bigrams {
-        let text = normalize(question);
-        let chars: Vec<char> = text.chars().collect();
-        let mut grams: Vec<(char, char)> = chars.windows(2).map(|w| (w[0], w[1])).collect();
+        let mut grams = Vec::with_capacity(question.len());
+        let mut previous: Option<char> = None;
+        let mut add = |c: char| {
+            if let Some(p) = previous {
+                grams.push(u64::from(p) << 32 | u64::from(c));
+            }
+            previous = Some(c);
+        };
+        for c in question.chars() {
+            if c.is_ascii() {
+                // most questions' characters: no Unicode tables needed
+                if c.is_ascii_alphanumeric() {
+                    add(c.to_ascii_lowercase());
+                }
+            } else {
+                c.to_lowercase()
+                    .filter(|c| c.is_alphanumeric())
+                    .for_each(&mut add);
+            }
+        }
         grams.sort_unstable();
-        Bigrams { text, grams }
+        let short = grams.is_empty().then_some(previous);
+        Bigrams { grams, short }
     }
 
     /// Character-bigram similarity (Dice), 0.0 – 1.0; works for Japanese and English
@@ -89,7 +102,7 @@ impl Bigrams {
     fn similarity(&self, other: &Bigrams) -> f64 {
         let (a, b) = (&self.grams, &other.grams);
         if a.is_empty() || b.is_empty() {
-            return if self.text == other.text { 1.0 } else { 0.0 };
+            return if self.short == other.short { 1.0 } else { 0.0 };
         }
         let (mut i, mut j, mut common) = (0, 0, 0usize);
         while i < a.len() && j < b.len() {
