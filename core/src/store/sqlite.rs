@@ -255,7 +255,7 @@ const WAL_RESTART_BYTES: i64 = 256 << 20;
 /// (an index entry, a dedupe key, a message) or a session's ~2 KB state. Measured with
 /// `kaiwa bench` at 5,000 turns/s on the 2-core VM, whose host takes vCPU time for the
 /// disk's work (`cpu_steal_pct`): 2 KiB pages wrote a third fewer bytes to disk than 4 KiB
-/// ones (2.5–2.9 against 3.8–4.5 million 512-byte blocks for 100,000 turns), the host
+/// ones (2.5–3.0 against 3.8–4.5 million 512-byte blocks for 100,000 turns), the host
 /// took half as much (steal 2.2–3.4 % against 4.9–6.2 %) and a thread that only sleeps
 /// woke late by 2.6–3.2 ms at p99 instead of 7.3–8.3. 1 KiB pages wrote less again but
 /// twice the frames (a system call each, and session states over overflow pages), and
