@@ -412,6 +412,7 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
             v.iter().sum::<f64>() / v.len() as f64
         }
     };
+    let wal_restarts = store.wal_restarts();
     store.close().await;
     let db_bytes: u64 = db_path
         .map(|p| {
@@ -433,6 +434,7 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
         "peak_rss_mb": round(rss_peak_mb()),
         "db_bytes": db_bytes,
+        "wal_restarts": wal_restarts,
         "sessions": options.sessions,
         "turns": turns,
         "wall_secs": round(wall),

@@ -411,6 +411,7 @@ async fn bench_prints_its_report_as_json_on_the_last_line() {
         "model_calls_per_turn",
         "peak_rss_mb",
         "db_bytes",
+        "wal_restarts",
     ] {
         assert!(report[key].is_number(), "{key} in {report}");
     }

@@ -24,6 +24,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row, SqlitePool};
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +41,8 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     /// Stops the WAL checkpoint task ([`checkpoints`]); none for `:memory:`.
     checkpointer: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
+    /// WAL restarts the checkpoint task made.
+    restarts: Arc<AtomicU64>,
     /// Active sessions as the writer last committed them ([`super::hot`]).
     hot: Arc<HotSessions>,
     /// Reads the processed update ids into `hot` after the store opens.
@@ -152,6 +155,7 @@ async fn checkpoints(
     gate: WriteGate,
     restart_frames: i64,
     database: std::path::PathBuf,
+    restarts: Arc<AtomicU64>,
 ) {
     // SQLite syncs the database file only when a checkpoint has copied the whole WAL: the
     // PASSIVE passes leave the pages they copy dirty in the page cache, and the RESTART's sync
@@ -175,6 +179,11 @@ async fn checkpoints(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // after a restart a long read held up, the next try waits (each try pauses the writer)
     let mut next_restart = tokio::time::Instant::now();
+    // a restarted WAL starts over at the writer's next commit: until then every pass still
+    // counts the frames it had, and restarting it again would only pause the writer and
+    // sync the database for nothing (measured: right after each restart under load, and at
+    // every tick while the bot is idle after one)
+    let mut restarted_at: Option<i64> = None;
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -191,7 +200,10 @@ async fn checkpoints(
                 continue;
             }
         };
-        if frames < restart_frames || tokio::time::Instant::now() < next_restart {
+        if frames < restart_frames
+            || restarted_at == Some(frames)
+            || tokio::time::Instant::now() < next_restart
+        {
             continue;
         }
         if let Some(file) = &file {
@@ -213,7 +225,11 @@ async fn checkpoints(
         drop(paused);
         let paused_ms = started.elapsed().as_secs_f64() * 1000.0;
         match restart {
-            Ok((0, _, _)) => tracing::debug!(frames, paused_ms, "WAL restarted"),
+            Ok((0, left, _)) => {
+                restarted_at = Some(left);
+                restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(frames, paused_ms, "WAL restarted");
+            }
             Ok(_) => {
                 tracing::debug!(frames, paused_ms, "WAL restart held up by a read");
                 next_restart = tokio::time::Instant::now() + RESTART_BACKOFF;
@@ -625,6 +641,7 @@ impl SqliteStore {
             .name("kaiwa-db-writer".into())
             .spawn(move || runtime.block_on(group_commit(batches, queue, writing, committed)))
             .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
+        let restarts = Arc::new(AtomicU64::new(0));
         let checkpointer = if in_memory {
             None
         } else {
@@ -645,6 +662,7 @@ impl SqliteStore {
                 gate,
                 frames_of(restart_bytes, page_size),
                 filename.clone(),
+                restarts.clone(),
             ));
             Some((stop, task))
         };
@@ -656,6 +674,7 @@ impl SqliteStore {
             writer,
             jobs,
             checkpointer: std::sync::Mutex::new(checkpointer),
+            restarts,
             hot,
             scan: std::sync::Mutex::new(Some(scan)),
         })
@@ -663,6 +682,11 @@ impl SqliteStore {
 
     async fn submit(&self, job: Job) -> Result<(), StoreError> {
         self.jobs.send(job).await.map_err(|_| writer_gone())
+    }
+
+    /// How many times the checkpoint task restarted the WAL since the store opened.
+    pub fn wal_restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     /// The pool, for other stores of the same database (flows' own tables).
@@ -3034,6 +3058,17 @@ pub(crate) mod tests {
             let messages = store.recent_messages(id, 1000).await.expect("messages");
             assert_eq!(messages.len(), 2 * turns, "every turn of session {id} kept");
         }
+        // the WAL starts over at the next commit: with none coming, the last restart is the
+        // last (each one pauses the writer and syncs the database)
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let restarts = store.wal_restarts();
+        assert!(restarts > 0, "the WAL was restarted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            store.wal_restarts(),
+            restarts,
+            "an idle WAL restarted again"
+        );
         store.close().await;
     }
 
