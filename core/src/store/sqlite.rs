@@ -262,7 +262,9 @@ async fn sync_data(file: &Arc<std::fs::File>) {
 /// with `kaiwa bench` at 5,000 turns/s, 100,000 turns, every 64 MiB of 4 KiB frames made
 /// 39–45 pauses in 20 s, 230–360 ms in all, p99 19–49 ms (6 runs); every 256 MiB of
 /// 2 KiB frames 7–8 pauses, 37–151 ms in all, p99 9.6–31 ms (8 runs, interleaved with
-/// those). Under a light load the WAL restarts on its own, long before.
+/// those). (Half of those pauses were a second restart right after each one, since gone:
+/// 3–4 restarts per 100,000 turns.) Under a light load the WAL restarts on its own, long
+/// before.
 const WAL_RESTART_BYTES: i64 = 256 << 20;
 
 /// The page size of a new database (SQLite's default is 4 KiB; an existing database keeps
