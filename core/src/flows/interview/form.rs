@@ -202,27 +202,38 @@ pub struct Form {
     pub tone: ToneRules,
     /// The topics' triggers and the banned phrases as one automaton, built on first use.
     #[serde(skip)]
-    pub(crate) screener: ScreenerCell,
+    pub(crate) screener: Derived<std::sync::Arc<super::quick_check::Screener>>,
+    /// QuickCheck's system prompt, built on first use (it depends on the form alone).
+    #[serde(skip)]
+    pub(crate) quick_check_prompt: Derived<String>,
+    /// The Reviewer's system prompt for each field, built on first use.
+    #[serde(skip)]
+    pub(crate) reviewer_prompts: Derived<std::collections::HashMap<String, String>>,
 }
 
-/// Holds a form's [`Screener`](super::quick_check::Screener); derived from the form, so it
-/// takes no part in comparing forms.
-#[derive(Default, Clone)]
-pub(crate) struct ScreenerCell(
-    pub(crate) std::sync::OnceLock<std::sync::Arc<super::quick_check::Screener>>,
-);
+/// Something derived from a form (its [`Screener`](super::quick_check::Screener), the
+/// agents' prompts), built on first use and kept with it; it takes no part in comparing
+/// forms.
+#[derive(Clone)]
+pub(crate) struct Derived<T>(pub(crate) std::sync::OnceLock<T>);
 
-impl PartialEq for ScreenerCell {
+impl<T> Default for Derived<T> {
+    fn default() -> Self {
+        Derived(std::sync::OnceLock::new())
+    }
+}
+
+impl<T> PartialEq for Derived<T> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl Eq for ScreenerCell {}
+impl<T> Eq for Derived<T> {}
 
-impl std::fmt::Debug for ScreenerCell {
+impl<T> std::fmt::Debug for Derived<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ScreenerCell")
+        f.write_str("Derived")
     }
 }
 

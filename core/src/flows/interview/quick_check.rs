@@ -304,7 +304,12 @@ impl TypedTool<Option<QuickCheckResult>> for ResultTool {
     }
 }
 
-fn prompt(form: &Form) -> String {
+/// QuickCheck's system prompt, built once per form.
+fn prompt(form: &Form) -> &str {
+    form.quick_check_prompt.0.get_or_init(|| build_prompt(form))
+}
+
+fn build_prompt(form: &Form) -> String {
     let topics: Vec<&str> = form.topics().iter().map(|t| t.label.as_str()).collect();
     format!(
         "You are QuickCheck, a compliance checker for a job-application interview. Before a question is sent \
@@ -333,7 +338,7 @@ pub async fn model_check(
         .with_max_iterations(3)
         .until_set("Return the check with the result tool");
     let instruction = format!("Check this drafted question:\n{question}");
-    subtask_result(&agent, model, &prompt(form), context, &instruction, ledger).await
+    subtask_result(&agent, model, prompt(form), context, &instruction, ledger).await
 }
 
 #[cfg(test)]

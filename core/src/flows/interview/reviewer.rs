@@ -280,7 +280,27 @@ impl TypedTool<Option<ReviewResult>> for ReviewTool {
     }
 }
 
-fn prompt(form: &Form, field: &FormField) -> String {
+/// The Reviewer's system prompt for `field`: built once per field of a form (a field from
+/// elsewhere gets its own).
+fn prompt<'f>(form: &'f Form, field: &FormField) -> std::borrow::Cow<'f, str> {
+    if form
+        .field(&field.id)
+        .is_some_and(|own| std::ptr::eq(own, field))
+    {
+        let prompts = form.reviewer_prompts.0.get_or_init(|| {
+            form.fields
+                .iter()
+                .map(|f| (f.id.clone(), build_prompt(form, f)))
+                .collect()
+        });
+        if let Some(prompt) = prompts.get(&field.id) {
+            return std::borrow::Cow::Borrowed(prompt);
+        }
+    }
+    std::borrow::Cow::Owned(build_prompt(form, field))
+}
+
+fn build_prompt(form: &Form, field: &FormField) -> String {
     let facts: Vec<String> = field
         .facts
         .iter()
@@ -346,6 +366,27 @@ mod tests {
              [[fields.options]]\nvalue = \"office\"\nlabel = {{ en = \"Office\", ja = \"出社\" }}\n"
         );
         Form::parse("t", &text).expect("form").fields.remove(0)
+    }
+
+    #[test]
+    fn a_forms_own_field_reuses_its_prompt_and_a_stranger_gets_its_own() {
+        let form = Form::parse(
+            "t",
+            "title = \"t\"\nvariant = \"plain\"\n[[fields]]\nid = \"f\"\nlabel = \"Email\"\n\
+             type = \"email\"\n[[fields]]\nid = \"g\"\nlabel = \"Name\"\n",
+        )
+        .expect("form");
+        let own = &form.fields[0];
+        let first = prompt(&form, own);
+        assert!(matches!(first, std::borrow::Cow::Borrowed(_)), "cached");
+        assert!(first.contains("\"f\" (Email") && first.contains("g (Name)"));
+        assert_eq!(prompt(&form, own), first);
+        // a field of the same id that is not the form's own (another form's, a test's)
+        let mut stranger = own.clone();
+        stranger.label = field("text").label;
+        let theirs = prompt(&form, &stranger);
+        assert!(matches!(theirs, std::borrow::Cow::Owned(_)));
+        assert!(theirs.contains("\"f\" (F;"), "{theirs}");
     }
 
     #[test]
