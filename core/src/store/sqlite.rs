@@ -280,9 +280,12 @@ const WAL_RESTART_BYTES: i64 = 256 << 20;
 /// their WAL restarts paused the writer twice as long.
 pub const PAGE_SIZE: u32 = 2048;
 
-/// WAL frames of `page_size` bytes that make `bytes`.
-fn frames_of(bytes: i64, page_size: i64) -> i64 {
-    (bytes / page_size.max(512)).max(1)
+/// WAL frames that make `bytes`, in the page size of the database `conn` is open on.
+async fn frames_of(conn: &mut sqlx::SqliteConnection, bytes: i64) -> Result<i64, sqlx::Error> {
+    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok((bytes / page_size.max(512)).max(1))
 }
 
 /// How long a WAL restart waits for readers of older frames (it pauses the writer).
@@ -585,11 +588,7 @@ impl SqliteStore {
         let writer = single()
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    // in frames of the database's own page size
-                    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    let frames = frames_of(writer_bytes, page_size);
+                    let frames = frames_of(&mut *conn, writer_bytes).await?;
                     sqlx::Executor::execute(
                         &mut *conn,
                         format!("PRAGMA wal_autocheckpoint = {frames}").as_str(),
@@ -653,8 +652,7 @@ impl SqliteStore {
                 .connect()
                 .await
                 .map_err(StoreError::db("opening the database"))?;
-            let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
-                .fetch_one(&mut conn)
+            let restart_frames = frames_of(&mut conn, restart_bytes)
                 .await
                 .map_err(StoreError::db("reading the page size"))?;
             let (stop, stopped) = oneshot::channel();
@@ -662,7 +660,7 @@ impl SqliteStore {
                 conn,
                 stopped,
                 gate,
-                frames_of(restart_bytes, page_size),
+                restart_frames,
                 filename.clone(),
                 restarts.clone(),
             ));
