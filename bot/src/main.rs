@@ -124,6 +124,11 @@ enum ExportFormat {
     Json,
 }
 
+/// jemalloc where it builds (not on MSVC): see the dependency's note in Cargo.toml.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
