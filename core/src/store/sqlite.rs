@@ -163,8 +163,10 @@ async fn group_commit(
 /// 2.80–3.37 million 512-byte blocks written, host steal 0.4–0.6 % against 3.0–3.7 %, a
 /// sleeping thread's wake-up late by 0.9–1.4 ms at p99 against 3.3–4.3, p99 per turn
 /// 5.2 / 8.1 / 10.7 / 9.7 against 8.3 / 29.6 / 17.5 / 21.5 ms; p50 1.3–1.5 against
-/// 0.7–1.1 ms. A single session's turns (one a batch) and a closed loop's (batches far
-/// over 1 ms) are no slower.
+/// 0.7–1.1 ms. While the VM's host was busy with others (p50 doubled for both) the steal
+/// was still lower in every run but p99 no better: worse in 7 of 9 pairs, better in 2
+/// (17–108 against 17–202 ms), the wake-up from the sleep likely late there. A single
+/// session's turns (one a batch) and a closed loop's (batches far over 1 ms) are no slower.
 const COMMIT_GAP: Duration = Duration::from_millis(1);
 
 /// How long the writer waits before it begins a batch, given how many turns the last one
