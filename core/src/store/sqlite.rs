@@ -112,10 +112,11 @@ async fn group_commit(
     // from the database
     let mut next_ids = None;
     // when the last batch began, and how many turns it carried
-    let mut last = (std::time::Instant::now(), 0);
+    let mut last_began = std::time::Instant::now();
+    let mut last_turns = 0;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let flushing = batch.iter().any(|job| matches!(job, Job::Flush(_)));
-        if let Some(wait) = commit_delay(last.1, last.0.elapsed()).filter(|_| !flushing) {
+        if let Some(wait) = commit_delay(last_turns, last_began.elapsed()).filter(|_| !flushing) {
             // a blocking sleep: tokio's timers count whole milliseconds, and this thread
             // runs only the writer and the checkpointer (whose 50 ms tick may slip by
             // less than the gap)
@@ -132,13 +133,11 @@ async fn group_commit(
             .partition(|job| matches!(job, Job::Flush(_)));
         batch.extend(work);
         let turns = batch.len();
-        last = (
-            std::time::Instant::now(),
-            batch
-                .iter()
-                .filter(|job| matches!(job, Job::Turn { .. }))
-                .count(),
-        );
+        last_began = std::time::Instant::now();
+        last_turns = batch
+            .iter()
+            .filter(|job| matches!(job, Job::Turn { .. }))
+            .count();
         let span = tracing::trace_span!("group_commit", turns);
         let writing = gate.lock().await;
         write_batch(&writer, &mut batch, &hot, &mut next_ids)
