@@ -27,6 +27,7 @@ use crate::message::{OptionItem, Outgoing};
 use crate::state::StateChange;
 use crate::store::{Submission, SubmissionStatus};
 use async_trait::async_trait;
+use auditor::AuditResult;
 use form::{Form, Variant};
 use greeter::Section;
 use interviewer::Purpose;
@@ -348,7 +349,6 @@ impl InterviewFlow {
         st.blocked_drafts += drafted.blocked_drafts;
         let progress = st.field_mut(id);
         progress.status = FieldStatus::Interviewing;
-        progress.question = Some(drafted.question.clone());
         st.current = Some(id.to_string());
         st.asked.push(Asked {
             field_id: id.to_string(),
@@ -390,10 +390,7 @@ impl InterviewFlow {
         let lang = lang_of(st);
         st.field_mut(id).status = FieldStatus::Reviewing;
         if from_user {
-            st.field_mut(id).answers.push(answer.to_string());
-            if let Some(last) = st.asked.iter_mut().rev().find(|a| a.field_id == id) {
-                last.answer = Some(answer.to_string());
-            }
+            st.record_answer(id, answer);
         }
         let review = match reviewer::validate(field, answer, &lang) {
             Err(message) => reviewer::ReviewResult {
@@ -544,8 +541,7 @@ impl InterviewFlow {
                     ctx.ledger,
                 )
                 .await;
-                st.audit = Some(audit.clone());
-                self.submit(ctx, form, st, out);
+                self.submit(ctx, form, st, Some(audit), out);
                 Ok(())
             }
             Variant::Plain => {
@@ -594,6 +590,7 @@ impl InterviewFlow {
         ctx: &TurnContext<'_>,
         form: &Form,
         st: &mut InterviewState,
+        audit: Option<AuditResult>,
         out: &mut TurnOutput,
     ) {
         let lang = lang_of(st);
@@ -641,11 +638,11 @@ impl InterviewFlow {
                 "missing_required": missing,
                 "blocked_drafts": st.blocked_drafts,
             }),
-            audit: st.audit.as_ref().and_then(|a| serde_json::to_value(a).ok()),
+            audit: audit.as_ref().and_then(|a| serde_json::to_value(a).ok()),
         };
         out.change(StateChange::SaveSubmission { submission });
         if form.variant == Variant::Application {
-            let audit = st.audit.clone().unwrap_or_default();
+            let audit = audit.unwrap_or_default();
             let violations: Vec<String> = audit
                 .violations
                 .iter()
@@ -721,7 +718,8 @@ impl InterviewFlow {
                 if let Some(q) = st
                     .current
                     .as_ref()
-                    .and_then(|id| st.field(id).question.clone())
+                    .and_then(|id| st.question_of(id))
+                    .map(str::to_string)
                 {
                     out.say(q);
                 }
@@ -818,7 +816,7 @@ impl Flow for InterviewFlow {
                 Stage::Confirming => {
                     let t = text.trim().to_lowercase();
                     if ["yes", "ok", "confirm", "はい", "確定"].contains(&t.as_str()) {
-                        self.submit(&ctx, &form, &mut st, &mut out);
+                        self.submit(&ctx, &form, &mut st, None, &mut out);
                     } else {
                         self.show_confirmation(&form, &st, &mut out);
                     }
@@ -856,7 +854,7 @@ impl Flow for InterviewFlow {
                         self.answer(&ctx, &form, &mut st, &mut out, &answer).await?;
                     }
                     Stage::Confirming if value == "confirm" => {
-                        self.submit(&ctx, &form, &mut st, &mut out)
+                        self.submit(&ctx, &form, &mut st, None, &mut out)
                     }
                     Stage::Confirming => {
                         st.stage = Stage::ChoosingChange;

@@ -3,7 +3,6 @@
 //! (`pending → interviewing → reviewing → done`, or `incomplete` after the follow-ups ran
 //! out), the questions asked and the answers given. A restart resumes from it.
 
-use super::auditor::AuditResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -61,12 +60,11 @@ pub struct FieldProgress {
     pub missing_facts: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
-    /// The question the applicant is answering now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question: Option<String>,
-    /// Every answer given for this field.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub answers: Vec<String>,
+    // A field's questions and answers are in `InterviewState::asked` only
+    // ([`InterviewState::question_of`], [`InterviewState::answers_of`]): the state is written
+    // whole every turn, and until this release each answer was kept three times in it and
+    // each question twice, which pushed a finished interview's state past one page. States
+    // written then still read: their `question` and `answers` keys are ignored.
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -97,7 +95,8 @@ pub struct InterviewState {
     pub fields: BTreeMap<String, FieldProgress>,
     pub current: Option<String>,
     pub asked: Vec<Asked>,
-    pub audit: Option<AuditResult>,
+    // The Auditor's result goes to the submission and the admins, not into the state (states
+    // written before this release carry it as `audit`, ignored now).
     /// Drafts QuickCheck blocked (totals, for the audit).
     #[serde(default)]
     pub blocked_drafts: u32,
@@ -122,6 +121,40 @@ impl InterviewState {
             .filter(|(_, p)| p.status == FieldStatus::Done)
             .map(|(id, _)| id.clone())
             .collect()
+    }
+
+    /// The last question asked for field `id`.
+    pub fn question_of(&self, id: &str) -> Option<&str> {
+        self.asked
+            .iter()
+            .rev()
+            .find(|a| a.field_id == id)
+            .map(|a| a.question.as_str())
+    }
+
+    /// Every answer the applicant gave for field `id`, oldest first.
+    pub fn answers_of(&self, id: &str) -> Vec<&str> {
+        self.asked
+            .iter()
+            .filter(|a| a.field_id == id)
+            .filter_map(|a| a.answer.as_deref())
+            .collect()
+    }
+
+    /// Records the applicant's `answer` for field `id`: the answer to its last question, or,
+    /// when that one has its answer already (or none was asked), a log entry of its own.
+    pub fn record_answer(&mut self, id: &str, answer: &str) {
+        match self.asked.iter_mut().rev().find(|a| a.field_id == id) {
+            Some(last) if last.answer.is_none() => last.answer = Some(answer.to_string()),
+            last => {
+                let question = last.map(|a| a.question.clone()).unwrap_or_default();
+                self.asked.push(Asked {
+                    field_id: id.to_string(),
+                    question,
+                    answer: Some(answer.to_string()),
+                });
+            }
+        }
     }
 
     /// Questions of fields already closed (asking them again is a duplicate).
@@ -160,7 +193,9 @@ impl InterviewState {
     pub fn transcript(&self) -> String {
         let mut out = String::new();
         for a in &self.asked {
-            out.push_str(&format!("[{}] Q: {}\n", a.field_id, a.question));
+            if !a.question.is_empty() {
+                out.push_str(&format!("[{}] Q: {}\n", a.field_id, a.question));
+            }
             if let Some(answer) = &a.answer {
                 out.push_str(&format!("[{}] A: {}\n", a.field_id, answer));
             }
@@ -183,7 +218,6 @@ mod tests {
         let email = state.field_mut("email");
         email.status = FieldStatus::Done;
         email.value = Some("hanako@example.com".into());
-        email.answers = vec!["hanako@example.com".into()];
         state.field_mut("skills").follow_ups = 1;
 
         let json = serde_json::to_string(&state).expect("state to JSON");
@@ -205,12 +239,54 @@ mod tests {
             "timezone":"Asia/Tokyo","zone_choices":[],"plan":["email"],"fields":{"email":{"status":"done",
             "follow_ups":0,"value":"hanako@example.com","facts":{},"prefill":null,"missing_facts":[],
             "feedback":null,"question":"Your email?","answers":["hanako@example.com"]}},"current":null,
-            "asked":[],"audit":null,"blocked_drafts":0}"#;
+            "asked":[{"field_id":"email","question":"Your email?","answer":"hanako@example.com"}],
+            "audit":null,"blocked_drafts":0}"#;
         let old: InterviewState = serde_json::from_str(old).expect("old state");
         let email = old.field("email");
         assert_eq!(email.status, FieldStatus::Done);
         assert_eq!(email.value.as_deref(), Some("hanako@example.com"));
-        assert_eq!(email.question.as_deref(), Some("Your email?"));
+        assert_eq!(old.question_of("email"), Some("Your email?"));
+        assert_eq!(old.answers_of("email"), ["hanako@example.com"]);
         assert!(email.facts.is_empty() && email.missing_facts.is_empty());
+    }
+
+    #[test]
+    fn a_question_and_its_answers_are_stored_once_in_the_log() {
+        let mut state = InterviewState {
+            form_id: "engineer".into(),
+            plan: vec!["skills".into()],
+            ..Default::default()
+        };
+        state.asked.push(Asked {
+            field_id: "skills".into(),
+            question: "Which languages do you write?".into(),
+            answer: None,
+        });
+        state.record_answer("skills", "Rust, mostly");
+        // the same question answered again (say, a correction) is a second log entry
+        state.record_answer("skills", "Rust and TypeScript");
+        // an answer with no question asked for its field still reaches the log
+        state.record_answer("email", "hanako@example.com");
+
+        assert_eq!(
+            state.question_of("skills"),
+            Some("Which languages do you write?")
+        );
+        assert_eq!(
+            state.answers_of("skills"),
+            ["Rust, mostly", "Rust and TypeScript"]
+        );
+        assert_eq!(state.answers_of("email"), ["hanako@example.com"]);
+        assert_eq!(state.question_of("email"), Some(""));
+        let transcript = state.transcript();
+        assert_eq!(transcript.matches("Q: Which languages").count(), 2);
+        assert!(!transcript.contains("[email] Q:"), "{transcript}");
+        assert!(transcript.contains("[email] A: hanako@example.com"));
+
+        let json = serde_json::to_string(&state).expect("state to JSON");
+        assert_eq!(json.matches("Rust, mostly").count(), 1, "{json}");
+        assert_eq!(json.matches("Which languages").count(), 2, "{json}");
+        let back: InterviewState = serde_json::from_str(&json).expect("state from JSON");
+        assert_eq!(back, state);
     }
 }
