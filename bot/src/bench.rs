@@ -134,6 +134,7 @@ async fn simulate_user(
     turns: usize,
     (flow, form): (&str, &str),
     mut pace: Option<&mut mpsc::UnboundedReceiver<Instant>>,
+    updates: &AtomicU64,
 ) -> anyhow::Result<Vec<f64>> {
     let outbox = RecordingOutbox::default();
     let mut overheads = Vec::with_capacity(turns);
@@ -159,7 +160,7 @@ async fn simulate_user(
             },
         };
         outbox.clear();
-        let incoming = Incoming {
+        let mut incoming = Incoming {
             platform: Platform::Console,
             chat: format!("bench-{user}"),
             thread: String::new(),
@@ -167,7 +168,7 @@ async fn simulate_user(
                 id: format!("user-{user}"),
                 display_name: format!("User {user}"),
             },
-            message_id: format!("{t}"),
+            message_id: String::new(),
             body,
             flow: Some(flow.to_string()),
             flow_arg: Some(form.to_string()),
@@ -177,6 +178,9 @@ async fn simulate_user(
             Some(pace) => pace.recv().await.context("the open loop's clock stopped")?,
             None => Instant::now(),
         };
+        // numbered as it is sent, in one sequence for all users, as the platforms number
+        // theirs (Telegram's update ids, Discord's snowflakes)
+        incoming.message_id = format!("u{:010}", updates.fetch_add(1, Ordering::Relaxed));
         let result = orchestrator.handle_durable(incoming, &outbox).await;
         let model_time = MODEL_TIME.with(|m| m.get());
         if let Err(e) = result {
@@ -318,6 +322,7 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
     // `concurrency` simulated users at a time, each a task that takes the next user when
     // its user is done: a user who is not talking is only rows in SQLite, as in the bot
     let next_user = Arc::new(AtomicUsize::new(0));
+    let updates = Arc::new(AtomicU64::new(1));
     let stop_probe = StopOnDrop(Arc::new(AtomicBool::new(false)));
     let probe = {
         let stop = stop_probe.0.clone();
@@ -346,9 +351,10 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
     paces.resize_with(workers, || None);
     let mut tasks = Vec::with_capacity(workers);
     for pace in paces {
-        let (orchestrator, next_user, flow, form) = (
+        let (orchestrator, next_user, updates, flow, form) = (
             orchestrator.clone(),
             next_user.clone(),
+            updates.clone(),
             options.flow.clone(),
             options.form.clone(),
         );
@@ -370,6 +376,7 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
                         turns,
                         (&flow, &form),
                         pace.as_mut(),
+                        &updates,
                     )
                     .await?;
                     users.push(overheads);

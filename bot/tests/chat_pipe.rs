@@ -462,25 +462,32 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
     // paced: the 66th message is not sent before 65 / 400 s
     let wall = report["wall_secs"].as_f64().expect("wall_secs");
     assert!(wall >= 0.162, "66 turns at 400/s took only {wall} s");
-    // every turn of every simulated user was committed before its reply
+    // every turn of every simulated user was committed before its reply: the messages are
+    // numbered in one sequence as they are sent (as a platform numbers its updates), each
+    // processed in its user's chat
     let store = kaiwa_core::store::sqlite::SqliteStore::connect(&url)
         .await
         .expect("the bench database opens");
-    for user in 0..6 {
-        for turn in 0..11 {
-            assert!(
-                kaiwa_core::store::Store::is_processed(
-                    &store,
-                    kaiwa_core::message::Platform::Console,
-                    &format!("bench-{user}"),
-                    &turn.to_string(),
-                )
-                .await
-                .expect("reads"),
-                "turn {turn} of user {user} was not stored"
-            );
+    let mut per_user = [0; 6];
+    for update in 1..=66 {
+        let mut chats = Vec::new();
+        for (user, count) in per_user.iter_mut().enumerate() {
+            if kaiwa_core::store::Store::is_processed(
+                &store,
+                kaiwa_core::message::Platform::Console,
+                &format!("bench-{user}"),
+                &format!("u{update:010}"),
+            )
+            .await
+            .expect("reads")
+            {
+                chats.push(user);
+                *count += 1;
+            }
         }
+        assert_eq!(chats.len(), 1, "update {update} stored in chats {chats:?}");
     }
+    assert_eq!(per_user, [11; 6], "turns stored per user");
     kaiwa_core::store::Store::close(&store).await;
 
     let refused = kaiwa(

@@ -30,7 +30,7 @@ use teloxide::dispatching::{Dispatcher, UpdateFilterExt};
 use teloxide::prelude::*;
 use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardMarkup, Me, MessageId, ParseMode, ThreadId, Update,
-    UpdateKind,
+    UpdateId, UpdateKind,
 };
 use teloxide::update_listeners::Polling;
 use teloxide::{ApiError, RequestError};
@@ -426,6 +426,14 @@ pub fn command_for_me(text: &str, me: &str) -> Option<String> {
     }
 }
 
+/// The key a Telegram update is processed once under: its update id, which Telegram gives
+/// in sequence for the whole bot (a message's own id counts per chat). Zero-padded to the
+/// id's widest (`u32`), so keys sort as the ids do and each new one goes at the end of the
+/// processed updates' index whichever chat it comes from.
+fn update_key(id: UpdateId) -> String {
+    format!("u{:010}", id.0)
+}
+
 async fn on_message(
     update: Update,
     message: Message,
@@ -470,7 +478,7 @@ async fn on_message(
             id: from.id.0.to_string(),
             display_name: from.full_name(),
         },
-        message_id: format!("m{}:{}", place.chat.0, message.id.0),
+        message_id: update_key(update.id),
         body: Body::from_text(&text),
         flow,
         flow_arg,
@@ -559,7 +567,7 @@ async fn on_callback(
             id: key.user,
             display_name: query.from.full_name(),
         },
-        message_id: format!("cb{}", query.id.0),
+        message_id: update_key(update.id),
         body: Body::Choice {
             request_id: request.request_id.clone(),
             values,
@@ -699,6 +707,16 @@ mod tests {
         );
         assert_eq!(command_for_me("/help@other_bot", "kaiwa_bot"), None);
         assert_eq!(command_for_me("/help", "kaiwa_bot"), Some("/help".into()));
+    }
+
+    #[test]
+    fn update_keys_sort_as_the_update_ids_do() {
+        let ids = [7, 9, 10, 99_999, 100_000, 892_252_934, u32::MAX];
+        let keys: Vec<String> = ids.iter().map(|&id| update_key(UpdateId(id))).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert_eq!(update_key(UpdateId(u32::MAX)), "u4294967295");
     }
 
     #[test]

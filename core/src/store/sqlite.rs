@@ -491,12 +491,13 @@ async fn run_batch(
 /// database as before.
 async fn scan_processed(pool: SqlitePool, hot: Arc<HotSessions>) {
     let started = std::time::Instant::now();
+    // in the primary key's order: platform, message id, chat
     let mut after = (String::new(), String::new(), String::new());
     let mut total = 0usize;
     loop {
         let page: Result<Vec<(String, String, String)>, _> = sqlx::query_as(
-            "SELECT platform, chat, message_id FROM processed_updates \
-             WHERE (platform, chat, message_id) > (?, ?, ?) ORDER BY platform, chat, message_id LIMIT ?",
+            "SELECT platform, message_id, chat FROM processed_updates \
+             WHERE (platform, message_id, chat) > (?, ?, ?) ORDER BY platform, message_id, chat LIMIT ?",
         )
         .bind(&after.0)
         .bind(&after.1)
@@ -515,7 +516,7 @@ async fn scan_processed(pool: SqlitePool, hot: Arc<HotSessions>) {
         let full = page.len() as i64 == SCAN_PAGE;
         hot.add_processed(
             page.iter()
-                .map(|(p, c, m)| (p.as_str(), c.as_str(), m.as_str())),
+                .map(|(p, m, c)| (p.as_str(), c.as_str(), m.as_str())),
         );
         match page.into_iter().last() {
             Some(last) if full => after = last,
@@ -530,8 +531,8 @@ async fn scan_processed(pool: SqlitePool, hot: Arc<HotSessions>) {
     );
 }
 
-/// Rows per page of [`scan_processed`].
-const SCAN_PAGE: i64 = 10_000;
+/// Rows per page of [`scan_processed`] (a few in tests, so that they read several pages).
+const SCAN_PAGE: i64 = if cfg!(test) { 3 } else { 10_000 };
 
 const SESSION_COLUMNS: &str = "id, platform, chat, thread, user_id, flow, current_agent, language, country, \
      timezone, state, pending_options, status, version, created_ms, updated_ms";
@@ -3553,7 +3554,7 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn updates_processed_before_the_upgrade_are_still_known() {
+    async fn updates_processed_and_messages_kept_before_the_upgrade_are_still_known() {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
         // the database as the release before `processed_updates` went WITHOUT ROWID left it
@@ -3592,6 +3593,18 @@ pub(crate) mod tests {
         .execute(&pool)
         .await
         .expect("inserts");
+        // two messages left in the inbox, received in the same millisecond: m9 first
+        for id in ["m9", "m10"] {
+            sqlx::query(
+                "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) \
+                 VALUES ('console', 'c1', ?, ?, 5)",
+            )
+            .bind(id)
+            .bind(serde_json::to_string(&incoming(id)).expect("JSON"))
+            .execute(&pool)
+            .await
+            .expect("inserts");
+        }
         pool.close().await;
 
         let store = SqliteStore::connect(&url).await.expect("upgrades");
@@ -3601,6 +3614,14 @@ pub(crate) mod tests {
                 .await
                 .expect("checks")
         );
+        let pending: Vec<String> = store
+            .inbox_pending(Platform::Console)
+            .await
+            .expect("inbox")
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert_eq!(pending, ["m9", "m10"], "replayed in the order received");
         let replay = store
             .commit_turn(commit(
                 SessionRecord::draft(key(), "assistant"),
