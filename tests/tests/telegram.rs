@@ -374,6 +374,34 @@ async fn a_duplicate_update_is_processed_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_sent_again_after_a_restart_is_processed_once() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let chat = Chat::private(951);
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    say(&fake, chat, 951, "/start").await;
+    tap(&fake, chat, 951, "English").await;
+    let update = fake.send_text(chat, 951, "Japan");
+    fake.wait_texts(chat, 3).await;
+    bot.stop().await;
+
+    // the confirmation of that update was lost: Telegram sends it to the next process
+    // again, which has not seen it in memory; the store knows it by its update id
+    let before = fake.texts_in(chat).len();
+    fake.redeliver(update);
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let polls = fake.polls();
+    fake.wait_for("two more polls", Duration::from_secs(10), |_| {
+        fake.polls() >= polls + 2
+    })
+    .await;
+    assert_eq!(fake.texts_in(chat).len(), before, "nothing answered twice");
+    let next = say(&fake, chat, 951, "Hanako Yamada").await;
+    assert!(next.last().is_some_and(|t| t.contains("email")), "{next:?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flood_control_is_waited_out_and_the_message_still_arrives() {
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();
