@@ -3230,14 +3230,19 @@ pub(crate) mod tests {
         }
     }
 
-    async fn pending_ids(store: &SqliteStore) -> Vec<String> {
-        let mut ids: Vec<String> = store
+    /// The ids of the inbox's entries, in the order a start replays them.
+    async fn pending_in_order(store: &SqliteStore) -> Vec<String> {
+        store
             .inbox_pending(Platform::Console)
             .await
             .expect("inbox")
             .into_iter()
             .map(|m| m.message_id)
-            .collect();
+            .collect()
+    }
+
+    async fn pending_ids(store: &SqliteStore) -> Vec<String> {
+        let mut ids = pending_in_order(store).await;
         ids.sort();
         ids
     }
@@ -3618,14 +3623,11 @@ pub(crate) mod tests {
                 .await
                 .expect("checks")
         );
-        let pending: Vec<String> = store
-            .inbox_pending(Platform::Console)
-            .await
-            .expect("inbox")
-            .into_iter()
-            .map(|m| m.message_id)
-            .collect();
-        assert_eq!(pending, ["m9", "m10"], "replayed in the order received");
+        assert_eq!(
+            pending_in_order(&store).await,
+            ["m9", "m10"],
+            "replayed in the order received"
+        );
         let replay = store
             .commit_turn(commit(
                 SessionRecord::draft(key(), "assistant"),
