@@ -123,12 +123,13 @@ impl InterviewState {
             .collect()
     }
 
-    /// The last question asked for field `id`.
+    /// The last question asked for field `id` (an answer logged with no question asked
+    /// has none).
     pub fn question_of(&self, id: &str) -> Option<&str> {
         self.asked
             .iter()
             .rev()
-            .find(|a| a.field_id == id)
+            .find(|a| a.field_id == id && !a.question.is_empty())
             .map(|a| a.question.as_str())
     }
 
@@ -277,7 +278,7 @@ mod tests {
             ["Rust, mostly", "Rust and TypeScript"]
         );
         assert_eq!(state.answers_of("email"), ["hanako@example.com"]);
-        assert_eq!(state.question_of("email"), Some(""));
+        assert_eq!(state.question_of("email"), None);
         let transcript = state.transcript();
         assert_eq!(transcript.matches("Q: Which languages").count(), 2);
         assert!(!transcript.contains("[email] Q:"), "{transcript}");
