@@ -297,6 +297,19 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
             .await
             .context("opening the bench database")?,
     );
+    // its users would resume the sessions a run before left, and its message ids were used
+    // there: the turns would be answered as duplicates, measuring nothing
+    let earlier = store
+        .session_count()
+        .await
+        .context("reading the bench database")?;
+    if earlier > 0 {
+        store.close().await;
+        bail!(
+            "the bench database already holds {earlier} sessions: give --database a new file \
+             (or leave it out for a temporary one)"
+        );
+    }
     let inner = match options.flow.as_str() {
         "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
         _ => ScriptedModel::repeating(|_| {

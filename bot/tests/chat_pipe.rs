@@ -420,7 +420,7 @@ async fn bench_prints_its_report_as_json_on_the_last_line() {
 }
 
 #[tokio::test]
-async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
+async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate_or_a_used_database() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/bench.db", dir.path().display());
     let run = kaiwa(
@@ -488,6 +488,38 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate() {
         assert_eq!(chats.len(), 1, "update {update} stored in chats {chats:?}");
     }
     assert_eq!(per_user, [11; 6], "turns stored per user");
+    let sessions = store.session_count().await.expect("counts");
+    kaiwa_core::store::Store::close(&store).await;
+
+    // the same database again: its users would resume those sessions and their messages be
+    // duplicates, so the bench refuses it and changes nothing
+    let again = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &[
+            "bench",
+            "--sessions",
+            "2",
+            "--turns",
+            "2",
+            "--database",
+            &url,
+        ],
+        "",
+    )
+    .await;
+    assert_ne!(again.code, Some(0));
+    assert!(
+        again
+            .stderr
+            .contains(&format!("already holds {sessions} sessions")),
+        "{}",
+        again.stderr
+    );
+    let store = kaiwa_core::store::sqlite::SqliteStore::connect(&url)
+        .await
+        .expect("the bench database opens");
+    assert_eq!(store.session_count().await.expect("counts"), sessions);
     kaiwa_core::store::Store::close(&store).await;
 
     let refused = kaiwa(

@@ -746,6 +746,15 @@ impl SqliteStore {
     }
 
     /// The pool, for other stores of the same database (flows' own tables).
+    /// How many sessions the database holds, active or finished.
+    pub async fn session_count(&self) -> Result<i64, StoreError> {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("counting sessions"))?;
+        Ok(n)
+    }
+
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
