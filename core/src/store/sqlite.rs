@@ -745,7 +745,6 @@ impl SqliteStore {
         self.restarts.load(Ordering::Relaxed)
     }
 
-    /// The pool, for other stores of the same database (flows' own tables).
     /// How many sessions the database holds, active or finished.
     pub async fn session_count(&self) -> Result<i64, StoreError> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions")
@@ -755,6 +754,7 @@ impl SqliteStore {
         Ok(n)
     }
 
+    /// The pool, for other stores of the same database (flows' own tables).
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
