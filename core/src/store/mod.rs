@@ -11,6 +11,7 @@
 mod hot;
 pub mod reading;
 pub mod sqlite;
+mod wal_readahead;
 
 use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};
 use crate::state::StateChange;

@@ -9,6 +9,7 @@ use super::reading::{
     Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
     ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
 };
+use super::wal_readahead::WalReadahead;
 use super::{
     CommittedTurn, FlowState, LlmCallRecord, ProcessedUpdate, Role, SessionRecord, SessionStatus,
     Store, StoreError, StoredMessage, Submission, SubmissionRecord, SubmissionStatus, Ticket,
@@ -239,6 +240,13 @@ async fn checkpoints(
     // sync the database for nothing (measured: right after each restart under load, and at
     // every tick while the bot is idle after one)
     let mut restarted_at: Option<i64> = None;
+    let page_size = sqlx::query_scalar::<_, i64>("PRAGMA page_size")
+        .fetch_one(&mut conn)
+        .await
+        .ok()
+        .and_then(|size| u64::try_from(size).ok())
+        .unwrap_or(u64::from(PAGE_SIZE));
+    let mut readahead = WalReadahead::new(&database, page_size);
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -255,12 +263,22 @@ async fn checkpoints(
                 continue;
             }
         };
+        // the writer's next frames follow these, or begin the WAL it starts over
+        readahead
+            .ahead_of(if restarted_at == Some(frames) {
+                0
+            } else {
+                frames
+            })
+            .await;
         if frames < restart_frames
             || restarted_at == Some(frames)
             || tokio::time::Instant::now() < next_restart
         {
             continue;
         }
+        // the restarted WAL's first frames, cached before the writer comes back to them
+        readahead.ahead_of(0).await;
         if let Some(file) = &file {
             sync_data(file).await;
             // a second pass copies what came during that sync, and a second sync flushes it
