@@ -9,11 +9,12 @@
 //! host (proactive reclaim) drops first. Measured with `kaiwa bench` at 5,000 turns/s on
 //! the 2-core VM, whose kernel pages out page cache it finds idle (DAMON): the writer's
 //! thread waited for such a read 73–525 times in 300,000 turns (6 runs; scheduler traces),
-//! not once with that reclaim switched off, and 0–3 times with this read-ahead (4 runs);
+//! not once with that reclaim switched off, and 0–3 times with this read-ahead (5 runs);
 //! in 3 interleaved pairs of those runs p99 went from 2.56–3.03 to 2.36–2.45 ms and the
-//! turns over 5 ms from 344–717 to 211–368, most of them right around a WAL restart, when
-//! the writer comes back to the oldest pages. On a quiet disk such a read takes a fraction
-//! of a millisecond; on a busy one, as long as the disk keeps it waiting.
+//! turns over 5 ms from 344–717 to 211–368. The reads came mostly in the seconds after a
+//! WAL restart, when the writer comes back to the file's oldest pages. On a quiet disk such
+//! a read takes a fraction of a millisecond; on a busy one, as long as the disk keeps it
+//! waiting.
 //!
 //! So after each checkpoint pass the checkpointer asks the kernel to read ahead the next
 //! [`WINDOW`] bytes past the last frame (`posix_fadvise(WILLNEED)`: pages still cached cost
