@@ -193,7 +193,8 @@ type WriteGate = std::sync::Arc<tokio::sync::Mutex<()>>;
 
 /// Checkpoints the WAL into the database file every 50 ms on a connection of its own, and
 /// restarts the WAL from its beginning once it holds `restart_frames` frames
-/// ([`WAL_RESTART_BYTES`] of pages). Ends,
+/// ([`WAL_RESTART_BYTES`] of pages of `page_size` bytes), keeping the part of the WAL the
+/// writer overwrites next cached ([`WalReadahead`]). Ends,
 /// closing its connection, when `stop` fires or is dropped.
 ///
 /// A PASSIVE checkpoint never blocks the writer or a reader, but under a steady stream of
@@ -210,6 +211,7 @@ async fn checkpoints(
     mut stop: oneshot::Receiver<()>,
     gate: WriteGate,
     restart_frames: i64,
+    page_size: u64,
     database: std::path::PathBuf,
     restarts: Arc<AtomicU64>,
 ) {
@@ -240,12 +242,6 @@ async fn checkpoints(
     // sync the database for nothing (measured: right after each restart under load, and at
     // every tick while the bot is idle after one)
     let mut restarted_at: Option<i64> = None;
-    let page_size = sqlx::query_scalar::<_, i64>("PRAGMA page_size")
-        .fetch_one(&mut conn)
-        .await
-        .ok()
-        .and_then(|size| u64::try_from(size).ok())
-        .unwrap_or(u64::from(PAGE_SIZE));
     let mut readahead = WalReadahead::new(&database, page_size);
     loop {
         tokio::select! {
@@ -353,12 +349,17 @@ const WAL_RESTART_BYTES: i64 = 256 << 20;
 /// their WAL restarts paused the writer twice as long.
 pub const PAGE_SIZE: u32 = 2048;
 
-/// WAL frames that make `bytes`, in the page size of the database `conn` is open on.
-async fn frames_of(conn: &mut sqlx::SqliteConnection, bytes: i64) -> Result<i64, sqlx::Error> {
+/// The page size of the database `conn` is open on (SQLite's smallest, 512, if it says less).
+async fn page_size_of(conn: &mut sqlx::SqliteConnection) -> Result<u64, sqlx::Error> {
     let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
         .fetch_one(&mut *conn)
         .await?;
-    Ok((bytes / page_size.max(512)).max(1))
+    Ok(u64::try_from(page_size).unwrap_or(0).max(512))
+}
+
+/// WAL frames that make `bytes`, in pages of `page_size` bytes (at least one).
+fn frames_in(bytes: i64, page_size: u64) -> i64 {
+    (bytes / i64::try_from(page_size).unwrap_or(i64::MAX)).max(1)
 }
 
 /// How long a WAL restart waits for readers of older frames (it pauses the writer).
@@ -662,7 +663,7 @@ impl SqliteStore {
         let writer = single()
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    let frames = frames_of(&mut *conn, writer_bytes).await?;
+                    let frames = frames_in(writer_bytes, page_size_of(&mut *conn).await?);
                     sqlx::Executor::execute(
                         &mut *conn,
                         format!("PRAGMA wal_autocheckpoint = {frames}").as_str(),
@@ -726,7 +727,7 @@ impl SqliteStore {
                 .connect()
                 .await
                 .map_err(StoreError::db("opening the database"))?;
-            let restart_frames = frames_of(&mut conn, restart_bytes)
+            let page_size = page_size_of(&mut conn)
                 .await
                 .map_err(StoreError::db("reading the page size"))?;
             let (stop, stopped) = oneshot::channel();
@@ -734,7 +735,8 @@ impl SqliteStore {
                 conn,
                 stopped,
                 gate,
-                restart_frames,
+                frames_in(restart_bytes, page_size),
+                page_size,
                 filename.clone(),
                 restarts.clone(),
             ));
