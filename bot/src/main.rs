@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use config::Settings;
 use kaiwa_adapters::console::{self, ConsoleOptions, StderrAdminSink};
-use kaiwa_core::store::Store;
+use kaiwa_core::store::{Reads, Store};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use crate::agent::{AgentError, LlmLedger};
 use crate::llm::ModelRouter;
 use crate::message::{OptionItem, OptionsRequest, Outgoing, UserRef};
 use crate::state::StateChange;
-use crate::store::{SessionRecord, Store, StoreError, StoredMessage};
+use crate::store::{Reads, SessionRecord, StoreError, StoredMessage};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ pub struct TurnContext<'a> {
     /// Every model call of the turn goes here (written with the turn).
     pub ledger: &'a LlmLedger,
     /// Read access to stored data (the session's own user's; writes go through changes).
-    pub store: &'a dyn Store,
+    pub store: &'a dyn Reads,
     /// For a new session: the argument it was started with (`/interview engineer`,
     /// `kaiwa chat interview --form engineer`).
     pub start_arg: Option<&'a str>,

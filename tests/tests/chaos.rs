@@ -12,7 +12,7 @@ use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelRouter, ToolCall
 use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
 use kaiwa_core::orchestrator::Orchestrator;
 use kaiwa_core::store::sqlite::SqliteStore;
-use kaiwa_core::store::{Store, SubmissionStatus};
+use kaiwa_core::store::{Reads, SubmissionStatus};
 use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};

@@ -5,6 +5,7 @@ use crate::admin::CollectingAdminSink;
 use crate::flow::{Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::message::{Body, OptionItem, Platform, UserRef};
 use crate::store::sqlite::SqliteStore;
+use crate::store::{Inbox, Reads};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -11,7 +11,6 @@
 mod hot;
 pub mod reading;
 pub mod sqlite;
-mod wal_readahead;
 
 use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};
 use crate::state::StateChange;
@@ -364,9 +363,10 @@ impl StoreError {
     }
 }
 
-/// The persistence boundary, held as `Arc<dyn Store>`.
+/// What a flow, a command or an operator reads: the read-only view of the store. Flows get
+/// only this ([`crate::flow::TurnContext::store`]); writes go through what a turn returns.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Reads: Send + Sync {
     /// The active session of a place, if any.
     async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError>;
     async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError>;
@@ -374,43 +374,12 @@ pub trait Store: Send + Sync {
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError>;
     /// Sessions in progress (`/metrics`; also the database check of `/healthz`).
     async fn count_active_sessions(&self) -> Result<i64, StoreError>;
-    async fn is_processed(
-        &self,
-        platform: Platform,
-        chat: &str,
-        message_id: &str,
-    ) -> Result<bool, StoreError>;
-    /// What a turn needs first: whether `message_id` was processed in the key's chat, the
-    /// key's active session and its last `history` messages. Implementations answer it in
-    /// one round trip.
-    async fn load_for_turn(
-        &self,
-        key: &SessionKey,
-        message_id: &str,
-        history: usize,
-    ) -> Result<TurnLoad, StoreError>;
     /// The last `limit` messages of a session, oldest first.
     async fn recent_messages(
         &self,
         session_id: i64,
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError>;
-    /// Writes one turn atomically. Fails with [`StoreError::Duplicate`] when the update was
-    /// processed already and [`StoreError::Conflict`] when the session moved on meanwhile.
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError>;
-    /// Marks assistant messages as delivered to the platform. May return before the mark
-    /// is durable (SQLite writes it with the next batch of turns).
-    async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
-    /// Assistant messages committed but not yet delivered (after a crash), oldest first.
-    async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;
-    /// The sessions of `platform` with a committed reply not yet delivered (a stop came
-    /// between its commit and its delivery, or the delivery failed), oldest reply first.
-    async fn unreached_sessions(
-        &self,
-        platform: crate::message::Platform,
-    ) -> Result<Vec<SessionRecord>, StoreError>;
-    /// Model calls made outside a committed turn (a failed turn's calls).
-    async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
     /// The ledger, optionally for one session, oldest first.
     async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError>;
     /// The ledger summed per flow and agent (calls without a session count as flow `-`).
@@ -438,24 +407,18 @@ pub trait Store: Send + Sync {
     async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError>;
     /// Everyone who opted in to the weekly review.
     async fn weekly_reviews(&self) -> Result<Vec<reading::WeeklyReviewSubscription>, StoreError>;
-    /// Closes connections (a clean shutdown checkpoints the WAL).
-    /// Deletes everything stored about one user (sessions, messages, tickets, reading data,
-    /// profile, reviews, and submissions unless `keep_submissions`). Returns the rows deleted.
-    async fn forget_user(
-        &self,
-        platform: Platform,
-        user: &str,
-        keep_submissions: bool,
-    ) -> Result<u64, StoreError>;
     /// Everything stored about one user, as JSON (`/mydata`).
     async fn user_data(
         &self,
         platform: Platform,
         user: &str,
     ) -> Result<serde_json::Value, StoreError>;
-    /// Deletes the messages of sessions last active before `before` (retention).
-    /// Returns the messages deleted.
-    async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+}
+
+/// Received messages kept until their turn is done: the platform adapters put them, the
+/// orchestrator clears them.
+#[async_trait]
+pub trait Inbox: Send + Sync {
     /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn). It
     /// may return before the entry is committed: writes commit in the order they are asked
     /// for, so it commits with or before the turn that follows it (a crash before that loses
@@ -475,5 +438,55 @@ pub trait Store: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Messages of `platform` received but not finished, oldest first.
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError>;
+}
+
+/// The whole store, held as `Arc<dyn Store>` by the orchestrator (the one writer of turns)
+/// and the binary: the turn path, delivery marks, privacy deletes and the ledger, on top of
+/// [`Reads`] and [`Inbox`].
+#[async_trait]
+pub trait Store: Reads + Inbox {
+    async fn is_processed(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError>;
+    /// What a turn needs first: whether `message_id` was processed in the key's chat, the
+    /// key's active session and its last `history` messages. Implementations answer it in
+    /// one round trip.
+    async fn load_for_turn(
+        &self,
+        key: &SessionKey,
+        message_id: &str,
+        history: usize,
+    ) -> Result<TurnLoad, StoreError>;
+    /// Writes one turn atomically. Fails with [`StoreError::Duplicate`] when the update was
+    /// processed already and [`StoreError::Conflict`] when the session moved on meanwhile.
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError>;
+    /// Marks assistant messages as delivered to the platform. May return before the mark
+    /// is durable (SQLite writes it with the next batch of turns).
+    async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
+    /// Assistant messages committed but not yet delivered (after a crash), oldest first.
+    async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;
+    /// The sessions of `platform` with a committed reply not yet delivered (a stop came
+    /// between its commit and its delivery, or the delivery failed), oldest reply first.
+    async fn unreached_sessions(
+        &self,
+        platform: crate::message::Platform,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
+    /// Model calls made outside a committed turn (a failed turn's calls).
+    async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError>;
+    /// Deletes everything stored about one user (sessions, messages, tickets, reading data,
+    /// profile, reviews, and submissions unless `keep_submissions`). Returns the rows deleted.
+    async fn forget_user(
+        &self,
+        platform: Platform,
+        user: &str,
+        keep_submissions: bool,
+    ) -> Result<u64, StoreError>;
+    /// Deletes the messages of sessions last active before `before` (retention).
+    /// Returns the messages deleted.
+    async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Closes connections (a clean shutdown checkpoints the WAL).
     async fn close(&self);
 }

@@ -8,7 +8,7 @@ use crate::flow::FlowRegistry;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use crate::orchestrator::Orchestrator;
-use crate::store::Store;
+use crate::store::Reads;
 use crate::store::sqlite::SqliteStore;
 use crate::testing::RecordingOutbox;
 use serde_json::json;

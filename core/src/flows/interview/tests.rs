@@ -9,7 +9,7 @@ use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use crate::orchestrator::Orchestrator;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{SessionRecord, Store, SubmissionStatus};
+use crate::store::{Reads, SessionRecord, Store, SubmissionStatus};
 use crate::testing::RecordingOutbox;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -11,7 +11,7 @@ use crate::i18n::pick;
 use crate::llm::ChatMessage;
 use crate::message::Platform;
 use crate::state::StateChange;
-use crate::store::Store;
+use crate::store::Reads;
 use crate::store::reading::{FeedbackType, Insight, ReadingChange, ReadingStatus};
 use async_trait::async_trait;
 use chrono::{Duration, Utc};
@@ -54,7 +54,7 @@ impl MentorContext {
 
 /// Gathers the user's reading of the last `period_days` days.
 pub async fn mentor_context(
-    store: &dyn Store,
+    store: &dyn Reads,
     platform: Platform,
     user: &str,
     period_days: i64,

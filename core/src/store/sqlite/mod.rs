@@ -1,0 +1,363 @@
+//! [`SqliteStore`]: the store on SQLite through sqlx — WAL journal, foreign keys on, a
+//! busy timeout, and the schema from `migrations/` applied by [`SqliteStore::connect`].
+//! `sqlite::memory:` works too (one connection, so every query sees the same database).
+//!
+//! Where things are:
+//! - `open`: connecting, pragmas, migrations, starting the writer and the checkpointer;
+//! - `writer`: the group-commit task, one transaction per batch of jobs;
+//! - `batch` (the fast path, a batch in one query) and `turn` (turn by turn, in
+//!   savepoints) — the two write paths; `statements` builds what both send, and the
+//!   `write_paths` tests hold that they write the same rows;
+//! - `rows`: decoders and the session as a turn leaves it;
+//! - `reads`, `inbox`, `privacy`: the store's traits on it;
+//! - `checkpoint` and `wal_readahead`: the WAL kept small and cached.
+
+mod batch;
+mod checkpoint;
+mod inbox;
+mod open;
+mod privacy;
+mod reads;
+mod rows;
+mod statements;
+mod turn;
+mod wal_readahead;
+mod writer;
+
+#[cfg(test)]
+mod hot_tests;
+#[cfg(test)]
+mod reading_tests;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use batch::*;
+use checkpoint::*;
+use inbox::*;
+
+use rows::*;
+use statements::*;
+use turn::*;
+use writer::*;
+
+use super::hot::{HotChange, HotSessions, HotTurn};
+use super::reading::{
+    Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
+    ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
+};
+use super::{
+    CommittedTurn, FlowState, Inbox, LlmCallRecord, ProcessedUpdate, Reads, Role, SessionRecord,
+    SessionStatus, Store, StoreError, StoredMessage, Submission, SubmissionRecord,
+    SubmissionStatus, Ticket, TurnCommit, TurnLoad,
+};
+use crate::message::{Incoming, Platform, SessionKey, UserRef};
+use crate::state::StateChange;
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row, SqlitePool};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
+use wal_readahead::WalReadahead;
+pub struct SqliteStore {
+    /// Readers (WAL lets them run beside the writer).
+    pool: SqlitePool,
+    /// The one writer connection: writes queue here, in tokio, instead of spinning in
+    /// SQLite's busy handler (which sleeps whole milliseconds between tries). Turns and the
+    /// inbox reach it through the group-commit thread; rarer writes (privacy, ledger) directly.
+    writer: SqlitePool,
+    /// Turns, inbox entries and delivery marks for the group-commit task ([`group_commit`]).
+    jobs: mpsc::Sender<Job>,
+    /// Stops the WAL checkpoint task ([`checkpoints`]); none for `:memory:`.
+    checkpointer: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
+    /// WAL restarts the checkpoint task made.
+    restarts: Arc<AtomicU64>,
+    /// Active sessions as the writer last committed them ([`super::hot`]).
+    hot: Arc<HotSessions>,
+    /// Reads the processed update ids into `hot` after the store opens.
+    scan: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Most turns one transaction of the group-commit task carries.
+const MAX_BATCH: usize = 256;
+
+/// Work for the group-commit task; each job is answered once its transaction committed.
+enum Job {
+    Turn {
+        commit: Box<TurnCommit>,
+        after: Box<Prepared>,
+        reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
+    },
+    /// A received message kept until its turn is done. Not answered: it commits with or
+    /// before its turn, the next job its sender queues (see [`Store::inbox_put`]).
+    InboxPut { entry: InboxEntry },
+    /// Not answered: see [`Store::inbox_done`].
+    InboxDone {
+        platform: Platform,
+        chat: String,
+        message_id: String,
+    },
+    /// Not answered: a turn does not wait for its delivery mark.
+    Delivered { ids: Vec<i64> },
+    /// Answered once everything queued before it is committed (a clean shutdown).
+    Flush(oneshot::Sender<()>),
+}
+
+/// A statement being built (several, for the fast path's [`Trip`]).
+type Sql<'r> = sqlx::QueryBuilder<'r, sqlx::Sqlite>;
+
+fn writer_gone() -> StoreError {
+    StoreError::Batch {
+        message: "the database writer has stopped".into(),
+        busy: false,
+    }
+}
+
+impl SqliteStore {
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs.send(job).await.map_err(|_| writer_gone())
+    }
+
+    /// How many times the checkpoint task restarted the WAL since the store opened.
+    pub fn wal_restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// How many sessions the database holds, active or finished.
+    pub async fn session_count(&self) -> Result<i64, StoreError> {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("counting sessions"))?;
+        Ok(n)
+    }
+
+    /// The pool, for other stores of the same database (flows' own tables).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn is_processed(
+        &self,
+        platform: Platform,
+        chat: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(
+            "SELECT 1 FROM processed_updates WHERE platform = ? AND chat = ? AND message_id = ?",
+        )
+        .bind(platform.as_str())
+        .bind(chat)
+        .bind(message_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::db("checking processed updates"))?;
+        Ok(row.is_some())
+    }
+
+    async fn load_for_turn(
+        &self,
+        key: &SessionKey,
+        message_id: &str,
+        history: usize,
+    ) -> Result<TurnLoad, StoreError> {
+        if let Some(load) = self.hot.load(key, message_id, history) {
+            return Ok(load);
+        }
+        let epoch = self.hot.epoch();
+        // one round trip and one row: the dedupe check, the active session and its recent
+        // messages (as one JSON array, so the session's columns are not repeated per message)
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = ?1 AND chat = ?2 AND message_id = ?3) AS dup, \
+                 {}, CASE WHEN s.id IS NULL THEN NULL ELSE (SELECT json_group_array(json_array(m.id, m.role, m.text, m.created_ms)) \
+                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT ?6) m) END AS history \
+                 FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
+                 AND s.user_id = ?5 AND s.status = 'active'",
+                SESSION_COLUMNS
+                    .split(", ")
+                    .map(|c| format!("s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
+        let row = sqlx::query(SQL.as_str())
+            .bind(key.platform.as_str())
+            .bind(&key.chat)
+            .bind(message_id)
+            .bind(&key.thread)
+            .bind(&key.user)
+            .bind(history.min(i64::MAX as usize) as i64)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("loading the session"))?;
+        let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
+        let duplicate = dup && !message_id.is_empty();
+        let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
+        let Some(session_id) = id else {
+            return Ok(TurnLoad {
+                duplicate,
+                ..Default::default()
+            });
+        };
+        let session = session_from_row(&row)?;
+        let json: Option<String> = row
+            .try_get("history")
+            .map_err(|e| corrupt("message history", e))?;
+        let rows: Vec<(i64, String, String, i64)> = match json {
+            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("message history", e))?,
+            None => Vec::new(),
+        };
+        let mut messages = rows
+            .into_iter()
+            .map(|(id, role, text, at)| {
+                Ok(StoredMessage {
+                    id,
+                    session_id,
+                    role: Role::parse(&role).ok_or_else(|| corrupt("message role", &role))?,
+                    text,
+                    at: from_ms(at),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        messages.sort_unstable_by_key(|m| m.id);
+        self.hot
+            .fill(epoch, &session, &messages, messages.len() < history);
+        Ok(TurnLoad {
+            duplicate,
+            session: Some(session),
+            history: messages,
+        })
+    }
+
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let after = Box::new(Prepared::of(&commit)?);
+        self.submit(Job::Turn {
+            commit: Box::new(commit),
+            after,
+            reply,
+        })
+        .await?;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
+    }
+
+    async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError> {
+        if message_ids.is_empty() {
+            return Ok(());
+        }
+        // rides along with the next batch of turns instead of a transaction of its own, and
+        // the turn does not wait for that batch: the mark only records what the platform
+        // took (a lost mark after a crash leaves a delivered message marked undelivered)
+        self.submit(Job::Delivered {
+            ids: message_ids.to_vec(),
+        })
+        .await
+    }
+
+    async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, role, text, created_ms FROM messages WHERE session_id = ? AND delivered = 0 ORDER BY id",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("loading undelivered messages"))?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn unreached_sessions(
+        &self,
+        platform: crate::message::Platform,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        // (the undelivered messages through `messages_undelivered`, a few at most)
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions JOIN \
+             (SELECT session_id, min(id) AS first FROM messages WHERE delivered = 0 GROUP BY session_id) AS u \
+             ON sessions.id = u.session_id WHERE sessions.platform = ? ORDER BY u.first"
+        ))
+        .bind(platform.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("listing sessions with undelivered replies"))?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self
+            .writer
+            .begin()
+            .await
+            .map_err(StoreError::db("starting a ledger write"))?;
+        let calls: Vec<_> = calls.iter().map(|c| (None, c)).collect();
+        insert_llm_calls(&mut tx, &calls).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing the ledger"))
+    }
+
+    async fn forget_user(
+        &self,
+        platform: Platform,
+        user: &str,
+        keep_submissions: bool,
+    ) -> Result<u64, StoreError> {
+        // before (no read in flight fills the cache again) and after (nothing cached between)
+        self.hot.forget_user(platform, user);
+        let deleted = self
+            .forget_user_rows(platform, user, keep_submissions)
+            .await;
+        self.hot.forget_user(platform, user);
+        deleted
+    }
+
+    async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        // cached histories go, before and after (see forget_user)
+        self.hot.clear();
+        let done = sqlx::query(
+            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE updated_ms < ?)",
+        )
+        .bind(ms(before))
+        .execute(&self.writer)
+        .await
+        .map_err(StoreError::db("deleting old transcripts"));
+        self.hot.clear();
+        Ok(done?.rows_affected())
+    }
+
+    async fn close(&self) {
+        let scan = self.scan.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(scan) = scan {
+            scan.abort();
+        }
+        // what is queued for the writer (delivery marks, inbox clears) is written first
+        let (reply, done) = oneshot::channel();
+        if self.submit(Job::Flush(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((stop, task)) = checkpointer {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+        self.pool.close().await;
+        self.writer.close().await;
+    }
+}

@@ -1,0 +1,206 @@
+//! Opening the database: connection options and pragmas, migrations, the reader pool, the
+//! writer thread ([`super::writer`]), the checkpointer ([`super::checkpoint`]) and the scan
+//! of processed updates into the hot-session cache. [`SqliteStore::connect`] is called by
+//! the binary, the tests and `kaiwa bench`.
+
+use super::*;
+
+/// Reads every processed update id into the hot-session cache's filter, a page at a time (a
+/// short read each: one long read would keep the WAL from restarting), then lets the cache
+/// answer "not processed". On an error the cache never does, and every turn reads the
+/// database as before.
+pub(super) async fn scan_processed(pool: SqlitePool, hot: Arc<HotSessions>) {
+    let started = std::time::Instant::now();
+    // in the primary key's order: platform, message id, chat
+    let mut after = (String::new(), String::new(), String::new());
+    let mut total = 0usize;
+    loop {
+        let page: Result<Vec<(String, String, String)>, _> = sqlx::query_as(
+            "SELECT platform, message_id, chat FROM processed_updates \
+             WHERE (platform, message_id, chat) > (?, ?, ?) ORDER BY platform, message_id, chat LIMIT ?",
+        )
+        .bind(&after.0)
+        .bind(&after.1)
+        .bind(&after.2)
+        .bind(SCAN_PAGE)
+        .fetch_all(&pool)
+        .await;
+        let page = match page {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the processed updates: every turn reads the database");
+                return;
+            }
+        };
+        total += page.len();
+        let full = page.len() as i64 == SCAN_PAGE;
+        hot.add_processed(
+            page.iter()
+                .map(|(p, m, c)| (p.as_str(), c.as_str(), m.as_str())),
+        );
+        match page.into_iter().last() {
+            Some(last) if full => after = last,
+            _ => break,
+        }
+    }
+    hot.mark_complete();
+    tracing::debug!(
+        updates = total,
+        ms = started.elapsed().as_millis() as u64,
+        "processed updates read for the hot-session cache"
+    );
+}
+
+/// Rows per page of [`scan_processed`] (a few in tests, so that they read several pages).
+pub(super) const SCAN_PAGE: i64 = if cfg!(test) { 3 } else { 10_000 };
+
+impl SqliteStore {
+    /// Opens (creating file and parent folder if missing) and migrates the database at `url`
+    /// (`sqlite://path/to.db`, `sqlite::memory:`).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        // past twice the restart point the writer checkpoints by itself (a long read kept
+        // the WAL from restarting, or the checkpointer fell behind)
+        Self::connect_tuned(url, WAL_RESTART_BYTES, 2 * WAL_RESTART_BYTES).await
+    }
+
+    /// [`SqliteStore::connect`], the checkpointer restarting the WAL once it holds
+    /// `restart_bytes` of frames and the writer checkpointing past `writer_bytes`.
+    pub(super) async fn connect_tuned(
+        url: &str,
+        restart_bytes: i64,
+        writer_bytes: i64,
+    ) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(StoreError::db("parsing the database URL"))?
+            .create_if_missing(true)
+            // before the database file is made (sqlx sets it first); ignored by an existing one
+            .page_size(PAGE_SIZE)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let filename = options.get_filename().to_path_buf();
+        let in_memory = url.contains(":memory:")
+            || filename.as_os_str().is_empty()
+            || filename.to_string_lossy() == ":memory:";
+        if let Some(parent) = filename
+            .parent()
+            .filter(|p| !in_memory && !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::Corrupt(format!(
+                    "cannot create the database folder {}: {e}",
+                    parent.display()
+                ))
+            })?;
+        }
+        // sqlx pings a pooled connection before lending it by default: for SQLite that is a
+        // round trip to the connection's worker thread (two thread wake-ups) before every
+        // read and every batch, and nothing can hang up on an embedded database
+        let pool_options = || SqlitePoolOptions::new().test_before_acquire(false);
+        let single = || {
+            pool_options()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        };
+        // the writer checkpoints only as a safety net: a checkpoint syncs the database file,
+        // and every turn waiting for the writer would wait for that too ([`checkpoints`]
+        // does it aside)
+        let writer = single()
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    let frames = frames_in(writer_bytes, page_size_of(&mut *conn).await?);
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        format!("PRAGMA wal_autocheckpoint = {frames}").as_str(),
+                    )
+                    .await?;
+                    sqlx::Executor::execute(conn, BATCH_CHECKS).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(
+                options
+                    .clone()
+                    // a statement that changes many rows inside a transaction keeps the pages
+                    // it changes in a statement journal, which spills past 64 KiB to a temp
+                    // file (profiled under load: writes to it cost the writer 1 % of all CPU,
+                    // more with the large batches of a backlog); in memory it never does
+                    .pragma("temp_store", "MEMORY"),
+            )
+            .await
+            .map_err(StoreError::db("opening the database"))?;
+        sqlx::migrate!("../migrations").run(&writer).await?;
+        let pool = if in_memory {
+            // every connection to :memory: is its own database: share the one
+            writer.clone()
+        } else {
+            // a read is one short statement (WAL: never blocked by the writer); more
+            // connections than cores only add threads and page caches (2 MB each)
+            let readers = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
+            pool_options()
+                .max_connections(readers.clamp(2, 8) as u32)
+                .connect_with(options.clone())
+                .await
+                .map_err(StoreError::db("opening the database"))?
+        };
+        let (jobs, queue) = mpsc::channel(4 * MAX_BATCH);
+        // the writer's own thread: on the shared runtime each of its statements would queue
+        // behind every turn in progress, and every turn waits for the writer. The
+        // checkpointer runs there too: while it restarts the WAL the writer waits for it,
+        // and it must not wait for a turn of the shared runtime to be polled again.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Corrupt(format!("no runtime for the database writer: {e}")))?;
+        let writer_tasks = runtime.handle().clone();
+        let batches = writer.clone();
+        let gate = WriteGate::default();
+        let writing = gate.clone();
+        let hot = Arc::new(HotSessions::default());
+        let committed = hot.clone();
+        std::thread::Builder::new()
+            .name("kaiwa-db-writer".into())
+            .spawn(move || runtime.block_on(group_commit(batches, queue, writing, committed)))
+            .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
+        let restarts = Arc::new(AtomicU64::new(0));
+        let checkpointer = if in_memory {
+            None
+        } else {
+            let mut conn = options
+                .clone()
+                .busy_timeout(RESTART_WAIT)
+                .connect()
+                .await
+                .map_err(StoreError::db("opening the database"))?;
+            let page_size = page_size_of(&mut conn)
+                .await
+                .map_err(StoreError::db("reading the page size"))?;
+            let (stop, stopped) = oneshot::channel();
+            let task = writer_tasks.spawn(checkpoints(
+                conn,
+                stopped,
+                gate,
+                frames_in(restart_bytes, page_size),
+                page_size,
+                filename.clone(),
+                restarts.clone(),
+            ));
+            Some((stop, task))
+        };
+        // the writer adds what it commits from now on; the updates processed before are read
+        // aside, so that a large database does not hold up the start
+        let scan = tokio::spawn(scan_processed(pool.clone(), hot.clone()));
+        Ok(SqliteStore {
+            pool,
+            writer,
+            jobs,
+            checkpointer: std::sync::Mutex::new(checkpointer),
+            restarts,
+            hot,
+            scan: std::sync::Mutex::new(Some(scan)),
+        })
+    }
+}

@@ -1,0 +1,431 @@
+//! The turn-by-turn write path: one turn's rows inside the batch's transaction, in a
+//! savepoint the writer ([`super::writer`]) rolls back if the turn is refused (duplicate,
+//! conflict, failed statement). Also the writes of reading data and tickets, which the
+//! fast path ([`super::batch`]) makes the same way after its query.
+
+use super::*;
+
+/// Model calls (of one turn or of a batch), in one statement.
+pub(super) async fn insert_llm_calls(
+    conn: &mut sqlx::SqliteConnection,
+    calls: &[CallRow<'_>],
+) -> Result<(), StoreError> {
+    execute_rows(conn, calls, "recording model calls", |sql, rows| {
+        push_llm_calls(sql, rows)
+    })
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn record_id(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    title: &str,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "SELECT id FROM reading_records WHERE platform = ? AND user_id = ? AND title = ?",
+    )
+    .bind(key.platform.as_str())
+    .bind(&key.user)
+    .bind(title)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::db("finding the reading record"))?
+    .ok_or_else(|| StoreError::Corrupt(format!("no reading record {title:?} for this user")))
+}
+
+pub(super) async fn apply_reading(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    change: &ReadingChange,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let (platform, user) = (key.platform.as_str(), key.user.as_str());
+    let result = match change {
+        ReadingChange::OpenRecord { title, author } => {
+            sqlx::query(
+                "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
+                 author = COALESCE(reading_records.author, excluded.author)",
+            )
+            .bind(platform)
+            .bind(user)
+            .bind(title)
+            .bind(author)
+            .bind(now_ms)
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await
+        }
+        ReadingChange::SetStatus { title, status } => {
+            sqlx::query(
+                "UPDATE reading_records SET status = ?1, updated_ms = ?2, \
+                 started_ms = CASE WHEN ?1 != 'not_started' THEN COALESCE(started_ms, ?2) ELSE started_ms END, \
+                 finished_ms = CASE WHEN ?1 = 'completed' THEN ?2 ELSE NULL END \
+                 WHERE platform = ?3 AND user_id = ?4 AND title = ?5",
+            )
+            .bind(status.as_str())
+            .bind(now_ms)
+            .bind(platform)
+            .bind(user)
+            .bind(title)
+            .execute(&mut *conn)
+            .await
+        }
+        ReadingChange::SetMode { title, mode } => {
+            sqlx::query("UPDATE reading_records SET interaction_mode = ?, updated_ms = ? WHERE platform = ? AND user_id = ? AND title = ?")
+                .bind(mode.as_str())
+                .bind(now_ms)
+                .bind(platform)
+                .bind(user)
+                .bind(title)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddInsight { title, kind, text } => {
+            let id = record_id(conn, key, title).await?;
+            sqlx::query("INSERT INTO insights (record_id, kind, text, created_ms) VALUES (?, ?, ?, ?)")
+                .bind(id)
+                .bind(kind.as_str())
+                .bind(text)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddMood { title, phase, label, score } => {
+            let id = record_id(conn, key, title).await?;
+            sqlx::query("INSERT INTO moods (record_id, phase, label, score, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(id)
+                .bind(phase.as_str())
+                .bind(label)
+                .bind(i64::from((*score).clamp(1, 5)))
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddProfileEntry { kind, text } => {
+            sqlx::query("INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(kind.as_str())
+                .bind(text)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::AddMentorFeedback { feedback_type, content } => {
+            sqlx::query("INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(feedback_type.as_str())
+                .bind(content)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::SetWeeklyReview {
+            enabled: false, ..
+        } => {
+            sqlx::query("DELETE FROM weekly_reviews WHERE platform = ? AND user_id = ?")
+                .bind(platform)
+                .bind(user)
+                .execute(&mut *conn)
+                .await
+        }
+        ReadingChange::SetWeeklyReview {
+            enabled: true,
+            timezone,
+        } => {
+            sqlx::query(
+                "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
+                 timezone = excluded.timezone",
+            )
+            .bind(platform)
+            .bind(user)
+            .bind(&key.chat)
+            .bind(&key.thread)
+            .bind(timezone)
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await
+        }
+        ReadingChange::AddRecommendation { title, reason } => {
+            sqlx::query("INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES (?, ?, ?, ?, ?)")
+                .bind(platform)
+                .bind(user)
+                .bind(title)
+                .bind(reason)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await
+        }
+    };
+    result.map_err(StoreError::db("saving reading data"))?;
+    Ok(())
+}
+
+/// Sessions that go on, updated in one statement (two if some change status), each only if
+/// its stored version is still the one the turn loaded. `sessions` carry the turn's changes and the
+/// loaded version. Returns how many rows were updated (fewer: a session moved on).
+pub(super) async fn update_sessions(
+    tx: &mut sqlx::SqliteConnection,
+    sessions: Vec<SessionUpdate<'_>>,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let (moved, staying) = session_rows(sessions);
+    let mut updated = 0;
+    for (rows, status) in [(&moved, true), (&staying, false)] {
+        updated += execute_rows(tx, rows, "updating the sessions", |sql, rows| {
+            push_session_updates(sql, rows, status, now_ms)
+        })
+        .await?;
+    }
+    Ok(updated)
+}
+
+/// A turn's session row (and the user's, for a new session; the previous session finished
+/// first on a flow switch). Fails with [`StoreError::Conflict`] when the session moved on.
+/// Returns the session as the turn leaves it.
+pub(super) async fn write_session(
+    tx: &mut sqlx::SqliteConnection,
+    commit: &TurnCommit,
+    after: &Prepared,
+    now_ms: i64,
+) -> Result<SessionRecord, StoreError> {
+    if let Some(previous) = commit.finish_session {
+        let mut finish = Sql::new("");
+        push_finished(&mut finish, &[previous], now_ms)?;
+        finish
+            .build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("finishing the previous session"))?;
+    }
+
+    let mut session = after.session.clone();
+    if session.is_new() {
+        let users = [(&session.key, &commit.user)];
+        let mut user = Sql::new("");
+        push_users(&mut user, &users, now_ms)?;
+        user.build()
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving the user"))?;
+        let rows = [(&session, after)];
+        let mut insert = Sql::new("");
+        push_new_sessions(&mut insert, &rows, now_ms)?;
+        insert.push(" RETURNING id");
+        let id: i64 = insert
+            .build_query_scalar()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::db("creating the session"))?;
+        session.id = id;
+        session.version = 1;
+        session.created_at = from_ms(now_ms);
+    } else {
+        if update_sessions(tx, vec![SessionUpdate::of(commit, after)], now_ms).await? == 0 {
+            return Err(StoreError::Conflict {
+                session_id: session.id,
+            });
+        }
+        session.version += 1;
+    }
+    session.updated_at = from_ms(now_ms);
+    Ok(session)
+}
+
+/// A turn's other rows: reading data, tickets and feedback (its submissions go with the
+/// messages: [`push_submissions`]).
+pub(super) async fn write_extras(
+    tx: &mut sqlx::SqliteConnection,
+    session: &SessionRecord,
+    changes: &[StateChange],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let key = &session.key;
+    for change in changes {
+        match change {
+            StateChange::Reading { change } => {
+                apply_reading(tx, key, change, now_ms).await?;
+            }
+            StateChange::SaveTicket { ticket } => {
+                let json = |v: &serde_json::Value| {
+                    serde_json::to_string(v).map_err(|e| corrupt("ticket", e))
+                };
+                sqlx::query(
+                    "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
+                     feedback, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(session.id)
+                .bind(ticket.ticket_no)
+                .bind(&ticket.question)
+                .bind(json(&serde_json::json!(ticket.plan))?)
+                .bind(json(&ticket.sub_answers)?)
+                .bind(&ticket.answer)
+                .bind(json(&serde_json::json!(ticket.sources))?)
+                .bind(&ticket.feedback)
+                .bind(now_ms)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("saving the ticket"))?;
+            }
+            StateChange::SetTicketFeedback {
+                ticket_no,
+                feedback,
+            } => {
+                sqlx::query("UPDATE helpdesk_tickets SET feedback = ?, updated_ms = ? WHERE session_id = ? AND ticket_no = ?")
+                    .bind(feedback)
+                    .bind(now_ms)
+                    .bind(session.id)
+                    .bind(ticket_no)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::db("saving the feedback"))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The statement `statement` builds for `rows` (none for no rows), run on `conn`. Returns
+/// how many rows it changed.
+pub(super) async fn execute_rows<'r, T>(
+    conn: &mut sqlx::SqliteConnection,
+    rows: &'r [T],
+    context: &'static str,
+    statement: impl Fn(&mut Sql<'r>, &'r [T]) -> Result<(), StoreError>,
+) -> Result<u64, StoreError> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut sql = Sql::new("");
+    statement(&mut sql, rows)?;
+    Ok(sql
+        .build()
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::db(context))?
+        .rows_affected())
+}
+
+/// The turns' platform updates marked processed. Returns how many were new (the others
+/// were processed already).
+pub(super) async fn mark_processed(
+    tx: &mut sqlx::SqliteConnection,
+    updates: &[(&ProcessedUpdate, i64)],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    execute_rows(tx, updates, "marking the update processed", |sql, rows| {
+        push_processed(sql, rows, true, now_ms)
+    })
+    .await
+}
+
+/// The turns' transcript messages. Returns the ids of the messages written, per session,
+/// in order.
+pub(super) async fn insert_messages(
+    tx: &mut sqlx::SqliteConnection,
+    turns: &[(i64, &[StateChange])],
+    now_ms: i64,
+) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
+    let messages = message_rows(turns.iter().copied());
+    if messages.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut insert = Sql::new("");
+    push_messages(&mut insert, &messages, None, now_ms)?;
+    let rows = insert
+        .build()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::db("saving the messages"))?;
+    messages_written(&rows)
+}
+
+/// A committed turn's answer and what it changed for the hot-session cache. `ids`: the ids
+/// of the turn's messages ([`insert_messages`]), in the order of its changes.
+pub(super) fn turn_written(
+    commit: &TurnCommit,
+    session: SessionRecord,
+    ids: Vec<i64>,
+    now_ms: i64,
+) -> (CommittedTurn, HotChange) {
+    let said = message_rows(std::iter::once((session.id, commit.changes.as_slice())));
+    let whole = said.len() == ids.len();
+    let messages: Vec<StoredMessage> = said
+        .into_iter()
+        .zip(ids)
+        .map(|((session_id, role, text), id)| StoredMessage {
+            id,
+            session_id,
+            role,
+            text: text.to_string(),
+            at: from_ms(now_ms),
+        })
+        .collect();
+    let assistant_message_ids = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|m| m.id)
+        .collect();
+    // (one id per message, or the cache cannot tell what the turn wrote)
+    let change = if whole {
+        HotChange::Committed(Box::new(HotTurn {
+            loaded_version: commit.session.version,
+            session: session.clone(),
+            processed: commit.processed.clone(),
+            messages,
+        }))
+    } else {
+        HotChange::Dropped {
+            key: session.key.clone(),
+            processed: commit.processed.clone(),
+        }
+    };
+    (
+        CommittedTurn {
+            session,
+            assistant_message_ids,
+        },
+        change,
+    )
+}
+
+/// One turn's writes, inside the batch's transaction (the caller wraps it in a savepoint,
+/// so a refused turn leaves nothing behind).
+pub(super) async fn write_turn(
+    tx: &mut sqlx::SqliteConnection,
+    commit: TurnCommit,
+    after: &Prepared,
+    now_ms: i64,
+) -> Result<(CommittedTurn, HotChange), StoreError> {
+    let session = write_session(tx, &commit, after, now_ms).await?;
+    if let Some(p) = &commit.processed
+        && mark_processed(tx, &[(p, session.id)], now_ms).await? == 0
+    {
+        return Err(StoreError::Duplicate {
+            chat: p.chat.clone(),
+            message_id: p.message_id.clone(),
+        });
+    }
+    let mut ids = insert_messages(tx, &[(session.id, &commit.changes)], now_ms).await?;
+    write_extras(tx, &session, &commit.changes, now_ms).await?;
+    let mut submissions = Vec::new();
+    submission_rows(session.id, &session.key, &commit.changes, &mut submissions);
+    execute_rows(tx, &submissions, "saving the submission", |sql, rows| {
+        push_submissions(sql, rows, now_ms)
+    })
+    .await?;
+    let calls: Vec<_> = commit
+        .llm_calls
+        .iter()
+        .map(|c| (Some(session.id), c))
+        .collect();
+    insert_llm_calls(tx, &calls).await?;
+    let ids = ids.remove(&session.id).unwrap_or_default();
+    Ok(turn_written(&commit, session, ids, now_ms))
+}
