@@ -1,0 +1,121 @@
+//! `/mydata` (everything stored about the user, as JSON) and `/forget` (deleted after a
+//! confirmation button), handled before any flow runs.
+
+use crate::orchestrator::*;
+
+const FORGET_PREFIX: &str = "fg";
+
+const FORGET_YES: &str = "forget:yes";
+
+const FORGET_NO: &str = "forget:no";
+
+impl Orchestrator {
+    /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.
+    /// `None` for every other message (the common case costs a match, no clone).
+    pub(in crate::orchestrator) async fn privacy(
+        &self,
+        incoming: &Incoming,
+        key: &SessionKey,
+        active: &Option<SessionRecord>,
+        outbox: &dyn Outbox,
+    ) -> Result<Option<TurnReport>, OrchestratorError> {
+        let lang = active
+            .as_ref()
+            .and_then(|s| s.language.as_deref())
+            .unwrap_or("en");
+        let say = |en: &str, ja: &str| crate::i18n::pick(lang, en, ja);
+        match &incoming.body {
+            Body::Command { name, .. } if name == "mydata" => {
+                let data = self.store.user_data(key.platform, &key.user).await?;
+                let json = serde_json::to_string_pretty(&data).unwrap_or_default();
+                let text = format!(
+                    "{}\n{json}",
+                    say(
+                        "Everything I have stored about you (JSON):",
+                        "保存しているあなたのデータ（JSON）:"
+                    )
+                );
+                // not stored again: the reply is the data itself
+                Ok(Some(self.reply_only(incoming, None, text, outbox).await?))
+            }
+            Body::Command { name, .. } if name == "forget" => {
+                let mut request = OptionsRequest::new(
+                    say(
+                        "Delete everything I have stored about you (conversations, answers, reading notes, profile)? This cannot be undone.",
+                        "保存しているあなたのデータ（会話、回答、読書メモ、プロフィール）をすべて削除しますか？元に戻せません。",
+                    ),
+                    vec![
+                        OptionItem::new(FORGET_YES, say("Delete everything", "すべて削除する")),
+                        OptionItem::new(FORGET_NO, say("Cancel", "やめる")),
+                    ],
+                    false,
+                );
+                request.request_id = format!("{FORGET_PREFIX}{}", request.request_id);
+                let session = active.clone().unwrap_or_else(|| {
+                    let flow = incoming
+                        .flow
+                        .as_deref()
+                        .filter(|f| self.flows.get(f).is_some())
+                        .unwrap_or(self.flows.default_flow());
+                    SessionRecord::draft(key.clone(), flow)
+                });
+                let turn = FinishedTurn {
+                    session,
+                    finish_session: None,
+                    output: TurnOutput {
+                        outgoing: vec![Outgoing::Options(request)],
+                        ..Default::default()
+                    },
+                    ledger: LlmLedger::new(),
+                    replace_pending: true,
+                };
+                Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
+            }
+            Body::Choice { request_id, values }
+                if request_id.starts_with(FORGET_PREFIX)
+                    && active
+                        .as_ref()
+                        .and_then(|s| s.pending_options.as_ref())
+                        .is_some_and(|p| &p.request_id == request_id) =>
+            {
+                if values.iter().any(|v| v == FORGET_YES) {
+                    let rows = self
+                        .store
+                        .forget_user(key.platform, &key.user, self.keep_submissions)
+                        .await?;
+                    tracing::info!(rows, "a user's data was deleted at their request");
+                    let mut text = say(
+                        "Done: everything I had stored about you is deleted.",
+                        "保存していたあなたのデータをすべて削除しました。",
+                    );
+                    if self.keep_submissions {
+                        text.push(' ');
+                        text.push_str(&say(
+                            "Applications you submitted are kept for the hiring team, as this service's policy says; ask them to delete those.",
+                            "送信済みの応募内容は、このサービスの方針により採用担当のために保管されます。削除は採用担当に依頼してください。",
+                        ));
+                    }
+                    return Ok(Some(self.reply_only(incoming, None, text, outbox).await?));
+                }
+                let Some(session) = active.clone() else {
+                    return Ok(None);
+                };
+                let mut output = TurnOutput::default();
+                output.say(say("Nothing was deleted.", "何も削除していません。"));
+                // a session opened only for the question ends with it
+                if session.state.is_empty() {
+                    output.end();
+                }
+                let turn = FinishedTurn {
+                    session,
+                    finish_session: None,
+                    output,
+                    ledger: LlmLedger::new(),
+                    replace_pending: true,
+                };
+                Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
+            }
+            _ => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! After the flow: the turn written in one store transaction, then its replies delivered
+//! through the adapter's [`Outbox`] and its notices to the [`AdminSink`]. Replies the
+//! platform did not take are kept and sent first next time (`unreached`).
+
+use super::*;
+
+/// A turn whose flow has run, ready to be committed.
+pub(super) struct FinishedTurn {
+    pub(super) session: SessionRecord,
+    pub(super) finish_session: Option<i64>,
+    pub(super) output: TurnOutput,
+    pub(super) ledger: LlmLedger,
+    /// Replace the session's pending options with this turn's (false for replies that only
+    /// inform, such as a stale-button notice).
+    pub(super) replace_pending: bool,
+}
+
+pub(super) fn processed(incoming: &Incoming) -> Option<ProcessedUpdate> {
+    (!incoming.message_id.is_empty()).then(|| ProcessedUpdate {
+        platform: incoming.platform,
+        chat: incoming.chat.clone(),
+        message_id: incoming.message_id.clone(),
+    })
+}
+
+impl Orchestrator {
+    pub(super) async fn commit_and_deliver(
+        &self,
+        incoming: &Incoming,
+        turn: FinishedTurn,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let FinishedTurn {
+            session,
+            finish_session,
+            output,
+            ledger,
+            replace_pending,
+        } = turn;
+        let key = session.key.clone();
+        let mut changes = Vec::with_capacity(output.changes.len() + output.outgoing.len() + 2);
+        let said = incoming.body.transcript_text();
+        if !said.is_empty() {
+            changes.push(StateChange::AddUserMessage { text: said });
+        }
+        changes.extend(output.changes);
+        for item in &output.outgoing {
+            if let Some(text) = item.transcript_text() {
+                changes.push(StateChange::AddAssistantMessage { text });
+            }
+        }
+        let pending = output.outgoing.iter().rev().find_map(|o| match o {
+            Outgoing::Options(req) => Some(req.clone()),
+            _ => None,
+        });
+        if replace_pending && pending != session.pending_options {
+            changes.push(StateChange::SetPendingOptions { options: pending });
+        }
+        let flow = session.flow.clone();
+        let llm_calls = ledger.drain();
+        self.metrics.model_calls(&llm_calls);
+        let commit = TurnCommit {
+            session,
+            user: incoming.user.clone(),
+            finish_session,
+            processed: processed(incoming),
+            changes,
+            llm_calls,
+        };
+        let committed = match self.commit_with_retry(commit).await {
+            Ok(c) => c,
+            Err(StoreError::Duplicate { .. }) => {
+                return Ok(TurnReport {
+                    session_id: 0,
+                    outgoing: Vec::new(),
+                    finished: false,
+                    duplicate: true,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.metrics.turn(&flow);
+        self.deliver(&key, &output.outgoing, &committed, outbox)
+            .await;
+        for notice in &output.admin {
+            let mut notice = notice.clone();
+            notice.session_id = notice.session_id.or(Some(committed.session.id));
+            if let Err(e) = self.admin.notify(&notice).await {
+                tracing::warn!(error = %e, kind = %notice.kind, "admin notice not delivered");
+            }
+        }
+        Ok(TurnReport {
+            session_id: committed.session.id,
+            outgoing: output.outgoing,
+            finished: committed.session.status == SessionStatus::Finished,
+            duplicate: false,
+        })
+    }
+
+    /// SQLite busy / locked is retried a few times with a short, growing wait.
+    pub(super) async fn commit_with_retry(
+        &self,
+        commit: TurnCommit,
+    ) -> Result<CommittedTurn, StoreError> {
+        let mut wait = Duration::from_millis(20);
+        for _ in 0..5 {
+            match self.store.commit_turn(commit.clone()).await {
+                Err(e) if e.is_busy() => {
+                    tracing::warn!(error = %e, "database busy; retrying the turn's commit");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                other => return other,
+            }
+        }
+        self.store.commit_turn(commit).await
+    }
+
+    pub(super) async fn deliver(
+        &self,
+        key: &SessionKey,
+        outgoing: &[Outgoing],
+        committed: &CommittedTurn,
+        outbox: &dyn Outbox,
+    ) {
+        if outgoing.is_empty() {
+            return;
+        }
+        if self.is_unreached(committed.session.id) {
+            self.send_unreached(
+                key,
+                &committed.session,
+                &committed.assistant_message_ids,
+                outbox,
+            )
+            .await;
+        }
+        let sent = outbox.deliver(key, outgoing).await;
+        self.delivered(sent, committed.session.id, &committed.assistant_message_ids)
+            .await;
+    }
+
+    /// After a delivery of the session's messages `ids`: marks them delivered, or counts
+    /// the failure and remembers the session (they stay undelivered in the store, and go
+    /// with its next reply). True when they were delivered.
+    pub(super) async fn delivered(
+        &self,
+        sent: Result<(), DeliveryError>,
+        session_id: i64,
+        ids: &[i64],
+    ) -> bool {
+        match sent {
+            Ok(()) => {
+                if let Err(e) = self.store.mark_delivered(ids).await {
+                    tracing::warn!(error = %e, "could not mark messages delivered");
+                }
+                true
+            }
+            Err(e) => {
+                self.metrics.error(kind::DELIVERY);
+                self.unreached_set().insert(session_id);
+                tracing::warn!(error = %e, "reply not delivered; kept as undelivered");
+                false
+            }
+        }
+    }
+
+    pub(super) fn unreached_set(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<i64>> {
+        self.unreached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn is_unreached(&self, session_id: i64) -> bool {
+        self.unreached_set().contains(&session_id)
+    }
+
+    /// Sends the session's committed replies not yet delivered (but those of `current`, the
+    /// turn being delivered), under a line saying they are late, and marks them delivered.
+    /// A failure keeps them for the next try.
+    pub(super) async fn send_unreached(
+        &self,
+        key: &SessionKey,
+        session: &SessionRecord,
+        current: &[i64],
+        outbox: &dyn Outbox,
+    ) {
+        let earlier: Vec<crate::store::StoredMessage> =
+            match self.store.undelivered(session.id).await {
+                Ok(messages) => messages
+                    .into_iter()
+                    .filter(|m| !current.contains(&m.id))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not load the replies not delivered");
+                    return;
+                }
+            };
+        if earlier.is_empty() {
+            self.unreached_set().remove(&session.id);
+            return;
+        }
+        let mut items = vec![Outgoing::text(pick(
+            session,
+            "(Earlier replies that did not reach you:)",
+            "（お届けできなかった前回の返信です）",
+        ))];
+        items.extend(earlier.iter().map(|m| Outgoing::text(m.text.clone())));
+        let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
+        let sent = outbox.deliver(key, &items).await;
+        if self.delivered(sent, session.id, &ids).await {
+            self.unreached_set().remove(&session.id);
+            tracing::info!(replies = ids.len(), "replies not delivered before sent");
+        }
+    }
+
+    /// A reply that changes nothing but the transcript (help, stale buttons, apologies).
+    pub(super) async fn reply_only(
+        &self,
+        incoming: &Incoming,
+        session: Option<SessionRecord>,
+        text: String,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let outgoing = vec![Outgoing::text(text)];
+        match session {
+            Some(session) => {
+                let output = TurnOutput {
+                    outgoing,
+                    ..Default::default()
+                };
+                // the pending options stay as they are: only a flow's turn replaces them
+                let turn = FinishedTurn {
+                    session,
+                    finish_session: None,
+                    output,
+                    ledger: LlmLedger::new(),
+                    replace_pending: false,
+                };
+                self.commit_and_deliver(incoming, turn, outbox).await
+            }
+            None => {
+                if let Err(e) = outbox.deliver(&incoming.key(), &outgoing).await {
+                    tracing::warn!(error = %e, "reply not delivered");
+                }
+                Ok(TurnReport {
+                    session_id: 0,
+                    outgoing,
+                    finished: false,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+}

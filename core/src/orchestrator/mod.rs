@@ -1,0 +1,425 @@
+//! The [`Orchestrator`]: takes one [`Incoming`] at a time per session and turns it into a
+//! committed turn and delivered replies.
+//!
+//! For each message: take the session's lock (turns of one session never interleave, other
+//! sessions run in parallel), skip an update already processed, load the session, let the
+//! flow run, write the turn (messages, state changes, processed mark, model ledger) in one
+//! store transaction, then deliver through the adapter's [`Outbox`] and notify the
+//! [`AdminSink`]. Generic commands (`/start`, `/help`, `/end`, a flow's start command) and
+//! stale button presses are handled here, so every flow behaves the same. A failing flow is
+//! answered with an apology and leaves the session as it was.
+
+use crate::admin::{AdminSink, DeliveryError};
+use crate::agent::LlmLedger;
+use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
+use crate::llm::ModelRouter;
+use crate::message::{Body, Incoming, OptionItem, OptionsRequest, Outgoing, SessionKey};
+use crate::metrics::{Metrics, kind};
+use crate::state::StateChange;
+use crate::store::{
+    CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, Store, StoreError, TurnCommit,
+    TurnLoad,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::Instrument;
+
+mod admission;
+mod commands;
+mod delivery;
+mod notices;
+mod routing;
+
+pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
+
+use admission::*;
+use delivery::*;
+use notices::*;
+use routing::*;
+
+/// How many recent messages a flow sees: the most any flow reads (the assistant's context
+/// is the last 20; the interview's summary for its sub-agents the last 12). Each turn copies
+/// them, so more than the flows read is paid for by every turn.
+pub const HISTORY_LIMIT: usize = 20;
+
+/// Where replies go: implemented by each adapter for its platform.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError>;
+}
+
+/// What happened to one incoming message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnReport {
+    /// The session the turn ran in (0 when nothing was written).
+    pub session_id: i64,
+    pub outgoing: Vec<Outgoing>,
+    /// The place's conversation is over (the flow ended it or `/end`). Not when a session
+    /// that ended on its first turn left the one it was to replace going on.
+    pub finished: bool,
+    /// The update had been processed before; nothing was done.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Orchestrator {
+    store: Arc<dyn Store>,
+    flows: FlowRegistry,
+    models: ModelRouter,
+    admin: Arc<dyn AdminSink>,
+    locks: SessionLocks,
+    max_message_chars: usize,
+    metrics: Arc<Metrics>,
+    rate: RateLimiter,
+    max_waiting: usize,
+    keep_submissions: bool,
+    access: AdminAccess,
+    /// Places told of the current model outage.
+    told: Mutex<(u64, std::collections::HashSet<SessionKey>)>,
+    /// Sessions with a reply the platform did not take (in this process): the session's next
+    /// delivery sends it first, and so does the same message coming again.
+    unreached: Mutex<std::collections::HashSet<i64>>,
+}
+
+/// Messages a user may send in a minute before "slow down" (per place).
+pub const DEFAULT_RATE_PER_MINUTE: usize = 30;
+/// Messages that may wait behind a session's running turn.
+pub const DEFAULT_MAX_WAITING: usize = 8;
+
+/// Messages longer than this are refused (issue: 4,000 characters).
+pub const DEFAULT_MAX_MESSAGE_CHARS: usize = 4_000;
+
+impl Orchestrator {
+    pub fn new(
+        store: Arc<dyn Store>,
+        flows: FlowRegistry,
+        models: ModelRouter,
+        admin: Arc<dyn AdminSink>,
+    ) -> Self {
+        Orchestrator {
+            store,
+            flows,
+            models,
+            admin,
+            locks: SessionLocks::default(),
+            max_message_chars: DEFAULT_MAX_MESSAGE_CHARS,
+            metrics: Arc::new(Metrics::default()),
+            rate: RateLimiter {
+                per_minute: DEFAULT_RATE_PER_MINUTE,
+                ..RateLimiter::default()
+            },
+            max_waiting: DEFAULT_MAX_WAITING,
+            keep_submissions: false,
+            access: AdminAccess::default(),
+            told: Mutex::new((0, std::collections::HashSet::new())),
+            unreached: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Longer messages get a clear reply and are not stored at all.
+    pub fn with_max_message_chars(mut self, max: usize) -> Self {
+        self.max_message_chars = max.max(1);
+        self
+    }
+
+    /// At most `per_minute` messages per user and place in any minute (0: unlimited).
+    pub fn with_rate_limit(mut self, per_minute: usize) -> Self {
+        self.rate.per_minute = per_minute;
+        self
+    }
+
+    /// At most `max_waiting` messages wait behind a session's running turn; more are refused.
+    pub fn with_max_waiting(mut self, max_waiting: usize) -> Self {
+        self.max_waiting = max_waiting;
+        self
+    }
+
+    /// `/forget` keeps interview submissions (for the hiring team) and says so.
+    pub fn with_kept_submissions(mut self, keep: bool) -> Self {
+        self.keep_submissions = keep;
+        self
+    }
+
+    /// Who may use the admin commands, and where.
+    pub fn with_admin_access(mut self, access: AdminAccess) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// Turns, errors, model calls, queue: what `/metrics` serves.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn flows(&self) -> &FlowRegistry {
+        &self.flows
+    }
+
+    /// [`Self::handle`] for platform adapters: the message is kept in the store's inbox until
+    /// its turn is done, so a crash mid-turn does not lose it ([`Self::replay_inbox`] at the
+    /// next start handles it; the store's deduplication keeps a turn from running twice).
+    pub async fn handle_durable(
+        &self,
+        incoming: Incoming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let (platform, chat, id) = (
+            incoming.platform,
+            incoming.chat.clone(),
+            incoming.message_id.clone(),
+        );
+        if let Err(e) = self.store.inbox_put(&incoming).await {
+            tracing::warn!(error = %e, "could not keep the message in the inbox");
+        }
+        let result = self.handle(incoming, outbox).await;
+        if result.is_ok()
+            && let Err(e) = self.store.inbox_done(platform, &chat, &id).await
+        {
+            tracing::warn!(error = %e, "could not clear the inbox");
+        }
+        result
+    }
+
+    /// Handles the messages of `platform` left in the inbox by a crash. Returns how many.
+    pub async fn replay_inbox(
+        &self,
+        platform: crate::message::Platform,
+        outbox: &dyn Outbox,
+    ) -> Result<usize, OrchestratorError> {
+        let pending = self.store.inbox_pending(platform).await?;
+        let n = pending.len();
+        if n > 0 {
+            tracing::info!(
+                messages = n,
+                "handling messages left unfinished by the last run"
+            );
+        }
+        // replies the last run committed but did not deliver (it stopped in between), once
+        // per session and before any of these messages is handled (whose own replies are
+        // marked delivered only with the writer's next batch). Looked up by the replies, not
+        // by the messages left: a message whose turn committed may have left no entry
+        // (see `Store::inbox_put`).
+        let unreached = self.store.unreached_sessions(platform).await?;
+        if !unreached.is_empty() {
+            tracing::info!(
+                sessions = unreached.len(),
+                "sending replies the last run did not deliver"
+            );
+        }
+        for session in unreached {
+            self.send_unreached(&session.key, &session, &[], outbox)
+                .await;
+        }
+        for incoming in pending {
+            let (chat, id) = (incoming.chat.clone(), incoming.message_id.clone());
+            self.handle(incoming, outbox).await?;
+            self.store.inbox_done(platform, &chat, &id).await?;
+        }
+        Ok(n)
+    }
+
+    /// Handles one message: one turn, committed, then delivered through `outbox`.
+    pub async fn handle(
+        &self,
+        incoming: Incoming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let key = incoming.key();
+        let span = tracing::info_span!("turn", session = %key, message_id = %incoming.message_id);
+        async {
+            if !matches!(incoming.body, Body::Open) && !self.rate.allow(&key) {
+                tracing::info!("rate limit: message refused");
+                self.metrics.error(kind::RATE_LIMITED);
+                return self
+                    .reply_only(&incoming, None, RATE_LIMITED.into(), outbox)
+                    .await;
+            }
+            let waiting = self.metrics.queued();
+            let Some(_lease) = self.locks.acquire(&key, self.max_waiting).await else {
+                drop(waiting);
+                tracing::info!("session queue full: message refused");
+                self.metrics.error(kind::QUEUE_FULL);
+                return self
+                    .reply_only(&incoming, None, QUEUE_FULL.into(), outbox)
+                    .await;
+            };
+            drop(waiting);
+            let result = self.handle_locked(incoming, key, outbox).await;
+            if result.is_err() {
+                self.metrics.error(kind::STORE);
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn handle_locked(
+        &self,
+        incoming: Incoming,
+        key: SessionKey,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        if let Body::Text { text } = &incoming.body {
+            let length = text.chars().count();
+            if length > self.max_message_chars {
+                tracing::info!(length, "oversized message refused");
+                self.metrics.error(kind::OVERSIZED);
+                let text = too_long(length, self.max_message_chars);
+                return self.reply_only(&incoming, None, text, outbox).await;
+            }
+        }
+        if let Body::Command { name, args } = &incoming.body
+            && ADMIN_COMMANDS.contains(&name.as_str())
+        {
+            let text = self.admin_command(&key, name, args).await?;
+            return self.reply_only(&incoming, None, text, outbox).await;
+        }
+        let TurnLoad {
+            duplicate,
+            session: active,
+            history,
+        } = self
+            .store
+            .load_for_turn(&key, &incoming.message_id, HISTORY_LIMIT)
+            .await?;
+        let history_of = active.as_ref().map(|s| s.id);
+        if duplicate {
+            tracing::info!("duplicate update ignored");
+            // the platform sends it again: perhaps because our reply did not reach it
+            if let Some(session) = &active
+                && self.is_unreached(session.id)
+            {
+                self.send_unreached(&key, session, &[], outbox).await;
+            }
+            return Ok(TurnReport {
+                session_id: 0,
+                outgoing: Vec::new(),
+                finished: false,
+                duplicate: true,
+            });
+        }
+        if let Some(report) = self.privacy(&incoming, &key, &active, outbox).await? {
+            return Ok(report);
+        }
+        let plan = self.plan(&incoming, active)?;
+        let (session, finish_session, input) = match plan {
+            Plan::Reply { session, text } => {
+                return self.reply_only(&incoming, session, text, outbox).await;
+            }
+            Plan::Turn {
+                session,
+                finish_session,
+                input,
+            } => (session, finish_session, input),
+        };
+        let start_arg = match (&incoming.body, session.is_new()) {
+            (_, false) => None,
+            (Body::Command { args, .. }, true) if !args.is_empty() => Some(args.as_str()),
+            (_, true) => incoming.flow_arg.as_deref(),
+        };
+        let Some(flow) = self.flows.get(&session.flow).cloned() else {
+            let text = format!(
+                "This conversation uses the flow {:?}, which is not enabled here.",
+                session.flow
+            );
+            return self.reply_only(&incoming, None, text, outbox).await;
+        };
+
+        let history = if history_of == Some(session.id) && !session.is_new() {
+            history
+        } else {
+            Vec::new()
+        };
+        if !self.models.is_empty() {
+            // best effort: a lost typing indicator harms nobody
+            let _ = outbox.deliver(&key, &[Outgoing::Typing]).await;
+        }
+        let ledger = LlmLedger::new();
+        let ctx = TurnContext {
+            session: &session,
+            user: &incoming.user,
+            history: &history,
+            models: &self.models,
+            ledger: &ledger,
+            store: self.store.as_ref(),
+            start_arg,
+        };
+        let is_command = matches!(input, TurnInput::Command { .. });
+        let result = flow.turn(ctx, input).await;
+        let mut output = match result {
+            Ok(output) => output,
+            Err(error) => {
+                tracing::error!(%error, flow = %session.flow, "turn failed");
+                self.metrics.error(kind::FLOW);
+                let calls = ledger.drain();
+                self.metrics.model_calls(&calls);
+                if let Err(e) = self.store.record_llm_calls(&calls).await {
+                    tracing::warn!(error = %e, "could not record the failed turn's model calls");
+                }
+                let text = apology(&session, &error);
+                let session = (!session.is_new()).then_some(session);
+                return self.reply_only(&incoming, session, text, outbox).await;
+            }
+        };
+        if is_command && output.unknown_command {
+            output
+                .outgoing
+                .push(Outgoing::text(unknown_command(&session, &incoming.body)));
+        }
+        if let Some(outage) = self.models.outage()
+            && self.first_to_hear_of(outage, &key)
+        {
+            // once per outage and place: the answers are simpler for a while
+            let notice = pick(
+                &session,
+                "(The language model is not answering right now, so my replies are simpler for a while.)",
+                "（現在、言語モデルが応答しないため、しばらく簡易的な応答になります。）",
+            );
+            let at = output
+                .outgoing
+                .iter()
+                .position(|o| matches!(o, Outgoing::Options(_)))
+                .unwrap_or(output.outgoing.len());
+            output.outgoing.insert(at, Outgoing::text(notice));
+        }
+        // a command whose flow ends its new session on the first turn — it would not start
+        // (an unknown form) or it answered once (`/recommend`) — leaves the session it was
+        // to replace as it was: a typo in `/interview FORM` must not end an interview half
+        // done. (Opening a place for another flow, `kaiwa chat recommend`, still replaces.)
+        let kept = finish_session.is_some()
+            && session.is_new()
+            && matches!(incoming.body, Body::Command { .. })
+            && output
+                .changes
+                .iter()
+                .any(|c| matches!(c, StateChange::EndSession));
+        let turn = FinishedTurn {
+            session,
+            finish_session: finish_session.filter(|_| !kept),
+            output,
+            ledger,
+            replace_pending: true,
+        };
+        let mut report = self.commit_and_deliver(&incoming, turn, outbox).await?;
+        if kept {
+            // the session it was to replace goes on
+            report.finished = false;
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests;

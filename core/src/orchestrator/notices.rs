@@ -1,0 +1,57 @@
+//! What the orchestrator itself says to users: refusals (rate limit, full queue, oversized
+//! message), stale buttons, apologies, unknown commands and the model-outage notice, in the
+//! session's language.
+
+use super::*;
+
+/// A user over the rate limit (no session is loaded yet: both languages).
+pub(super) const RATE_LIMITED: &str = "You are sending messages faster than I can take them. Please wait a moment, then send that again. / メッセージが速すぎます。少し待ってからもう一度送ってください。";
+
+/// A session whose queue of waiting messages is full.
+pub(super) const QUEUE_FULL: &str = "I am still working on your earlier messages. Please wait for my answer, then send that again. / 前のメッセージを処理中です。返事を待ってからもう一度送ってください。";
+
+/// A message over the length limit (refused before anything is stored).
+pub(super) fn too_long(length: usize, max: usize) -> String {
+    format!(
+        "Your message is too long ({length} characters; the limit is {max}). Please shorten it or send it in parts. / メッセージが長すぎます（{length} 文字、上限 {max} 文字）。短くするか分けて送ってください。"
+    )
+}
+
+pub(super) const STALE_EN: &str =
+    "Those buttons are no longer active. Please answer the latest message.";
+
+pub(super) fn pick(session: &SessionRecord, en: &str, ja: &str) -> String {
+    crate::i18n::pick(session.language.as_deref().unwrap_or("en"), en, ja)
+}
+
+pub(super) fn apology(session: &SessionRecord, error: &FlowError) -> String {
+    let _ = error; // the details are in the log, never in the chat
+    pick(
+        session,
+        "Sorry, something went wrong on my side. Your message is saved; please send it again or try /start.",
+        "申し訳ありません、こちらで問題が発生しました。メッセージは保存されています。もう一度送るか /start をお試しください。",
+    )
+}
+
+pub(super) fn unknown_command(session: &SessionRecord, body: &Body) -> String {
+    let name = match body {
+        Body::Command { name, .. } => name.as_str(),
+        _ => "",
+    };
+    if session.language.as_deref() == Some("ja") {
+        format!("/{name} というコマンドはありません。/help で一覧を表示します。")
+    } else {
+        format!("Unknown command /{name}. Send /help to see what I can do.")
+    }
+}
+
+impl Orchestrator {
+    /// True the first time `key` hears of `outage` (later outages are told again).
+    pub(super) fn first_to_hear_of(&self, outage: u64, key: &SessionKey) -> bool {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.0 != outage {
+            *told = (outage, std::collections::HashSet::new());
+        }
+        told.1.insert(key.clone())
+    }
+}

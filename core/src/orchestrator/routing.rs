@@ -1,0 +1,163 @@
+//! Routing: what an incoming message means for the session of its place ([`Plan`]) — a
+//! new session, a turn of the active one, a generic command (`/start`, `/help`, `/end`), a
+//! flow's start command, a press on the pending options, or a stale press. Called by the
+//! turn in `mod.rs`.
+
+use super::*;
+
+pub(super) enum Plan {
+    /// Run the flow.
+    Turn {
+        session: SessionRecord,
+        finish_session: Option<i64>,
+        input: TurnInput,
+    },
+    /// Answer without running a flow.
+    Reply {
+        session: Option<SessionRecord>,
+        text: String,
+    },
+}
+
+impl Orchestrator {
+    /// Decides what an incoming message means for the session of its place.
+    pub(super) fn plan(
+        &self,
+        incoming: &Incoming,
+        active: Option<SessionRecord>,
+    ) -> Result<Plan, OrchestratorError> {
+        let key = incoming.key();
+        let fresh = |flow: &str, active: &Option<SessionRecord>| {
+            let finish = active.as_ref().map(|s| s.id);
+            (SessionRecord::draft(key.clone(), flow), finish)
+        };
+        let requested = incoming
+            .flow
+            .as_deref()
+            .filter(|f| self.flows.get(f).is_some())
+            .unwrap_or(self.flows.default_flow())
+            .to_string();
+        Ok(match &incoming.body {
+            Body::Open => match active {
+                // opening a place for another flow (`kaiwa chat mentor` after `chat reading`)
+                // finishes the old session and starts the requested one
+                Some(session)
+                    if incoming
+                        .flow
+                        .as_deref()
+                        .is_some_and(|f| f == requested && f != session.flow) =>
+                {
+                    let (session, finish_session) = fresh(&requested, &Some(session));
+                    Plan::Turn {
+                        session,
+                        finish_session,
+                        input: TurnInput::Start,
+                    }
+                }
+                Some(session) => Plan::Turn {
+                    session,
+                    finish_session: None,
+                    input: TurnInput::Resume,
+                },
+                None => Plan::Turn {
+                    session: SessionRecord::draft(key, &requested),
+                    finish_session: None,
+                    input: TurnInput::Start,
+                },
+            },
+            Body::Command { name, args } => match name.as_str() {
+                "start" => {
+                    let flow = active
+                        .as_ref()
+                        .map_or(requested.clone(), |s| s.flow.clone());
+                    let (session, finish_session) = fresh(&flow, &active);
+                    Plan::Turn {
+                        session,
+                        finish_session,
+                        input: TurnInput::Start,
+                    }
+                }
+                "help" => Plan::Reply {
+                    text: self.help_text(active.as_ref()),
+                    session: active,
+                },
+                "end" | "cancel" => match active {
+                    Some(session) => Plan::Turn {
+                        session,
+                        finish_session: None,
+                        input: TurnInput::Command {
+                            name: "end".into(),
+                            args: args.clone(),
+                        },
+                    },
+                    None => Plan::Reply {
+                        session: None,
+                        text: "There is no conversation in progress. Send /start to begin one."
+                            .into(),
+                    },
+                },
+                other => match (self.flows.by_start_command(other), active) {
+                    (Some(flow), active) => {
+                        let (session, finish_session) = fresh(flow.id(), &active);
+                        Plan::Turn {
+                            session,
+                            finish_session,
+                            input: TurnInput::Start,
+                        }
+                    }
+                    (None, Some(session)) => Plan::Turn {
+                        session,
+                        finish_session: None,
+                        input: TurnInput::Command {
+                            name: other.to_string(),
+                            args: args.clone(),
+                        },
+                    },
+                    (None, None) => Plan::Reply {
+                        session: None,
+                        text: format!("Unknown command /{other}. Send /help to see what I can do."),
+                    },
+                },
+            },
+            Body::Text { text } => Plan::Turn {
+                session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
+                finish_session: None,
+                input: TurnInput::Text(text.clone()),
+            },
+            Body::Choice { request_id, values } => {
+                let pending = active
+                    .as_ref()
+                    .and_then(|s| s.pending_options.clone())
+                    .filter(|p| &p.request_id == request_id);
+                match (active, pending) {
+                    (Some(session), Some(request)) => {
+                        let known: Vec<String> = values
+                            .iter()
+                            .filter(|v| request.options.iter().any(|o| &o.value == *v))
+                            .cloned()
+                            .collect();
+                        if known.is_empty() || known.len() != values.len() || (!request.allow_multiple && known.len() > 1) {
+                            Plan::Reply {
+                                text: pick(&session, "That choice is not one of the options. Please pick again.", "その選択肢はありません。もう一度お選びください。"),
+                                session: Some(session),
+                            }
+                        } else {
+                            Plan::Turn {
+                                session,
+                                finish_session: None,
+                                input: TurnInput::Choice { request, values: known },
+                            }
+                        }
+                    }
+                    (session, _) => Plan::Reply {
+                        text: session.as_ref().map_or_else(
+                            || STALE_EN.to_string(),
+                            |s| pick(s, STALE_EN, "このボタンはもう使えません。最新のメッセージに答えてください。"),
+                        ),
+                        session,
+                    },
+                }
+            }
+        })
+    }
+}
