@@ -13,7 +13,7 @@ use kaiwa_core::llm::scripted::ScriptedModel;
 use kaiwa_core::llm::{ChatMessage, ChatResponse, ModelRouter};
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::Orchestrator;
-use kaiwa_core::state::StateChange;
+use kaiwa_core::store::StateChange;
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{FlowState, ProcessedUpdate, SessionRecord, Store, TurnCommit};
 use kaiwa_core::testing::RecordingOutbox;

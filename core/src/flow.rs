@@ -10,7 +10,7 @@ use crate::admin::AdminNotice;
 use crate::agent::{AgentError, LlmLedger};
 use crate::llm::ModelRouter;
 use crate::message::{OptionItem, OptionsRequest, Outgoing, UserRef};
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::{Reads, SessionRecord, StoreError, StoredMessage};
 use async_trait::async_trait;
 use std::sync::Arc;

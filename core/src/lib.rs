@@ -8,7 +8,7 @@
 //! - [`agent`]: the agent loop, tools with typed arguments, sub-tasks.
 //! - [`llm`]: the [`llm::ChatModel`] boundary and its OpenAI-compatible client.
 //! - [`store`]: the [`store::Store`] trait and its SQLite implementation;
-//!   [`state::StateChange`] is what a turn writes.
+//!   [`store::StateChange`] is what a turn writes.
 //! - [`admin`]: notifications for the admins.
 //!
 //! Nothing here imports a platform library; configuration and the environment are read only
@@ -25,7 +25,6 @@ pub mod llm;
 pub mod message;
 pub mod metrics;
 pub mod orchestrator;
-pub mod state;
 pub mod store;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;

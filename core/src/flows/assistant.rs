@@ -10,8 +10,8 @@ use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutp
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
 use crate::message::OptionItem;
-use crate::state::StateChange;
 use crate::store::Role;
+use crate::store::StateChange;
 use async_trait::async_trait;
 
 pub const ID: &str = "assistant";

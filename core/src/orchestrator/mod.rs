@@ -15,7 +15,7 @@ use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
 use crate::llm::ModelRouter;
 use crate::message::{Body, Incoming, OptionItem, OptionsRequest, Outgoing, SessionKey};
 use crate::metrics::{Metrics, kind};
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::{
     CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, Store, StoreError, TurnCommit,
     TurnLoad,

@@ -8,13 +8,14 @@
 //! platform library; what it keeps in memory is a bounded cache of active sessions as last
 //! committed (`hot`), never ahead of the database.
 
+mod change;
 mod hot;
 pub mod reading;
 pub mod sqlite;
 
 use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};
-use crate::state::StateChange;
 use async_trait::async_trait;
+pub use change::StateChange;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

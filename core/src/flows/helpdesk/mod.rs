@@ -17,7 +17,7 @@ use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutp
 use crate::i18n::pick;
 use crate::kb::KnowledgeBase;
 use crate::message::OptionItem;
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::Ticket;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

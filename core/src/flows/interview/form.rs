@@ -7,6 +7,8 @@
 //! the deterministic QuickCheck). The default prohibited hiring topics live here, with
 //! trigger words in English and Japanese.
 
+use super::compliance::Screener;
+pub use super::compliance::{ProhibitedTopic, ToneRules, default_prohibited_topics};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -161,29 +163,6 @@ fn parse_type(name: &str) -> Option<FieldType> {
     })
 }
 
-/// A topic an interviewer must never ask about, with its trigger words.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProhibitedTopic {
-    pub id: String,
-    pub label: String,
-    #[serde(default)]
-    pub triggers_en: Vec<String>,
-    #[serde(default)]
-    pub triggers_ja: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToneRules {
-    /// Phrases a question must not contain (rude, pressuring, …).
-    #[serde(default)]
-    pub banned_phrases: Vec<String>,
-    /// Guidance for the model (e.g. "polite, use です/ます").
-    #[serde(default)]
-    pub guidance: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Form {
@@ -202,7 +181,7 @@ pub struct Form {
     pub tone: ToneRules,
     /// The topics' triggers and the banned phrases as one automaton, built on first use.
     #[serde(skip)]
-    pub(crate) screener: Derived<std::sync::Arc<super::quick_check::Screener>>,
+    pub(crate) screener: Derived<std::sync::Arc<Screener>>,
     /// QuickCheck's system prompt, built on first use (it depends on the form alone).
     #[serde(skip)]
     pub(crate) quick_check_prompt: Derived<String>,
@@ -211,7 +190,7 @@ pub struct Form {
     pub(crate) reviewer_prompts: Derived<std::collections::HashMap<String, String>>,
 }
 
-/// Something derived from a form (its [`Screener`](super::quick_check::Screener), the
+/// Something derived from a form (its [`Screener`], the
 /// agents' prompts), built on first use and kept with it; it takes no part in comparing
 /// forms.
 #[derive(Clone)]
@@ -259,6 +238,13 @@ impl Form {
         static DEFAULT: std::sync::LazyLock<Vec<ProhibitedTopic>> =
             std::sync::LazyLock::new(default_prohibited_topics);
         self.prohibited_topics.as_deref().unwrap_or(&DEFAULT)
+    }
+
+    /// The topics' triggers and the banned phrases as one automaton, built on first use.
+    pub(crate) fn screener(&self) -> &Screener {
+        self.screener
+            .0
+            .get_or_init(|| std::sync::Arc::new(Screener::new(self.topics(), &self.tone)))
     }
 
     /// Fields by `sort_order` (then file order).
@@ -324,8 +310,9 @@ impl Form {
                 }
                 if self.variant == Variant::Application {
                     let question = field.template_question(lang);
-                    let violations =
-                        super::quick_check::deterministic(self, &field.id, &question, &[], &[]);
+                    // QuickCheck's deterministic layer for a question of this form's own
+                    // field with nothing answered yet: the topics and tone alone
+                    let violations = self.screener().screen(self.topics(), &self.tone, &question);
                     for v in violations {
                         problems.push(format!(
                             "the {lang} question of field {:?} fails QuickCheck: {}",
@@ -359,126 +346,6 @@ pub fn load_forms(dir: &Path) -> Result<Vec<Form>, String> {
         forms.push(Form::parse(&id, &text)?);
     }
     Ok(forms)
-}
-
-fn topic(id: &str, label: &str, en: &[&str], ja: &[&str]) -> ProhibitedTopic {
-    ProhibitedTopic {
-        id: id.into(),
-        label: label.into(),
-        triggers_en: en.iter().map(|s| s.to_string()).collect(),
-        triggers_ja: ja.iter().map(|s| s.to_string()).collect(),
-    }
-}
-
-/// Topics a hiring interview must not ask about (equal-opportunity rules in Japan, the US
-/// and the EU agree on these), with trigger words in English and Japanese.
-pub fn default_prohibited_topics() -> Vec<ProhibitedTopic> {
-    vec![
-        topic(
-            "age",
-            "age",
-            &["how old", "your age", "age?", "year of birth", "born in"],
-            &["年齢", "何歳", "おいくつ", "生まれ年"],
-        ),
-        topic(
-            "date_of_birth",
-            "date of birth",
-            &["date of birth", "birthday", "birth date"],
-            &["生年月日", "誕生日"],
-        ),
-        topic(
-            "marital_status",
-            "marital status",
-            &[
-                "married", "marital", "spouse", "husband", "wife", "divorced", "single?",
-            ],
-            &["結婚", "既婚", "未婚", "配偶者", "離婚", "独身"],
-        ),
-        topic(
-            "family_plans",
-            "pregnancy and family plans",
-            &[
-                "pregnan",
-                "children",
-                "kids",
-                "family plans",
-                "maternity",
-                "childcare",
-            ],
-            &[
-                "妊娠",
-                "出産",
-                "子供",
-                "子ども",
-                "お子さん",
-                "家族計画",
-                "育児",
-            ],
-        ),
-        topic(
-            "religion",
-            "religion",
-            &["religio", "church", "mosque", "temple", "pray", "faith"],
-            &["宗教", "信仰", "教会", "寺院", "宗派"],
-        ),
-        topic(
-            "ethnicity",
-            "ethnicity and race",
-            &["ethnic", "race", "racial", "skin colo"],
-            &["人種", "民族", "肌の色"],
-        ),
-        topic(
-            "national_origin",
-            "national origin",
-            &[
-                "national origin",
-                "where were you born",
-                "your parents from",
-                "native country",
-                "ancestry",
-            ],
-            &["出身国", "本籍", "出生地", "国籍", "ご両親の出身"],
-        ),
-        topic(
-            "health",
-            "health and disability",
-            &[
-                "disabilit",
-                "health condition",
-                "illness",
-                "medical",
-                "medication",
-                "sick leave history",
-            ],
-            &["障害", "病気", "持病", "健康状態", "病歴", "通院"],
-        ),
-        topic(
-            "sexual_orientation",
-            "sexual orientation",
-            &[
-                "sexual orientation",
-                "gay",
-                "lesbian",
-                "straight?",
-                "boyfriend",
-                "girlfriend",
-                "partner's gender",
-            ],
-            &["性的指向", "恋人", "同性愛"],
-        ),
-        topic(
-            "political_views",
-            "political views",
-            &["politic", "vote for", "party member"],
-            &["政治", "支持政党", "投票"],
-        ),
-        topic(
-            "union_membership",
-            "union membership",
-            &["union member", "labor union", "trade union"],
-            &["労働組合", "組合員"],
-        ),
-    ]
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 pub mod architect;
 pub mod auditor;
+pub mod compliance;
 pub mod form;
 pub mod greeter;
 pub mod interviewer;
@@ -24,7 +25,7 @@ use crate::agent::subtask::{SubtaskContext, summarize};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::{Submission, SubmissionStatus};
 use async_trait::async_trait;
 use auditor::AuditResult;

@@ -7,31 +7,15 @@
 //! is configured, the model's own check ([`model_check`], tool `result`). A violation from
 //! either blocks the question; a model failure leaves the deterministic verdict.
 
-use super::form::{Form, ProhibitedTopic};
+pub use super::compliance::{Violation, ViolationType};
+use super::form::Form;
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::llm::ChatModel;
-use aho_corasick::AhoCorasick;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const AGENT: &str = "quick_check";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ViolationType {
-    ProhibitedTopic,
-    DuplicateQuestion,
-    ToneViolation,
-    NoIntentBinding,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Violation {
-    #[serde(rename = "type")]
-    pub kind: ViolationType,
-    pub message: String,
-}
 
 /// The seed's `QuickCheckResultSchema`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -39,27 +23,6 @@ pub struct QuickCheckResult {
     pub passed: bool,
     #[serde(default)]
     pub violations: Vec<Violation>,
-}
-
-/// Phrases that are never acceptable in a question, whatever the form says.
-const DEFAULT_BANNED: &[&str] = &[
-    "stupid",
-    "idiot",
-    "hurry up",
-    "shut up",
-    "バカ",
-    "馬鹿",
-    "早くしろ",
-    "さっさと",
-];
-
-/// `s` in lowercase, without a copy when it already is (trigger words usually are).
-fn lowercase(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_uppercase) {
-        std::borrow::Cow::Owned(s.to_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(s)
-    }
 }
 
 /// A question's character bigrams, lowercase, letters and digits only, sorted (two
@@ -120,127 +83,9 @@ impl Bigrams {
     }
 }
 
-/// What a pattern of the [`Screener`] stands for.
-enum Trigger {
-    /// A topic's trigger; `rank` orders the topic's triggers (English first, then Japanese).
-    Topic {
-        topic: usize,
-        rank: usize,
-        /// English triggers count only at a word start.
-        word_start: bool,
-    },
-    Banned(usize),
-}
-
-/// A form's trigger words and banned phrases, lowercase, in one Aho-Corasick automaton:
-/// one pass over a question instead of a substring search per word (QuickCheck runs before
-/// every question).
-pub struct Screener {
-    automaton: Option<AhoCorasick>,
-    /// What each pattern of the automaton stands for.
-    triggers: Vec<Trigger>,
-}
-
-/// A topic's trigger words in rank order: English, then Japanese.
-fn trigger_words(topic: &ProhibitedTopic) -> impl Iterator<Item = &String> {
-    topic.triggers_en.iter().chain(&topic.triggers_ja)
-}
-
-/// The phrases no question may use: the defaults, then the form's own.
-fn banned_phrases(form: &Form) -> impl Iterator<Item = &str> {
-    DEFAULT_BANNED
-        .iter()
-        .copied()
-        .chain(form.tone.banned_phrases.iter().map(String::as_str))
-}
-
-impl Screener {
-    fn new(form: &Form) -> Screener {
-        let mut patterns = Vec::new();
-        let mut triggers = Vec::new();
-        for (topic, t) in form.topics().iter().enumerate() {
-            let english = t.triggers_en.len();
-            for (rank, word) in trigger_words(t).enumerate() {
-                let word_start = rank < english;
-                let lower = lowercase(word).into_owned();
-                if !lower.is_empty() {
-                    patterns.push(lower);
-                    triggers.push(Trigger::Topic {
-                        topic,
-                        rank,
-                        word_start,
-                    });
-                }
-            }
-        }
-        for (i, phrase) in banned_phrases(form).enumerate() {
-            patterns.push(lowercase(phrase).into_owned());
-            triggers.push(Trigger::Banned(i));
-        }
-        Screener {
-            automaton: AhoCorasick::new(&patterns)
-                .inspect_err(|e| tracing::error!(error = %e, "trigger automaton not built"))
-                .ok(),
-            triggers,
-        }
-    }
-
-    fn of(form: &Form) -> &Screener {
-        form.screener
-            .0
-            .get_or_init(|| std::sync::Arc::new(Screener::new(form)))
-    }
-}
-
 /// Prohibited topics and tone only: for any text sent to an applicant (greetings too).
 pub fn screen(form: &Form, text: &str) -> Vec<Violation> {
-    let screener = Screener::of(form);
-    let lower = text.to_lowercase();
-    let topics = form.topics();
-    // the best-ranked trigger found per topic, and the banned phrases found
-    let mut topic_hits: Vec<Option<usize>> = vec![None; topics.len()];
-    // an empty phrase is in every text (as `str::contains` has it)
-    let mut banned_hits: Vec<bool> = banned_phrases(form).map(str::is_empty).collect();
-    if let Some(automaton) = &screener.automaton {
-        for m in automaton.find_overlapping_iter(lower.as_str()) {
-            match screener.triggers[m.pattern().as_usize()] {
-                Trigger::Topic {
-                    topic,
-                    rank,
-                    word_start,
-                } => {
-                    let at_word_start = lower[..m.start()]
-                        .chars()
-                        .next_back()
-                        .is_none_or(|c| !c.is_alphanumeric());
-                    if (!word_start || at_word_start)
-                        && topic_hits[topic].is_none_or(|best| rank < best)
-                    {
-                        topic_hits[topic] = Some(rank);
-                    }
-                }
-                Trigger::Banned(i) => banned_hits[i] = true,
-            }
-        }
-    }
-    let mut violations = Vec::new();
-    for (topic, hit) in topics.iter().zip(&topic_hits) {
-        if let Some(word) = hit.and_then(|rank| trigger_words(topic).nth(rank)) {
-            violations.push(Violation {
-                kind: ViolationType::ProhibitedTopic,
-                message: format!("asks about a prohibited topic ({}): {word:?}", topic.label),
-            });
-        }
-    }
-    for (phrase, hit) in banned_phrases(form).zip(banned_hits) {
-        if hit {
-            violations.push(Violation {
-                kind: ViolationType::ToneViolation,
-                message: format!("uses a phrase the tone rules forbid: {phrase:?}"),
-            });
-        }
-    }
-    violations
+    form.screener().screen(form.topics(), &form.tone, text)
 }
 
 /// The rule-based layer. `answered_questions` are questions whose answers were accepted;

@@ -10,8 +10,8 @@ use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutp
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
 use crate::message::Platform;
-use crate::state::StateChange;
 use crate::store::Reads;
+use crate::store::StateChange;
 use crate::store::reading::{FeedbackType, Insight, ReadingChange, ReadingStatus};
 use async_trait::async_trait;
 use chrono::{Duration, Utc};

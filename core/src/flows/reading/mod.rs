@@ -19,7 +19,7 @@ pub mod schedule;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::reading::{
     InsightKind, InteractionMode, MoodPhase, ReadingChange, ReadingRecord, ReadingStatus,
 };

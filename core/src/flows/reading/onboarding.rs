@@ -8,7 +8,7 @@ use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
-use crate::state::StateChange;
+use crate::store::StateChange;
 use crate::store::reading::{InteractionMode, ProfileKind, ReadingChange, ReadingStatus};
 use async_trait::async_trait;
 use schemars::JsonSchema;

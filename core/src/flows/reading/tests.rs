@@ -333,7 +333,7 @@ async fn seed(store: &SqliteStore, user: &str, changes: Vec<RC>) {
             processed: None,
             changes: changes
                 .into_iter()
-                .map(|change| crate::state::StateChange::Reading { change })
+                .map(|change| crate::store::StateChange::Reading { change })
                 .collect(),
             llm_calls: vec![],
         })

@@ -51,7 +51,7 @@ use super::{
     SubmissionStatus, Ticket, TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey, UserRef};
-use crate::state::StateChange;
+use crate::store::StateChange;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::sqlite::{

@@ -5,9 +5,9 @@
 //! delivered. Session-level changes are applied to a [`SessionRecord`] by
 //! [`SessionRecord::apply`], so every store implementation applies them the same way.
 
+use super::reading::ReadingChange;
+use super::{FlowState, SessionRecord, SessionStatus, Submission, Ticket};
 use crate::message::OptionsRequest;
-use crate::store::reading::ReadingChange;
-use crate::store::{FlowState, SessionRecord, SessionStatus, Submission, Ticket};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
