@@ -6,7 +6,7 @@
 //!   replies go to the topic they answer. Updates of one place run in order, places in
 //!   parallel (the dispatcher's distribution key is chat + topic).
 //! - Options become inline keyboards whose buttons carry the request's short id and an index
-//!   ([`keyboard`]); a press is answered, the message is edited to show the choice and loses
+//!   ([`mod@keyboard`]); a press is answered, the message is edited to show the choice and loses
 //!   its keyboard; a press on a stale or foreign keyboard gets a notice and changes nothing.
 //! - Every Bot API call waits out `RetryAfter` (flood control) and retries network errors a
 //!   few times ([`TelegramApi`]); a message is never dropped for a 429.

@@ -420,7 +420,7 @@ pub trait Reads: Send + Sync {
 /// orchestrator clears them.
 #[async_trait]
 pub trait Inbox: Send + Sync {
-    /// Keeps a received message until [`Store::inbox_done`] (survives a crash mid-turn). It
+    /// Keeps a received message until [`Inbox::inbox_done`] (survives a crash mid-turn). It
     /// may return before the entry is committed: writes commit in the order they are asked
     /// for, so it commits with or before the turn that follows it (a crash before that loses
     /// the message as one before the call would). An entry that would commit with its turn

@@ -1,6 +1,6 @@
 //! The help-desk flow (seed 003) on the plan–execute–reflect framework of seed 002.
 //!
-//! A question is planned into sub-tasks ([`Desk::plan`]); each runs concurrently (bounded):
+//! A question is planned into sub-tasks (`Desk::plan`); each runs concurrently (bounded):
 //! `select_tools` → `execute_tools` → `create_subtask_answer` as one agent loop over the
 //! knowledge-base tools `search_kb` and `get_kb_document`, then `reflect_subtask`, retried
 //! with the reflection's advice (and without the earlier tool messages) until sufficient or 3

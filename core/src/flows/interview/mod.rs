@@ -6,8 +6,8 @@
 //! rule-based floor, so an interview runs to the end with no model at all. Every seed
 //! invariant is enforced here or in the agent files, never left to a prompt:
 //! a question is sent only from [`interviewer::draft`] (QuickCheck inside `ask`); a field
-//! closes only through [`InterviewFlow::review_answer`] (or when its follow-ups run out);
-//! [`InterviewFlow::finish`] always runs the Auditor for applications; a submission is
+//! closes only through `InterviewFlow::review_answer` (or when its follow-ups run out);
+//! `InterviewFlow::finish` always runs the Auditor for applications; a submission is
 //! `submitted` only when every required field is done.
 
 pub mod architect;

@@ -96,9 +96,9 @@ enum Job {
         reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
     },
     /// A received message kept until its turn is done. Not answered: it commits with or
-    /// before its turn, the next job its sender queues (see [`Store::inbox_put`]).
+    /// before its turn, the next job its sender queues (see [`Inbox::inbox_put`]).
     InboxPut { entry: InboxEntry },
-    /// Not answered: see [`Store::inbox_done`].
+    /// Not answered: see [`Inbox::inbox_done`].
     InboxDone {
         platform: Platform,
         chat: String,
