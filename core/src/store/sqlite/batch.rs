@@ -228,13 +228,15 @@ pub(super) async fn fast_writes(
 /// the `COMMIT` ([`BATCH_CHECKS`]), so a batch that commits in its trip is one round trip
 /// to the connection's thread.
 ///
-/// sqlx 0.8 runs every statement of a query on SQLite, binding the arguments in order
-/// across them, and reports each statement's changes and rows; it marks that use as
-/// deprecated, to go in a later major version (launchbadge/sqlx#3108). This is the one
-/// place that relies on it (the version is pinned by `Cargo.lock`; the store's tests and
-/// `kaiwa bench` run it with every batch): without it, each statement would cost a trip.
-pub(super) struct Trip<'r> {
-    pub(super) sql: Sql<'r>,
+/// sqlx's SQLite connection runs every statement of a query, binding the arguments in
+/// order across them, and its `Executor::fetch_many` reports each statement's result.
+/// (`Query::fetch_many`, the same through a query, is deprecated since sqlx 0.8, and sqlx
+/// may restrict queries to one statement one day: launchbadge/sqlx#3108; `raw_sql` takes
+/// no arguments.) This is the one place that relies on it — the version is pinned by
+/// `Cargo.lock`, and the store's tests and `kaiwa bench` run it with every batch — since
+/// each statement on its own would cost a trip.
+pub(super) struct Trip {
+    pub(super) sql: Sql,
     /// statements in the query
     pub(super) statements: usize,
 }
@@ -255,7 +257,7 @@ pub(super) const BATCH_CHECKS: &str = "CREATE TEMP TABLE IF NOT EXISTS batch_ref
     CREATE TEMP TRIGGER IF NOT EXISTS batch_refused_raises BEFORE INSERT ON batch_refused \
     BEGIN SELECT RAISE(ABORT, 'a statement of the batch did not change one row per row'); END";
 
-impl<'r> Trip<'r> {
+impl Trip {
     pub(super) fn new(first: &'static str) -> Self {
         Trip {
             sql: Sql::new(first),
@@ -269,7 +271,7 @@ impl<'r> Trip<'r> {
         &mut self,
         part: Part,
         rows: &[T],
-        statement: impl FnOnce(&mut Sql<'r>, &[T]) -> Result<(), StoreError>,
+        statement: impl FnOnce(&mut Sql, &[T]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
@@ -298,16 +300,14 @@ impl<'r> Trip<'r> {
     /// would be one more hand-over from the connection's thread). A failed statement or
     /// check ends the query with its error (the statements before it stay done: the caller
     /// rolls back).
-    #[allow(deprecated)]
     pub(super) async fn run(self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
         use futures::TryStreamExt;
         let Trip {
             mut sql,
             statements,
         } = self;
-        let results: Vec<_> = sql
-            .build()
-            .fetch_many(&mut *conn)
+        // the connection's own `Executor::fetch_many`, which reports each statement
+        let results: Vec<_> = sqlx::Executor::fetch_many(&mut *conn, sql.build())
             .try_collect()
             .await
             .map_err(StoreError::db("writing a batch of turns"))?;

@@ -72,7 +72,7 @@ pub(super) fn inbox_rows<'a>(
     (put, done)
 }
 
-pub(super) fn push_inbox_put(sql: &mut Sql<'_>, entries: &[&InboxEntry]) -> Result<(), StoreError> {
+pub(super) fn push_inbox_put(sql: &mut Sql, entries: &[&InboxEntry]) -> Result<(), StoreError> {
     let rows: Vec<_> = entries
         .iter()
         .map(|e| {
@@ -94,7 +94,7 @@ pub(super) fn push_inbox_put(sql: &mut Sql<'_>, entries: &[&InboxEntry]) -> Resu
     Ok(())
 }
 
-pub(super) fn push_inbox_done(sql: &mut Sql<'_>, keys: &[InboxKey<'_>]) -> Result<(), StoreError> {
+pub(super) fn push_inbox_done(sql: &mut Sql, keys: &[InboxKey<'_>]) -> Result<(), StoreError> {
     sql.push(
         "DELETE FROM inbox WHERE (platform, chat, message_id) IN \
          (SELECT value->>0, value->>1, value->>2 FROM ",
@@ -115,7 +115,7 @@ pub(super) async fn mark_delivered_in(
     Ok(())
 }
 
-pub(super) fn push_delivered(sql: &mut Sql<'_>, ids: &[i64]) -> Result<(), StoreError> {
+pub(super) fn push_delivered(sql: &mut Sql, ids: &[i64]) -> Result<(), StoreError> {
     sql.push("UPDATE messages SET delivered = 1 WHERE id IN (SELECT value FROM ");
     push_each(sql, ids)?;
     sql.push(")");

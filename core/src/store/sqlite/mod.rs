@@ -111,7 +111,7 @@ enum Job {
 }
 
 /// A statement being built (several, for the fast path's [`Trip`]).
-type Sql<'r> = sqlx::QueryBuilder<'r, sqlx::Sqlite>;
+type Sql = sqlx::QueryBuilder<sqlx::Sqlite>;
 
 fn writer_gone() -> StoreError {
     StoreError::Batch {
@@ -281,15 +281,18 @@ impl Store for SqliteStore {
         platform: crate::message::Platform,
     ) -> Result<Vec<SessionRecord>, StoreError> {
         // (the undelivered messages through `messages_undelivered`, a few at most)
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions JOIN \
+        static SQL_ROWS: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions JOIN \
              (SELECT session_id, min(id) AS first FROM messages WHERE delivered = 0 GROUP BY session_id) AS u \
              ON sessions.id = u.session_id WHERE sessions.platform = ? ORDER BY u.first"
-        ))
-        .bind(platform.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("listing sessions with undelivered replies"))?;
+            )
+        });
+        let rows = sqlx::query(SQL_ROWS.as_str())
+            .bind(platform.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("listing sessions with undelivered replies"))?;
         rows.iter().map(session_from_row).collect()
     }
 

@@ -7,39 +7,45 @@ use super::*;
 #[async_trait]
 impl Reads for SqliteStore {
     async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions \
+        static SQL_ROW: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions \
              WHERE platform = ? AND chat = ? AND thread = ? AND user_id = ? AND status = 'active'"
-        ))
-        .bind(key.platform.as_str())
-        .bind(&key.chat)
-        .bind(&key.thread)
-        .bind(&key.user)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::db("loading the active session"))?;
+            )
+        });
+        let row = sqlx::query(SQL_ROW.as_str())
+            .bind(key.platform.as_str())
+            .bind(&key.chat)
+            .bind(&key.thread)
+            .bind(&key.user)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("loading the active session"))?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::db("loading a session"))?;
+        static SQL_ROW: LazyLock<String> =
+            LazyLock::new(|| format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"));
+        let row = sqlx::query(SQL_ROW.as_str())
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("loading a session"))?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' ORDER BY updated_ms DESC LIMIT ?"
-        ))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("listing sessions"))?;
+        static SQL_ROWS: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE status = 'active' ORDER BY updated_ms DESC LIMIT ?"
+            )
+        });
+        let rows = sqlx::query(SQL_ROWS.as_str())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("listing sessions"))?;
         rows.iter().map(session_from_row).collect()
     }
 

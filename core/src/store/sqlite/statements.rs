@@ -8,7 +8,7 @@ use super::*;
 /// A model call's row: its session (the turn's, where the call names none) and the call.
 pub(super) type CallRow<'a> = (Option<i64>, &'a LlmCallRecord);
 
-pub(super) fn push_llm_calls(sql: &mut Sql<'_>, calls: &[CallRow<'_>]) -> Result<(), StoreError> {
+pub(super) fn push_llm_calls(sql: &mut Sql, calls: &[CallRow<'_>]) -> Result<(), StoreError> {
     let rows: Vec<_> = calls
         .iter()
         .map(|(session_id, call)| {
@@ -48,7 +48,7 @@ pub(super) fn submission_rows<'a>(
 }
 
 pub(super) fn push_submissions(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     rows: &[SubmissionRow<'_>],
     now_ms: i64,
 ) -> Result<(), StoreError> {
@@ -95,7 +95,7 @@ pub(super) fn session_rows(
 
 /// `rows` updated, their status too if `status` ([`session_rows`]).
 pub(super) fn push_session_updates(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     rows: &[SessionUpdate<'_>],
     status: bool,
     now_ms: i64,
@@ -153,7 +153,7 @@ impl Texts {
     /// The text whose place is `place` (a JSON array `[start, length]` of the row,
     /// [`Texts::add`]), the BLOB bound here. (Every text came from a `&str` whole: the bytes
     /// are UTF-8, which `CAST` reads them as.)
-    pub(super) fn push_text(&mut self, sql: &mut Sql<'_>, place: &str) {
+    pub(super) fn push_text(&mut self, sql: &mut Sql, place: &str) {
         sql.push("CAST(substr(")
             .push_bind(std::mem::take(&mut self.0))
             .push(format!(", {place}->>0, {place}->>1) AS TEXT)"));
@@ -177,7 +177,7 @@ impl<'a> SessionUpdate<'a> {
 }
 
 /// Sessions a flow switch leaves behind, finished.
-pub(super) fn push_finished(sql: &mut Sql<'_>, ids: &[i64], now_ms: i64) -> Result<(), StoreError> {
+pub(super) fn push_finished(sql: &mut Sql, ids: &[i64], now_ms: i64) -> Result<(), StoreError> {
     sql.push("UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = ");
     sql.push_bind(now_ms)
         .push(" WHERE id IN (SELECT value FROM ");
@@ -188,7 +188,7 @@ pub(super) fn push_finished(sql: &mut Sql<'_>, ids: &[i64], now_ms: i64) -> Resu
 
 /// The users of new sessions (sessions reference them), their names as they are now.
 pub(super) fn push_users(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     users: &[(&SessionKey, &UserRef)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
@@ -222,7 +222,7 @@ pub(super) fn push_users(
 /// New sessions at version 1, their pending options as [`Prepared`] wrote them;
 /// a session without an id yet (0) gets SQLite's.
 pub(super) fn push_new_sessions(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     sessions: &[(&SessionRecord, &Prepared)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
@@ -266,7 +266,7 @@ pub(super) fn push_new_sessions(
 /// `updates` marked processed; one processed already is left as it is when `skip_known`,
 /// else it fails the statement (its primary key).
 pub(super) fn push_processed(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     updates: &[(&ProcessedUpdate, i64)],
     skip_known: bool,
     now_ms: i64,
@@ -319,7 +319,7 @@ pub(super) fn message_rows<'a>(
 /// `messages` written, numbered from `first` (the fast path's ids, [`NextIds`]); with
 /// none, SQLite numbers them and the statement returns each one's id and session.
 pub(super) fn push_messages(
-    sql: &mut Sql<'_>,
+    sql: &mut Sql,
     messages: &[MessageRow<'_>],
     first: Option<i64>,
     now_ms: i64,
@@ -376,10 +376,7 @@ pub(super) fn messages_written(rows: &[SqliteRow]) -> Result<HashMap<i64, Vec<i6
 /// Each row is turned into SQLite's binary JSON once instead, in a subquery that SQLite
 /// runs beside the statement rather than folding it into each column (an `OFFSET` keeps
 /// it from doing that), and `->>` reads the binary form in place.
-pub(super) fn push_rows<T: serde::Serialize>(
-    sql: &mut Sql<'_>,
-    rows: &[T],
-) -> Result<(), StoreError> {
+pub(super) fn push_rows<T: serde::Serialize>(sql: &mut Sql, rows: &[T]) -> Result<(), StoreError> {
     sql.push("(SELECT jsonb(value) AS value FROM ");
     push_each(sql, rows)?;
     sql.push(" LIMIT -1 OFFSET 0)");
@@ -388,10 +385,7 @@ pub(super) fn push_rows<T: serde::Serialize>(
 
 /// `json_each(?)` of `items` as one JSON array: each item a row of the one column `value`
 /// (as is for ids; [`push_rows`] for rows of several values).
-pub(super) fn push_each<T: serde::Serialize>(
-    sql: &mut Sql<'_>,
-    items: &[T],
-) -> Result<(), StoreError> {
+pub(super) fn push_each<T: serde::Serialize>(sql: &mut Sql, items: &[T]) -> Result<(), StoreError> {
     let json = serde_json::to_string(items).map_err(|e| corrupt("rows to write", e))?;
     sql.push("json_each(").push_bind(json).push(")");
     Ok(())

@@ -297,7 +297,7 @@ pub(super) async fn execute_rows<'r, T>(
     conn: &mut sqlx::SqliteConnection,
     rows: &'r [T],
     context: &'static str,
-    statement: impl Fn(&mut Sql<'r>, &'r [T]) -> Result<(), StoreError>,
+    statement: impl Fn(&mut Sql, &'r [T]) -> Result<(), StoreError>,
 ) -> Result<u64, StoreError> {
     if rows.is_empty() {
         return Ok(0);
