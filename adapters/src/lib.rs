@@ -8,11 +8,14 @@
 //! - [`telegram`]: teloxide long polling, inline keyboards, forum topics.
 //! - [`discord`]: serenity gateway, threads per question, buttons, select menus, embeds.
 //!
+//! - [`interaction`]: what both chat adapters share: reading a button press, the notices.
+//!
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
 //! live in the store.
 
 pub mod console;
 pub mod discord;
+pub mod interaction;
 pub mod split;
 pub mod telegram;
 

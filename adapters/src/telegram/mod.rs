@@ -15,6 +15,9 @@
 
 pub mod keyboard;
 
+use crate::interaction::{
+    PICK_ONE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
+};
 use crate::split::{split_text, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
@@ -364,14 +367,6 @@ impl AdminSink for TelegramAdminSink {
     }
 }
 
-/// The notice for a press on a keyboard that is no longer (or never was) the user's.
-const STALE_NOTICE: &str = "This button is no longer active. / このボタンはもう使えません。";
-const PICK_ONE: &str =
-    "Choose at least one option, then press Done. / 一つ以上選んでから「決定」を押してください。";
-const TEXT_ONLY: &str =
-    "I can only read text messages for now. / 今はテキストのメッセージだけ読めます。";
-const SAVE_FAILED: &str = "Sorry, I could not save that. Please send it again. / 保存できませんでした。もう一度送ってください。";
-
 /// How many recent update ids are remembered to drop duplicates before they cost anything.
 const SEEN_UPDATES: usize = 4096;
 
@@ -516,12 +511,7 @@ async fn on_callback(
         thread: place.thread_string(),
         user: query.from.id.0.to_string(),
     };
-    let session = ctx.orchestrator.store().active_session(&key).await?;
-    let Some(request) = session
-        .and_then(|s| s.pending_options)
-        .filter(|r| r.request_id == press.request_id())
-    else {
-        tracing::info!(user = %key.user, "stale or foreign button pressed");
+    let Some(request) = pending_request(&ctx.orchestrator, &key, press.request_id()).await? else {
         return stale(ctx, query.id.0).await;
     };
     let values = match press {
@@ -544,17 +534,13 @@ async fn on_callback(
             }
             values
         }
-        Press::Pick { index, .. } => match request.options.get(index) {
-            Some(option) => vec![option.value.clone()],
+        Press::Pick { index, .. } => match chosen_values(&request, &[index]) {
+            Some(values) => values,
             None => return stale(ctx, query.id.0).await,
         },
     };
     ctx.api.answer_callback(&query.id.0, None).await?;
-    let shown = format!(
-        "{}\n\n✓ {}",
-        request.prompt,
-        request.labels_of(&values).join(", ")
-    );
+    let shown = shown_choice(&request, &values);
     if let Err(e) = ctx.api.show_choice(place.chat, message.id, &shown).await {
         tracing::warn!(error = %e, "could not disable the keyboard");
     }

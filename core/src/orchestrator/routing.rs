@@ -20,6 +20,20 @@ pub(super) enum Plan {
 }
 
 impl Orchestrator {
+    /// The options pending in `key`'s session if a press carrying `request_id` answers
+    /// them (else `None`: a stale or foreign press). What an adapter needs to read a press
+    /// (which button, which labels) without reading the store itself.
+    pub async fn pending_options(
+        &self,
+        key: &SessionKey,
+        request_id: &str,
+    ) -> Result<Option<OptionsRequest>, OrchestratorError> {
+        let session = self.store.active_session(key).await?;
+        Ok(session
+            .and_then(|s| s.pending_options)
+            .filter(|r| r.request_id == request_id))
+    }
+
     /// Decides what an incoming message means for the session of its place.
     pub(super) fn plan(
         &self,

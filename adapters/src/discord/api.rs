@@ -1,0 +1,124 @@
+//! [`DiscordApi`]: serenity's REST client with 429s waited out and sent again (when
+//! serenity's own rate limiter is off behind `api_proxy`), and slash-command registration.
+
+use super::*;
+
+/// REST calls that wait out 429s (needed when serenity's rate limiter is off).
+#[derive(Clone)]
+pub struct DiscordApi {
+    pub(super) http: Arc<Http>,
+}
+
+const RATE_LIMIT_RETRIES: u32 = 5;
+
+pub(super) fn is_rate_limited(e: &serenity::Error) -> bool {
+    matches!(e, serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) if r.status_code.as_u16() == 429)
+}
+
+/// A REST client for `token`, through `api_proxy` when one is set.
+pub(super) fn build_http(token: &str, api_proxy: Option<&str>) -> Http {
+    let mut builder = HttpBuilder::new(token);
+    if let Some(proxy) = api_proxy {
+        // serenity ignores the proxy while its rate limiter is on (serenity #1739)
+        builder = builder
+            .proxy(proxy.trim_end_matches('/'))
+            .ratelimiter_disabled(true);
+    }
+    builder.build()
+}
+
+impl DiscordApi {
+    pub fn new(token: &str, api_proxy: Option<&str>) -> DiscordApi {
+        DiscordApi {
+            http: Arc::new(build_http(token, api_proxy)),
+        }
+    }
+
+    pub fn http(&self) -> &Arc<Http> {
+        &self.http
+    }
+
+    pub(super) async fn call<T, F, Fut>(
+        &self,
+        what: &'static str,
+        f: F,
+    ) -> Result<T, serenity::Error>
+    where
+        F: Fn(Arc<Http>) -> Fut,
+        Fut: Future<Output = Result<T, serenity::Error>>,
+    {
+        let mut tries = 0;
+        loop {
+            match f(self.http.clone()).await {
+                Err(e) if is_rate_limited(&e) && tries < RATE_LIMIT_RETRIES => {
+                    tries += 1;
+                    let wait = Duration::from_millis(500 * u64::from(tries));
+                    tracing::warn!(call = what, ?wait, "Discord rate limit; waiting");
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Sends `text` split to Discord's limit; `components` go on the last piece.
+    pub async fn send_text(
+        &self,
+        channel: ChannelId,
+        text: &str,
+        components: Vec<CreateActionRow>,
+    ) -> Result<Option<Message>, serenity::Error> {
+        let pieces = split_text(text, MESSAGE_LIMIT, |_| 1);
+        let last = pieces.len().saturating_sub(1);
+        let mut sent = None;
+        for (i, piece) in pieces.iter().enumerate() {
+            let rows = if i == last {
+                components.clone()
+            } else {
+                Vec::new()
+            };
+            let message = self
+                .call("createMessage", |http| {
+                    let builder = CreateMessage::new()
+                        .content(piece.clone())
+                        .components(rows.clone());
+                    async move { channel.send_message(&http, builder).await }
+                })
+                .await?;
+            sent = Some(message);
+        }
+        Ok(sent)
+    }
+
+    pub(super) async fn typing(&self, channel: ChannelId) -> Result<(), serenity::Error> {
+        self.call("triggerTyping", |http| async move {
+            channel.broadcast_typing(&http).await
+        })
+        .await
+    }
+
+    /// Registers the slash commands (global).
+    pub async fn set_commands(&self, commands: &[CommandInfo]) -> Result<(), serenity::Error> {
+        let list: Vec<CreateCommand> = commands
+            .iter()
+            .map(|c| {
+                CreateCommand::new(c.name)
+                    .description(truncate(c.description_en, 100))
+                    .description_localized("ja", truncate(c.description_ja, 100))
+                    .add_option(
+                        CreateCommandOption::new(
+                            CommandOptionType::String,
+                            "text",
+                            "what follows the command (optional)",
+                        )
+                        .required(false),
+                    )
+            })
+            .collect();
+        self.call("bulkOverwriteGlobalCommands", |http| {
+            let list = list.clone();
+            async move { Command::set_global_commands(&http, list).await.map(|_| ()) }
+        })
+        .await
+    }
+}

@@ -1,0 +1,300 @@
+//! The gateway's events: messages, component presses and slash commands turned into
+//! [`Incoming`]s for the orchestrator (a press read through [`crate::interaction`]).
+
+use super::*;
+
+pub(super) const SEEN: usize = 4096;
+
+pub(super) struct Handler {
+    pub(super) api: DiscordApi,
+    pub(super) outbox: DiscordOutbox,
+    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) config: DiscordConfig,
+    pub(super) health: Arc<AdapterHealth>,
+    pub(super) seen: SeenIds<String>,
+    /// thread id → parent channel id (looked up once per thread)
+    pub(super) parents: Mutex<HashMap<u64, Option<u64>>>,
+}
+
+/// The user as the core knows them: id, and the display name (global name, else username).
+fn user_ref(user: &serenity::all::User) -> UserRef {
+    UserRef {
+        id: user.id.get().to_string(),
+        display_name: user
+            .global_name
+            .clone()
+            .unwrap_or_else(|| user.name.clone()),
+    }
+}
+
+#[async_trait]
+impl EventHandler for Handler {
+    async fn ready(&self, _ctx: Context, ready: Ready) {
+        self.health.ok();
+        tracing::info!(bot = %ready.user.name, "Discord connected");
+        self.api.http.set_application_id(ready.application.id);
+        if let Err(e) = self
+            .orchestrator
+            .replay_inbox(Platform::Discord, &self.outbox)
+            .await
+        {
+            tracing::warn!(error = %e, "could not handle the messages left by the last run");
+        }
+        let commands = self.orchestrator.flows().menu_commands();
+        if let Err(e) = self.api.set_commands(&commands).await {
+            tracing::warn!(error = %e, "could not register the Discord slash commands");
+        }
+    }
+
+    async fn resume(&self, _ctx: Context, _: serenity::all::ResumedEvent) {
+        self.health.ok();
+        tracing::info!("Discord session resumed");
+    }
+
+    async fn message(&self, _ctx: Context, msg: Message) {
+        self.on_message(msg).await;
+    }
+
+    async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
+        match interaction {
+            Interaction::Component(component) => self.on_component(&ctx, component).await,
+            Interaction::Command(command) => self.on_command(&ctx, command).await,
+            _ => {}
+        }
+    }
+}
+
+impl Handler {
+    pub(super) async fn turn(&self, incoming: Incoming, reply_to: ChannelId) {
+        if let Err(error) = self
+            .orchestrator
+            .handle_durable(incoming, &self.outbox)
+            .await
+        {
+            tracing::error!(%error, channel = %reply_to, "turn not stored");
+            if let Err(e) = self.api.send_text(reply_to, SAVE_FAILED, Vec::new()).await {
+                tracing::warn!(error = %e, "could not tell the user");
+            }
+        }
+    }
+
+    pub(super) async fn on_message(&self, msg: Message) {
+        if msg.author.bot || !self.seen.first_sight(format!("m{}", msg.id)) {
+            return;
+        }
+        self.health.ok();
+        let dm = msg.guild_id.is_none();
+        let text = msg.content.trim();
+        // a new question in a help-desk or reading channel opens its own thread
+        let place = match msg.guild_id.and(self.flow_of_channel(msg.channel_id.get())) {
+            Some(flow) => {
+                if text.is_empty() {
+                    return;
+                }
+                // a reading thread is named after its book, a help-desk thread after the question
+                let first = text.lines().next().unwrap_or(text);
+                let first = first.strip_prefix("/reading start ").unwrap_or(first);
+                let name = truncate(first.trim(), 90);
+                let channel = msg.channel_id;
+                let message = msg.id;
+                let thread = self
+                    .api
+                    .call("startThreadFromMessage", |http| {
+                        let builder = CreateThread::new(name.clone());
+                        async move {
+                            channel
+                                .create_thread_from_message(&http, message, builder)
+                                .await
+                        }
+                    })
+                    .await;
+                match thread {
+                    Ok(thread) => {
+                        self.parents
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(thread.id.get(), Some(channel.get()));
+                        Place {
+                            chat: channel.get().to_string(),
+                            thread: thread.id.get().to_string(),
+                            flow: Some(flow.into()),
+                            flow_arg: None,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not open a thread; answering in the channel");
+                        Place {
+                            chat: channel.get().to_string(),
+                            thread: String::new(),
+                            flow: Some(flow.into()),
+                            flow_arg: None,
+                        }
+                    }
+                }
+            }
+            // the admin channel takes admin commands only
+            None if self.config.admin_channel_id == Some(msg.channel_id.get()) => {
+                if !text.starts_with('/') {
+                    return;
+                }
+                Place {
+                    chat: msg.channel_id.get().to_string(),
+                    thread: String::new(),
+                    flow: None,
+                    flow_arg: None,
+                }
+            }
+            None => match self.place_of(msg.channel_id, dm).await {
+                Some(place) => place,
+                None => return,
+            },
+        };
+        let reply_to = target_of(&place);
+        if text.is_empty() {
+            if dm && let Err(e) = self.api.send_text(reply_to, TEXT_ONLY, Vec::new()).await {
+                tracing::warn!(error = %e, "could not answer a non-text message");
+            }
+            return;
+        }
+        let incoming = Incoming {
+            platform: Platform::Discord,
+            chat: place.chat,
+            thread: place.thread,
+            user: user_ref(&msg.author),
+            message_id: format!("m{}", msg.id),
+            body: Body::from_text(text),
+            flow: place.flow,
+            flow_arg: place.flow_arg,
+        };
+        self.turn(incoming, reply_to).await;
+    }
+
+    pub(super) async fn on_component(&self, ctx: &Context, component: ComponentInteraction) {
+        if !self.seen.first_sight(format!("i{}", component.id)) {
+            return;
+        }
+        self.health.ok();
+        let press = Press::decode(&component.data.custom_id);
+        let dm = component.guild_id.is_none();
+        let place = self.place_of(component.channel_id, dm).await;
+        let (Some(press), Some(place)) = (press, place) else {
+            return self.ephemeral(ctx, &component, STALE_NOTICE).await;
+        };
+        let key = SessionKey {
+            platform: Platform::Discord,
+            chat: place.chat.clone(),
+            thread: place.thread.clone(),
+            user: component.user.id.get().to_string(),
+        };
+        let request = match pending_request(&self.orchestrator, &key, press.request_id()).await {
+            Ok(Some(request)) => request,
+            Ok(None) => return self.ephemeral(ctx, &component, STALE_NOTICE).await,
+            Err(e) => {
+                tracing::error!(error = %e, "could not load the session");
+                return self.ephemeral(ctx, &component, SAVE_FAILED).await;
+            }
+        };
+        let indexes: Vec<usize> = match (&press, &component.data.kind) {
+            (Press::Pick { index, .. }, _) => vec![*index],
+            (Press::Select { .. }, ComponentInteractionDataKind::StringSelect { values }) => {
+                values.iter().filter_map(|v| v.parse().ok()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let Some(values) = chosen_values(&request, &indexes).filter(|v| !v.is_empty()) else {
+            return self.ephemeral(ctx, &component, STALE_NOTICE).await;
+        };
+        // acknowledge at once (well within 3 s): show the choice, disable the components
+        let shown = truncate(&shown_choice(&request, &values), MESSAGE_LIMIT);
+        let update = CreateInteractionResponse::UpdateMessage(
+            CreateInteractionResponseMessage::new()
+                .content(shown)
+                .components(components(&request, true)),
+        );
+        if let Err(e) = component.create_response(&ctx.http, update).await {
+            tracing::warn!(error = %e, "could not acknowledge a component");
+        }
+        let reply_to = target_of(&place);
+        let incoming = Incoming {
+            platform: Platform::Discord,
+            chat: place.chat,
+            thread: place.thread,
+            user: user_ref(&component.user),
+            message_id: format!("i{}", component.id),
+            body: Body::Choice {
+                request_id: request.request_id.clone(),
+                values,
+            },
+            flow: place.flow,
+            flow_arg: place.flow_arg,
+        };
+        self.turn(incoming, reply_to).await;
+    }
+
+    pub(super) async fn ephemeral(
+        &self,
+        ctx: &Context,
+        component: &ComponentInteraction,
+        text: &str,
+    ) {
+        let response = CreateInteractionResponse::Message(
+            CreateInteractionResponseMessage::new()
+                .content(text)
+                .ephemeral(true),
+        );
+        if let Err(e) = component.create_response(&ctx.http, response).await {
+            tracing::warn!(error = %e, "could not answer a component");
+        }
+    }
+
+    pub(super) async fn on_command(&self, ctx: &Context, command: CommandInteraction) {
+        if !self.seen.first_sight(format!("i{}", command.id)) {
+            return;
+        }
+        self.health.ok();
+        let dm = command.guild_id.is_none();
+        let args = command
+            .data
+            .options
+            .iter()
+            .find_map(|o| match &o.value {
+                CommandDataOptionValue::String(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let defer = CreateInteractionResponse::Defer(CreateInteractionResponseMessage::new());
+        if let Err(e) = command.create_response(&ctx.http, defer).await {
+            tracing::warn!(error = %e, "could not defer a slash command");
+        }
+        let place = match self.place_of(command.channel_id, dm).await {
+            Some(place) => place,
+            // a command in a plain channel runs there, in the default flow
+            None => Place {
+                chat: command.channel_id.get().to_string(),
+                thread: String::new(),
+                flow: None,
+                flow_arg: None,
+            },
+        };
+        let reply_to = target_of(&place);
+        let shown = format!("/{} {args}", command.data.name);
+        let incoming = Incoming {
+            platform: Platform::Discord,
+            chat: place.chat,
+            thread: place.thread,
+            user: user_ref(&command.user),
+            message_id: format!("i{}", command.id),
+            body: Body::Command {
+                name: command.data.name.clone(),
+                args: args.trim().to_string(),
+            },
+            flow: place.flow,
+            flow_arg: place.flow_arg,
+        };
+        self.turn(incoming, reply_to).await;
+        let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
+        if let Err(e) = command.edit_response(&ctx.http, done).await {
+            tracing::warn!(error = %e, "could not finish a slash command");
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Where replies and admin notices go: [`DiscordOutbox`] renders a turn's [`Outgoing`]s in
+//! the session's channel or thread, [`DiscordAdminSink`] posts embeds to the admin channel.
+
+use super::*;
+
+pub(super) fn delivery_error(e: serenity::Error) -> DeliveryError {
+    if is_rate_limited(&e) {
+        return DeliveryError::RateLimited {
+            retry_after: Duration::from_secs(1),
+        };
+    }
+    match e {
+        serenity::Error::Http(serenity::all::HttpError::Request(e)) => {
+            DeliveryError::Disconnected(e.to_string())
+        }
+        other => DeliveryError::Rejected(other.to_string()),
+    }
+}
+
+/// Where a conversation's replies go: its thread, or its channel (`None`: not a channel id).
+pub(super) fn channel_of(chat: &str, thread: &str) -> Option<ChannelId> {
+    let id = if thread.is_empty() { chat } else { thread };
+    id.parse::<u64>()
+        .ok()
+        .filter(|id| *id != 0)
+        .map(ChannelId::new)
+}
+
+/// Where a session's replies go.
+pub(super) fn target(key: &SessionKey) -> Result<ChannelId, DeliveryError> {
+    channel_of(&key.chat, &key.thread).ok_or_else(|| {
+        DeliveryError::Rejected(format!(
+            "not a Discord channel: {}/{}",
+            key.chat, key.thread
+        ))
+    })
+}
+
+/// Renders replies in a channel or thread.
+pub struct DiscordOutbox {
+    api: DiscordApi,
+}
+
+impl DiscordOutbox {
+    pub fn new(api: DiscordApi) -> Self {
+        DiscordOutbox { api }
+    }
+}
+
+#[async_trait]
+impl Outbox for DiscordOutbox {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        let channel = target(key)?;
+        for item in items {
+            let sent = match item {
+                Outgoing::Text { text } => self.api.send_text(channel, text, Vec::new()).await,
+                Outgoing::Options(request) => {
+                    self.api
+                        .send_text(channel, &request.prompt, components(request, false))
+                        .await
+                }
+                Outgoing::StartThread { title } => {
+                    self.api
+                        .send_text(channel, &format!("**{title}**"), Vec::new())
+                        .await
+                }
+                Outgoing::Typing => self.api.typing(channel).await.map(|()| None),
+            };
+            sent.map_err(delivery_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Audit summaries and handoffs as embeds in the admin channel.
+pub struct DiscordAdminSink {
+    api: DiscordApi,
+    channel: ChannelId,
+}
+
+impl DiscordAdminSink {
+    pub fn new(api: DiscordApi, admin_channel_id: u64) -> Self {
+        DiscordAdminSink {
+            api,
+            channel: ChannelId::new(admin_channel_id.max(1)),
+        }
+    }
+}
+
+/// The embed of an admin notice (title, labelled fields, the body as description).
+pub fn notice_embed(notice: &AdminNotice) -> CreateEmbed {
+    let color = match notice.kind.as_str() {
+        "handoff" => 0xE67E22,
+        _ if notice
+            .fields
+            .iter()
+            .any(|(k, v)| k == "Audit" && v != "passed") =>
+        {
+            0xC0392B
+        }
+        _ => 0x27AE60,
+    };
+    let mut embed = CreateEmbed::new()
+        .title(truncate(
+            &format!("[{}] {}", notice.kind, notice.title),
+            256,
+        ))
+        .description(truncate(&notice.body, 4000))
+        .color(color);
+    for (label, value) in notice.fields.iter().take(25) {
+        embed = embed.field(truncate(label, 256), truncate(value, 1024), true);
+    }
+    embed
+}
+
+#[async_trait]
+impl AdminSink for DiscordAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        let channel = self.channel;
+        let embed = notice_embed(notice);
+        self.api
+            .call("createMessage", |http| {
+                let builder = CreateMessage::new().embed(embed.clone());
+                async move { channel.send_message(&http, builder).await }
+            })
+            .await
+            .map(|_| ())
+            .map_err(delivery_error)
+    }
+}
