@@ -25,6 +25,9 @@ mod wal_readahead;
 mod writer;
 
 #[cfg(test)]
+mod write_paths;
+
+#[cfg(test)]
 mod hot_tests;
 #[cfg(test)]
 mod reading_tests;

@@ -117,7 +117,15 @@ pub(super) async fn write_batch(
 ) {
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut changes = Vec::with_capacity(batch.len());
-    let committed = run_batch(writer, batch, &mut outcomes, &mut changes, next_ids).await;
+    let committed = run_batch(
+        writer,
+        batch,
+        &mut outcomes,
+        &mut changes,
+        next_ids,
+        WritePath::Fast,
+    )
+    .await;
     let failure = committed.err().map(|e| {
         tracing::warn!(error = %e, "a batch of turns could not be committed");
         (e.to_string(), e.is_busy())
@@ -156,6 +164,15 @@ pub(super) async fn write_batch(
     }
 }
 
+/// Which way [`run_batch`] writes a batch: the writer always tries the fast path first; the
+/// `write_paths` tests also drive the turn-by-turn path alone, to compare what both write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WritePath {
+    Fast,
+    #[cfg_attr(not(test), allow(dead_code))]
+    TurnByTurn,
+}
+
 /// Runs the jobs of `batch` (draining it) in one transaction and commits: the fast path
 /// when nothing is out of the ordinary, else turn by turn, each in a savepoint.
 pub(super) async fn run_batch(
@@ -164,8 +181,13 @@ pub(super) async fn run_batch(
     outcomes: &mut Vec<Outcome>,
     changes: &mut Vec<HotChange>,
     next_ids: &mut Option<NextIds>,
+    path: WritePath,
 ) -> Result<(), StoreError> {
-    if let Some(committed) = fast_batch(writer, batch, next_ids).await {
+    let fast = match path {
+        WritePath::Fast => fast_batch(writer, batch, next_ids).await,
+        WritePath::TurnByTurn => None,
+    };
+    if let Some(committed) = fast {
         let mut committed = committed.into_iter();
         for job in batch.drain(..) {
             match job {
