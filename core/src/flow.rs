@@ -184,6 +184,25 @@ pub trait Flow: Send + Sync {
         Vec::new()
     }
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError>;
+    /// `/end` (or `/cancel`) in the flow's session, handled by the orchestrator for every
+    /// flow: the session ends with the flow's [`Flow::farewell`]. A flow overrides this only
+    /// to keep or write something as it ends.
+    async fn end(&self, ctx: TurnContext<'_>) -> Result<TurnOutput, FlowError> {
+        let mut out = TurnOutput::default();
+        if let Some(text) = self.farewell(ctx.language()) {
+            out.say(text);
+        }
+        out.end();
+        Ok(out)
+    }
+    /// What `/end` says in `lang`; `None` ends the session without a word.
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(crate::i18n::pick(
+            lang,
+            "Ended. Send /start to begin again.",
+            "終了しました。/start でまた始められます。",
+        ))
+    }
 }
 
 /// The flows a bot runs and the one a new session gets by default.

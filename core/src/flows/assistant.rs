@@ -105,6 +105,14 @@ impl Flow for AssistantFlow {
         }]
     }
 
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "Goodbye! Send /start to talk again.",
+            "さようなら。また話すときは /start を送ってください。",
+        ))
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let lang = ctx.language().to_string();
@@ -140,14 +148,6 @@ impl Flow for AssistantFlow {
                 ));
             }
             TurnInput::Text(text) => self.answer(&ctx, &text, &mut out).await?,
-            TurnInput::Command { name, .. } if name == "end" => {
-                out.say(pick(
-                    &lang,
-                    "Goodbye! Send /start to talk again.",
-                    "さようなら。また話すときは /start を送ってください。",
-                ));
-                out.end();
-            }
             TurnInput::Command { .. } => out.unknown_command = true,
         }
         Ok(out)

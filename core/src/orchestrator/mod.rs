@@ -357,7 +357,10 @@ impl Orchestrator {
             start_arg,
         };
         let is_command = matches!(input, TurnInput::Command { .. });
-        let result = flow.turn(ctx, input).await;
+        let result = match input {
+            TurnInput::Command { name, .. } if name == "end" => flow.end(ctx).await,
+            input => flow.turn(ctx, input).await,
+        };
         let mut output = match result {
             Ok(output) => output,
             Err(error) => {

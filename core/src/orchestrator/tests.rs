@@ -417,6 +417,11 @@ async fn commands_help_unknown_end_and_restart() {
         .await
         .expect("end");
     assert!(ended.finished);
+    // a flow that says nothing of its own about /end gets the orchestrator's farewell
+    assert_eq!(
+        ended.outgoing,
+        vec![Outgoing::text("Ended. Send /start to begin again.")]
+    );
     assert!(
         store
             .active_session(&text("c", "", "").key())

@@ -224,6 +224,14 @@ impl Flow for HelpdeskFlow {
         }]
     }
 
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "Closed. Send a new message to ask again.",
+            "終了しました。新しいメッセージで再度質問できます。",
+        ))
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let mut st: DeskState = ctx.state()?;
@@ -250,14 +258,6 @@ impl Flow for HelpdeskFlow {
             TurnInput::Choice { values, .. } => {
                 let value = values.first().cloned().unwrap_or_default();
                 self.feedback(&ctx, &mut st, &value, &mut out);
-            }
-            TurnInput::Command { name, .. } if name == "end" => {
-                out.say(pick(
-                    &lang,
-                    "Closed. Send a new message to ask again.",
-                    "終了しました。新しいメッセージで再度質問できます。",
-                ));
-                out.end();
             }
             TurnInput::Command { .. } => out.unknown_command = true,
         }

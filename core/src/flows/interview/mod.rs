@@ -757,6 +757,14 @@ impl Flow for InterviewFlow {
         }]
     }
 
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "The interview has been stopped. Send /interview to start again.",
+            "インタビューを中止しました。/interview で再開できます。",
+        ))
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let mut st: InterviewState = ctx.state()?;
@@ -870,14 +878,6 @@ impl Flow for InterviewFlow {
                     }
                     Stage::Finished => {}
                 }
-            }
-            TurnInput::Command { name, .. } if name == "end" => {
-                out.say(pick(
-                    &lang,
-                    "The interview has been stopped. Send /interview to start again.",
-                    "インタビューを中止しました。/interview で再開できます。",
-                ));
-                out.end();
             }
             TurnInput::Command { name, .. } if name == "status" => {
                 let done = st

@@ -239,16 +239,17 @@ impl Flow for MentorFlow {
         }]
     }
 
+    /// Ends without a word: the review or answer given is the last thing said.
+    fn farewell(&self, _lang: &str) -> Option<String> {
+        None
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let lang = ctx.language().to_string();
         let arg = match &input {
             TurnInput::Start => ctx.start_arg.unwrap_or("weekly").to_string(),
             TurnInput::Text(t) => t.clone(),
-            TurnInput::Command { name, .. } if name == "end" => {
-                out.end();
-                return Ok(out);
-            }
             TurnInput::Command { .. } => {
                 out.unknown_command = true;
                 return Ok(out);

@@ -443,6 +443,14 @@ impl Flow for ReadingFlow {
         ]
     }
 
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "See you next time! Send /reading to continue.",
+            "また今度。/reading で続きから話せます。",
+        ))
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let mut st: ReadingState = ctx.state()?;
@@ -575,14 +583,6 @@ impl Flow for ReadingFlow {
                 "insights" => {
                     let md = self.insights_markdown(&ctx, &st).await?;
                     out.say(md);
-                }
-                "end" => {
-                    out.say(pick(
-                        &lang,
-                        "See you next time! Send /reading to continue.",
-                        "また今度。/reading で続きから話せます。",
-                    ));
-                    out.end();
                 }
                 _ => out.unknown_command = true,
             },

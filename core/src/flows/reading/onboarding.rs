@@ -92,6 +92,11 @@ impl Flow for OnboardingFlow {
         ]
     }
 
+    /// Ends without a word: the profile kept so far stays.
+    fn farewell(&self, _lang: &str) -> Option<String> {
+        None
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let mut st: OnboardingState = ctx.state()?;
@@ -174,9 +179,6 @@ impl Flow for OnboardingFlow {
                         out.end();
                     }
                 }
-            }
-            TurnInput::Command { name, .. } if name == "end" => {
-                out.end();
             }
             TurnInput::Command { .. } => out.unknown_command = true,
             TurnInput::Choice { .. } => {}

@@ -171,14 +171,15 @@ impl Flow for RecommendFlow {
         }]
     }
 
+    /// Ends without a word: the review or answer given is the last thing said.
+    fn farewell(&self, _lang: &str) -> Option<String> {
+        None
+    }
+
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
-        if let TurnInput::Command { name, .. } = &input {
-            if name == "end" {
-                out.end();
-            } else {
-                out.unknown_command = true;
-            }
+        if let TurnInput::Command { .. } = &input {
+            out.unknown_command = true;
             return Ok(out);
         }
         let lang = ctx.language().to_string();
