@@ -1,0 +1,189 @@
+//! The Greeter's step (seed 000): language, country and time zone before the first
+//! question, from the model's `greeter` agent or its rule-based floor, and the greeting
+//! text itself (screened like every text sent to an applicant).
+
+use super::*;
+
+impl InterviewFlow {
+    pub(super) fn greeting_step(
+        &self,
+        form: &Form,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+    ) -> bool {
+        let lang = lang_of(st);
+        match greeter::section(st) {
+            Section::Language => {
+                out.options(
+                    "Which language would you like to use? / ご希望の言語を選んでください。",
+                    vec![
+                        OptionItem::new("en", "English"),
+                        OptionItem::new("ja", "日本語"),
+                    ],
+                    false,
+                );
+                false
+            }
+            Section::Country => {
+                out.say(pick(
+                    &lang,
+                    "Which country do you live in?",
+                    "お住まいの国を教えてください。",
+                ));
+                false
+            }
+            Section::Timezone => {
+                let zones = greeter::zones_of(st.country.as_deref().unwrap_or_default());
+                if zones.len() > 1 {
+                    st.zone_choices = zones.iter().map(|z| z.to_string()).collect();
+                    out.options(
+                        pick(
+                            &lang,
+                            "Which time zone are you in?",
+                            "どのタイムゾーンにお住まいですか？",
+                        ),
+                        zones
+                            .iter()
+                            .map(|z| OptionItem::new(*z, z.replace('_', " ")))
+                            .collect(),
+                        false,
+                    );
+                    false
+                } else {
+                    let zone = zones.first().copied().unwrap_or(greeter::FALLBACK_TIMEZONE);
+                    self.set_timezone(st, out, zone);
+                    let _ = form;
+                    true
+                }
+            }
+            Section::Completed => true,
+        }
+    }
+
+    pub(super) fn set_language(&self, st: &mut InterviewState, out: &mut TurnOutput, lang: &str) {
+        st.language = Some(lang.to_string());
+        out.change(StateChange::SetLanguage {
+            language: lang.to_string(),
+        });
+    }
+
+    pub(super) fn set_country(&self, st: &mut InterviewState, out: &mut TurnOutput, country: &str) {
+        st.country = Some(country.to_string());
+        out.change(StateChange::SetCountry {
+            country: country.to_string(),
+        });
+    }
+
+    pub(super) fn set_timezone(&self, st: &mut InterviewState, out: &mut TurnOutput, zone: &str) {
+        st.timezone = Some(zone.to_string());
+        st.zone_choices.clear();
+        out.change(StateChange::SetTimezone {
+            timezone: zone.to_string(),
+        });
+    }
+
+    /// Applies what the Greeter agent set, emitting the seed's state changes.
+    pub(super) fn apply_greeter(
+        &self,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        updated: &InterviewState,
+    ) {
+        if updated.language != st.language
+            && let Some(l) = &updated.language
+        {
+            self.set_language(st, out, l);
+        }
+        if updated.country != st.country
+            && let Some(c) = &updated.country
+        {
+            self.set_country(st, out, c);
+        }
+        if updated.timezone != st.timezone
+            && let Some(z) = &updated.timezone
+        {
+            self.set_timezone(st, out, z);
+        }
+    }
+
+    pub(super) async fn greeting_text(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let section = greeter::section(st);
+        if section == Section::Language {
+            if let Some(lang) = greeter::detect_language(text) {
+                self.set_language(st, out, lang);
+            }
+        } else if let Some(model) = ctx.models.for_agent(greeter::AGENT) {
+            match greeter::run_model(
+                model.as_ref(),
+                st.clone(),
+                form.title.get(&lang_of(st)),
+                text,
+                ctx.ledger,
+            )
+            .await
+            {
+                Ok(result) => {
+                    self.apply_greeter(st, out, &result.state.state);
+                    if let Some(question) = result
+                        .state
+                        .asked
+                        .filter(|_| greeter::section(st) != Section::Completed)
+                        && quick_check::screen(form, &question).is_empty()
+                    {
+                        out.say(question);
+                        return Ok(());
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the Greeter failed; using rules"),
+            }
+            if greeter::section(st) == section {
+                self.greeting_floor(st, out, section, text);
+            }
+        } else {
+            self.greeting_floor(st, out, section, text);
+        }
+        self.advance(ctx, form, st, out).await
+    }
+
+    pub(super) fn greeting_floor(
+        &self,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        section: Section,
+        text: &str,
+    ) {
+        match section {
+            Section::Country => {
+                let code = greeter::resolve_country(text)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| text.trim().to_string());
+                self.set_country(st, out, &code);
+            }
+            Section::Timezone => {
+                let wanted = text.trim().to_lowercase().replace(' ', "_");
+                let found = st
+                    .zone_choices
+                    .iter()
+                    .find(|z| {
+                        z.to_lowercase() == wanted
+                            || z.to_lowercase().ends_with(&format!("/{wanted}"))
+                    })
+                    .cloned()
+                    .or_else(|| {
+                        greeter::is_valid_zone(text.trim()).then(|| text.trim().to_string())
+                    });
+                if let Some(zone) = found {
+                    self.set_timezone(st, out, &zone);
+                }
+            }
+            Section::Language | Section::Completed => {}
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The submission: the answers, facts, flags and audit written as one `SaveSubmission`,
+//! `submitted` only when every required field is done, and the admins told.
+
+use super::*;
+
+impl InterviewFlow {
+    /// Stores the submission; `submitted` only when every required field is done.
+    pub(super) fn submit(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Form,
+        st: &mut InterviewState,
+        audit: Option<AuditResult>,
+        out: &mut TurnOutput,
+    ) {
+        let lang = lang_of(st);
+        let missing: Vec<String> = form
+            .fields
+            .iter()
+            .filter(|f| f.required && st.field(&f.id).status != FieldStatus::Done)
+            .map(|f| f.id.clone())
+            .collect();
+        let status = if missing.is_empty() {
+            SubmissionStatus::Submitted
+        } else {
+            SubmissionStatus::Incomplete
+        };
+        let mut values = Map::new();
+        let mut facts = Map::new();
+        let mut incomplete = Vec::new();
+        for id in &st.plan {
+            let p = st.field(id);
+            if let Some(v) = &p.value {
+                values.insert(id.clone(), Value::String(v.clone()));
+            }
+            if !p.facts.is_empty() {
+                facts.insert(id.clone(), json!(p.facts));
+            }
+            if p.status == FieldStatus::Incomplete {
+                incomplete.push(id.clone());
+            }
+        }
+        let submission = Submission {
+            applicant: ctx.user.display_name.clone(),
+            form_id: form.id.clone(),
+            variant: match form.variant {
+                Variant::Application => "application".into(),
+                Variant::Plain => "plain".into(),
+            },
+            status,
+            language: st.language.clone(),
+            country: st.country.clone(),
+            timezone: st.timezone.clone(),
+            values: Value::Object(values),
+            facts: Value::Object(facts),
+            flags: json!({
+                "incomplete_fields": incomplete,
+                "missing_required": missing,
+                "blocked_drafts": st.blocked_drafts,
+            }),
+            audit: audit.as_ref().and_then(|a| serde_json::to_value(a).ok()),
+        };
+        out.change(StateChange::SaveSubmission { submission });
+        if form.variant == Variant::Application {
+            let audit = audit.unwrap_or_default();
+            let violations: Vec<String> = audit
+                .violations
+                .iter()
+                .map(|v| format!("[{:?}] {}: {}", v.severity, v.kind, v.message))
+                .collect();
+            out.admin.push(AdminNotice {
+                kind: "audit".into(),
+                title: format!("Application finished: {}", form.title.get("en")),
+                body: audit.summary.clone(),
+                fields: vec![
+                    ("Applicant".into(), ctx.user.display_name.clone()),
+                    ("Form".into(), form.id.clone()),
+                    (
+                        "Audit".into(),
+                        if audit.passed {
+                            "passed".into()
+                        } else {
+                            "FAILED".into()
+                        },
+                    ),
+                    ("Status".into(), status.as_str().into()),
+                    (
+                        "Violations".into(),
+                        if violations.is_empty() {
+                            "none".into()
+                        } else {
+                            violations.join("\n")
+                        },
+                    ),
+                ],
+                session_id: None,
+            });
+        }
+        out.say(match status {
+            SubmissionStatus::Submitted => pick(
+                &lang,
+                "Thank you! Your answers have been submitted. We will be in touch.",
+                "ありがとうございました。回答を送信しました。追ってご連絡いたします。",
+            ),
+            SubmissionStatus::Incomplete => pick(
+                &lang,
+                "Thank you. Some required information is still missing, so your answers were saved but not submitted. Our team will contact you.",
+                "ありがとうございました。必須項目の一部が未回答のため、回答は保存しましたが送信は完了していません。担当者よりご連絡いたします。",
+            ),
+        });
+        st.stage = Stage::Finished;
+        out.end();
+    }
+}
