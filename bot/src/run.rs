@@ -19,7 +19,9 @@ use kaiwa_adapters::telegram::{
     TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
 };
 use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
-use kaiwa_core::flows::reading::schedule::send_due_reviews;
+use kaiwa_core::jobs::every;
+use kaiwa_core::jobs::retention::delete_old_transcripts;
+use kaiwa_core::jobs::weekly_review::send_due_reviews;
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use kaiwa_core::store::Store;
@@ -77,27 +79,6 @@ async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
         )],
         metrics.render(),
     )
-}
-
-/// Runs `job` now and then every `period` until `stop` changes (shutdown).
-fn every<F, Fut>(
-    period: Duration,
-    mut stop: watch::Receiver<bool>,
-    mut job: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: FnMut() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => job().await,
-                _ = stop.changed() => break,
-            }
-        }
-    })
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -237,11 +218,10 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
         every(RETENTION_CHECK, stop_rx.clone(), move || {
             let store = store.clone();
             async move {
-                let before = chrono::Utc::now() - chrono::Duration::days(days.into());
-                match store.delete_transcripts_before(before).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(messages = n, days, "old transcripts deleted"),
-                    Err(e) => tracing::warn!(error = %e, "retention job failed; retrying later"),
+                if let Err(e) =
+                    delete_old_transcripts(store.as_ref(), days, chrono::Utc::now()).await
+                {
+                    tracing::warn!(error = %e, "retention job failed; retrying later");
                 }
             }
         })

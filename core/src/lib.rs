@@ -20,6 +20,7 @@ pub mod export;
 pub mod flow;
 pub mod flows;
 pub mod i18n;
+pub mod jobs;
 pub mod kb;
 pub mod llm;
 pub mod message;

@@ -14,7 +14,6 @@ pub mod mentor;
 pub mod onboarding;
 pub mod reading_agent;
 pub mod recommendation;
-pub mod schedule;
 
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;

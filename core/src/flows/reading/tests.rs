@@ -5,6 +5,7 @@
 use super::*;
 use crate::admin::CollectingAdminSink;
 use crate::flow::FlowRegistry;
+use crate::jobs::weekly_review;
 use crate::llm::scripted::ScriptedModel;
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, ModelRouter};
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
@@ -595,7 +596,7 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
     let mut step = since;
     let date = loop {
         step += Duration::hours(1);
-        if let Some(date) = schedule::due_review(step, "Asia/Tokyo", since) {
+        if let Some(date) = weekly_review::due_review(step, "Asia/Tokyo", since) {
             break date;
         }
     };
@@ -606,7 +607,7 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
         .expect("exists")
         .with_timezone(&Utc);
     let before: DateTime<Utc> = due - Duration::minutes(1);
-    let run = |now| schedule::send_due_reviews(&h.orchestrator, now, outbox_for.clone());
+    let run = |now| weekly_review::send_due_reviews(&h.orchestrator, now, outbox_for.clone());
     assert_eq!(
         run(before).await.expect("tick"),
         0,

@@ -41,7 +41,11 @@ pub async fn send_due_reviews(
     now: DateTime<Utc>,
     outbox_for: impl Fn(Platform) -> Option<Arc<dyn Outbox>>,
 ) -> Result<usize, OrchestratorError> {
-    if orchestrator.flows().get(super::mentor::ID).is_none() {
+    if orchestrator
+        .flows()
+        .get(crate::flows::reading::mentor::ID)
+        .is_none()
+    {
         return Ok(0);
     }
     let store = orchestrator.store();
@@ -54,7 +58,7 @@ pub async fn send_due_reviews(
             continue;
         };
         if let Some(active) = store.active_session(&sub.key).await?
-            && active.flow != super::mentor::ID
+            && active.flow != crate::flows::reading::mentor::ID
             && (now - active.updated_at).num_minutes() < QUIET_MINUTES
         {
             tracing::debug!(user = %sub.key.user, "weekly review waits: a conversation is in progress");
@@ -73,7 +77,7 @@ pub async fn send_due_reviews(
                 name: "review".into(),
                 args: "weekly".into(),
             },
-            flow: Some(super::mentor::ID.into()),
+            flow: Some(crate::flows::reading::mentor::ID.into()),
             flow_arg: None,
         };
         let report = orchestrator.handle(incoming, outbox.as_ref()).await?;
