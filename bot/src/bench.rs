@@ -216,10 +216,8 @@ const PROBE_PERIOD: Duration = Duration::from_millis(5);
 /// does): for each [`PROBE_PERIOD`] sleep until `stop`, how much later than asked it woke,
 /// in milliseconds. That lateness is the scheduling delay at this load plus whatever held
 /// the whole machine (a virtual machine's host, memory pressure); no turn can be answered
-/// faster, so a p99 near it is the machine's, not the bot's. (On the 2-core bench VM at
-/// 5,000 turns/s: with the database's checkpoints writing ~100 MB/s, every thread there,
-/// another process's too, stopped for 8–15 ms about every 100 ms while the host took 4 %
-/// of the CPU time ([`cpu_ticks`]); with the checkpoints held back, neither.)
+/// faster, so a p99 near it is the machine's, not the bot's (`docs/performance.md`,
+/// "The bench VM").
 fn probe_stalls(stop: Arc<AtomicBool>) -> Vec<f64> {
     let mut late = Vec::new();
     while !stop.load(Ordering::Relaxed) {

@@ -1,7 +1,7 @@
 //! The hot-session cache of [`super::sqlite::SqliteStore`]: active sessions and their newest
 //! messages as the writer last committed them, so that most turns read nothing from the
 //! database ([`super::Store::load_for_turn`] without a round trip to a reader connection,
-//! measured at a fifth of a turn's CPU).
+//! the largest part of a turn's CPU otherwise).
 //!
 //! The database stays the truth, and the cache only answers what it knows exactly:
 //! - **Dedupe.** A turn may skip the database only for an update known *not* processed. A

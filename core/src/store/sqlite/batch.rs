@@ -6,9 +6,9 @@
 use super::*;
 
 /// The fast path of a batch, in one round trip to the connection's worker thread: `BEGIN`,
-/// every row of the batch and `COMMIT` as one query ([`Trip`]). (Each trip wakes that
-/// thread and then this one; measured at 5,000 turns/s, when the turns keep both cores
-/// busy, a trip took ~190 µs, and a batch once made ~5 of them.) New sessions and messages
+/// every row of the batch and `COMMIT` as one query ([`Trip`]): each trip wakes that
+/// thread and then this one, which costs most when the turns keep every core busy
+/// (`docs/performance.md`, "Round trips"). New sessions and messages
 /// are numbered here, from `next_ids`, so that their rows go in the same query and no row
 /// comes back (each returned row is one more hand-over between the threads); a turn's
 /// reading data or ticket takes trips of its own ([`write_extras`]), and the `COMMIT` one

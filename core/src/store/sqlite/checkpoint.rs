@@ -15,11 +15,10 @@ use super::*;
 /// turns it never catches up with the last frames either, and SQLite starts the WAL over
 /// only when every frame is in the database file. The WAL would then grow until the
 /// writer's own automatic checkpoint stopped a batch for two syncs of a large backlog and
-/// then a third (a restarted WAL's header is synced before its first frame): measured at
-/// 1,000 turns/s, a 15–25 ms stall every 0.7 s, most of a p99 of 19–22 ms. Here the
+/// then a third (a restarted WAL's header is synced before its first frame). Here the
 /// restart is chosen: right after a PASSIVE pass (little is left to copy) the writer is
 /// paused between batches ([`WriteGate`]) for a RESTART checkpoint, which needs no busy
-/// handler to wait for the writer (with fewer pages per commit, p99 7–9 ms at that load).
+/// handler to wait for the writer. Measurements: `docs/performance.md`, "WAL checkpoints".
 pub(super) async fn checkpoints(
     mut conn: sqlx::SqliteConnection,
     mut stop: oneshot::Receiver<()>,
@@ -31,8 +30,8 @@ pub(super) async fn checkpoints(
 ) {
     // SQLite syncs the database file only when a checkpoint has copied the whole WAL: the
     // PASSIVE passes leave the pages they copy dirty in the page cache, and the RESTART's sync
-    // flushed all of them while the writer waited (16-21 ms of a 17-24 ms pause, measured
-    // with strace at 1,000 turns/s). Flushed first, beside the turns, they leave the RESTART
+    // flushed all of them while the writer waited (most of each pause). Flushed first,
+    // beside the turns, they leave the RESTART
     // only what the last pass copied. (A read-only handle: fdatasync flushes the file's
     // pages whichever descriptor asks.)
     let file = match std::fs::File::open(&database) {
@@ -42,19 +41,17 @@ pub(super) async fn checkpoints(
             None
         }
     };
-    // measured (kaiwa bench, 2 cores): every 1 s the checkpoint's I/O held the writer up
-    // ~100 ms (p99 90 ms at 1,500 turns/s); every 100 ms p99 19 ms; every 25 ms p99 10 ms
-    // but a quarter less throughput (hot pages copied again and again); every 50 ms p99
-    // 12 ms at full throughput; with the restarts below, 150 ms measured no better than
-    // 50. With nothing new in the WAL a PASSIVE checkpoint returns at once.
+    // every 50 ms: rarer passes hold the writer up longer each, more frequent ones copy
+    // hot pages again and again (docs/performance.md, "WAL checkpoints"). With nothing
+    // new in the WAL a PASSIVE checkpoint returns at once.
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // after a restart a long read held up, the next try waits (each try pauses the writer)
     let mut next_restart = tokio::time::Instant::now();
     // a restarted WAL starts over at the writer's next commit: until then every pass still
     // counts the frames it had, and restarting it again would only pause the writer and
-    // sync the database for nothing (measured: right after each restart under load, and at
-    // every tick while the bot is idle after one)
+    // sync the database for nothing (right after each restart under load, and at every
+    // tick while the bot is idle after one)
     let mut restarted_at: Option<i64> = None;
     let mut readahead = WalReadahead::new(&database, page_size);
     loop {
@@ -140,27 +137,17 @@ pub(super) async fn sync_data(file: &Arc<std::fs::File>) {
 
 /// WAL bytes past which the checkpointer restarts the WAL (a WAL file keeps its largest
 /// size, reached only under a load the WAL cannot restart by itself under). Each restart
-/// pauses the writer for a checkpoint's two syncs (1–8 ms on the bench VM, tens of ms
-/// when its host is busy), and those pauses are what the slowest turns wait for: measured
-/// with `kaiwa bench` at 5,000 turns/s, 100,000 turns, every 64 MiB of 4 KiB frames made
-/// 39–45 pauses in 20 s, 230–360 ms in all, p99 19–49 ms (6 runs); every 256 MiB of
-/// 2 KiB frames 7–8 pauses, 37–151 ms in all, p99 9.6–31 ms (8 runs, interleaved with
-/// those). (Half of those pauses were a second restart right after each one, since gone:
-/// 3–4 restarts per 100,000 turns.) Under a light load the WAL restarts on its own, long
-/// before.
+/// pauses the writer for a checkpoint's two syncs, and those pauses are what the slowest
+/// turns wait for: a large WAL restarts rarely. Under a light load the WAL restarts on its
+/// own, long before. Measurements: `docs/performance.md`, "WAL restart size".
 pub(super) const WAL_RESTART_BYTES: i64 = 256 << 20;
 
 /// The page size of a new database (SQLite's default is 4 KiB; an existing database keeps
 /// the size it was made with). Every page a commit touches is a WAL frame that reaches the
 /// disk at the next checkpoint, and most of a turn's pages are touched for one small row
-/// (an index entry, a dedupe key, a message) or a session's ~2 KB state. Measured with
-/// `kaiwa bench` at 5,000 turns/s on the 2-core VM, whose host takes vCPU time for the
-/// disk's work (`cpu_steal_pct`): 2 KiB pages wrote a third fewer bytes to disk than 4 KiB
-/// ones (2.5–3.0 against 3.8–4.5 million 512-byte blocks for 100,000 turns), the host
-/// took half as much (steal 2.2–3.4 % against 4.9–6.2 %) and a thread that only sleeps
-/// woke late by 2.6–3.2 ms at p99 instead of 7.3–8.3. 1 KiB pages wrote less again but
-/// twice the frames (a system call each, and session states over overflow pages), and
-/// their WAL restarts paused the writer twice as long.
+/// (an index entry, a dedupe key, a message) or a session's ~2 KB state: smaller pages
+/// write fewer bytes; 1 KiB pages write twice the frames and spill session states onto
+/// overflow pages. Measurements: `docs/performance.md`, "Page size".
 pub const PAGE_SIZE: u32 = 2048;
 
 /// The page size of the database `conn` is open on (SQLite's smallest, 512, if it says less).

@@ -6,15 +6,9 @@
 //! reads it from disk before the write can go on, and the whole batch of turns waits for
 //! that read. Cached pages of a file nobody has touched for seconds are what a machine
 //! short of memory (a container's memory limit) or one that hands idle memory back to its
-//! host (proactive reclaim) drops first. Measured with `kaiwa bench` at 5,000 turns/s on
-//! the 2-core VM, whose kernel pages out page cache it finds idle (DAMON): the writer's
-//! thread waited for such a read 73–525 times in 300,000 turns (6 runs; scheduler traces),
-//! not once with that reclaim switched off, and 0–3 times with this read-ahead (5 runs);
-//! in 3 interleaved pairs of those runs p99 went from 2.56–3.03 to 2.36–2.45 ms and the
-//! turns over 5 ms from 344–717 to 211–368. The reads came mostly in the seconds after a
-//! WAL restart, when the writer comes back to the file's oldest pages. On a quiet disk such
-//! a read takes a fraction of a millisecond; on a busy one, as long as the disk keeps it
-//! waiting.
+//! host (proactive reclaim) drops first; the reads come mostly in the seconds after a WAL
+//! restart, when the writer comes back to the file's oldest pages. Measurements:
+//! `docs/performance.md`, "WAL read-ahead".
 //!
 //! So after each checkpoint pass the checkpointer asks the kernel to read ahead the next
 //! [`WINDOW`] bytes past the last frame (`posix_fadvise(WILLNEED)`: pages still cached cost
@@ -22,9 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// How far past the WAL's last frame the checkpointer keeps the file cached: at 5,000
-/// turns/s the writer appends ~40 MB a second, so 8 MiB lasts it ~200 ms, four
-/// checkpoint passes.
+/// How far past the WAL's last frame the checkpointer keeps the file cached: several
+/// checkpoint passes' worth of frames at the highest load the writer sustains.
 const WINDOW: u64 = 8 << 20;
 
 /// The bytes asked for in one `posix_fadvise` call: Linux reads ahead at most the larger of

@@ -69,20 +69,10 @@ pub(super) async fn group_commit(
 /// the writer commits them one by one (PostgreSQL's `commit_delay` and `commit_siblings`,
 /// for the same reason). Every commit writes the pages all turns share (the tails of
 /// `messages` and `llm_calls`, the undelivered index, interior pages) once more, and every
-/// WAL byte reaches the disk at the next checkpoint; on the bench VM the host takes vCPU
-/// time for that I/O in a burst every 100 ms, stalling whatever runs there. Measured with
-/// `kaiwa bench` at 5,000 turns/s × 100,000, 4 runs each, interleaved: 2.14–2.18 against
-/// 2.80–3.37 million 512-byte blocks written, host steal 0.4–0.6 % against 3.0–3.7 %, a
-/// sleeping thread's wake-up late by 0.9–1.4 ms at p99 against 3.3–4.3, p99 per turn
-/// 5.2 / 8.1 / 10.7 / 9.7 against 8.3 / 29.6 / 17.5 / 21.5 ms; p50 1.3–1.5 against
-/// 0.7–1.1 ms. While the VM's host was busy with others (p50 doubled for both) the steal
-/// was still lower in every run but p99 no better: worse in 7 of 9 pairs, better in 2
-/// (17–108 against 17–202 ms), the wake-up from the sleep likely late there. A single
-/// session's turns (one a batch) and a closed loop's (batches far over 1 ms) are no slower.
-/// Measured again once turns stopped writing a page each for their dedupe key (fewer pages
-/// a turn, so the shared ones weigh more), VM quiet, 3 runs each: 1 ms 2.7–3.7 ms p99
-/// (1.67 M blocks, steal ~0.1 %), 0.5 ms 4.5–5.7 (2.2 M, 0.6–1.3 %), none 6.4–7.6
-/// (2.7–2.9 M, 2.5–2.8 %); p50 1.2 / 0.9 / 0.7 ms.
+/// WAL byte reaches the disk at the next checkpoint: fewer, larger commits write fewer
+/// bytes, which is what the slowest turns wait for on a virtual machine. A single
+/// session's turns (one a batch) and a closed loop's are not delayed. Measurements:
+/// `docs/performance.md`, "Commit gap".
 pub(super) const COMMIT_GAP: Duration = Duration::from_millis(1);
 
 /// How long the writer waits before it begins a batch, given how many turns the last one
