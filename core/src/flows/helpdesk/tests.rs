@@ -3,17 +3,12 @@
 //! and handoff.
 
 use super::*;
-use crate::admin::CollectingAdminSink;
-use crate::flow::FlowRegistry;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
-use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
-use crate::orchestrator::Orchestrator;
+use crate::message::{Body, Platform, UserRef};
 use crate::store::Reads;
-use crate::store::sqlite::SqliteStore;
-use crate::testing::RecordingOutbox;
+use crate::testing::{FlowHarness, Place};
 use serde_json::json;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 fn sample_kb() -> Arc<KnowledgeBase> {
@@ -106,36 +101,19 @@ impl ChatModel for DeskModel {
     }
 }
 
-struct Harness {
-    orchestrator: Orchestrator,
-    store: Arc<SqliteStore>,
-    outbox: RecordingOutbox,
-    admin: Arc<CollectingAdminSink>,
-    n: AtomicUsize,
+/// The help-desk's user (a Discord thread) in the shared [`FlowHarness`].
+struct Harness(FlowHarness);
+
+impl std::ops::Deref for Harness {
+    type Target = FlowHarness;
+    fn deref(&self) -> &FlowHarness {
+        &self.0
+    }
 }
 
 impl Harness {
     async fn new(models: ModelRouter, kb: Arc<KnowledgeBase>) -> Harness {
-        let store = Arc::new(
-            SqliteStore::connect("sqlite::memory:")
-                .await
-                .expect("store"),
-        );
-        let admin = Arc::new(CollectingAdminSink::default());
-        let flows = FlowRegistry::new(vec![Arc::new(HelpdeskFlow::new(kb))]).expect("flows");
-        Harness {
-            orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
-            store,
-            outbox: RecordingOutbox::default(),
-            admin,
-            n: AtomicUsize::new(0),
-        }
-    }
-
-    async fn send(&self, body: Body) -> Vec<String> {
-        self.outbox.clear();
-        let n = self.n.fetch_add(1, Ordering::SeqCst);
-        let incoming = Incoming {
+        let place = Place {
             platform: Platform::Discord,
             chat: "support".into(),
             thread: "t1".into(),
@@ -143,44 +121,19 @@ impl Harness {
                 id: "u1".into(),
                 display_name: "Ken".into(),
             },
-            message_id: format!("m{n}"),
-            body,
             flow: Some(ID.into()),
             flow_arg: None,
         };
-        self.orchestrator
-            .handle(incoming, &self.outbox)
-            .await
-            .expect("turn");
-        self.outbox.texts()
+        let flow: Arc<dyn crate::flow::Flow> = Arc::new(HelpdeskFlow::new(kb));
+        Harness(FlowHarness::new("sqlite::memory:", vec![flow], models, place).await)
     }
 
     async fn ask(&self, text: &str) -> Vec<String> {
         self.send(Body::Text { text: text.into() }).await
     }
 
-    async fn choose(&self, value: &str) -> Vec<String> {
-        let request = self.outbox.last_options().expect("options shown");
-        self.send(Body::Choice {
-            request_id: request.request_id,
-            values: vec![value.into()],
-        })
-        .await
-    }
-
     async fn session_id(&self) -> i64 {
-        let key = SessionKey {
-            platform: Platform::Discord,
-            chat: "support".into(),
-            thread: "t1".into(),
-            user: "u1".into(),
-        };
-        self.store
-            .active_session(&key)
-            .await
-            .expect("loads")
-            .expect("active")
-            .id
+        self.active().await.expect("active").id
     }
 }
 
@@ -337,11 +290,11 @@ async fn nothing_found_says_so_and_offers_a_human() {
 async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
     let h = Harness::new(ModelRouter::none(), sample_kb()).await;
     h.ask("How do I export submissions?").await;
-    let solved = h.choose("solved").await;
+    let solved = h.choose(&["solved"]).await;
     assert!(solved[0].starts_with("Glad it helped"));
     h.ask("How do I stop a conversation?").await;
-    h.choose("not_solved").await;
-    let handed = h.choose("human").await;
+    h.choose(&["not_solved"]).await;
+    let handed = h.choose(&["human"]).await;
     assert!(handed[0].contains("passed your question to the team"));
     let tickets = h
         .store

@@ -2,16 +2,11 @@
 //! model that plays each agent (and, in the invariant tests, tries to break the rules).
 
 use super::*;
-use crate::admin::CollectingAdminSink;
-use crate::flow::FlowRegistry;
 use crate::llm::scripted::ScriptedModel;
 use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
-use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
-use crate::orchestrator::Orchestrator;
-use crate::store::sqlite::SqliteStore;
-use crate::store::{Reads, SessionRecord, Store, SubmissionStatus};
-use crate::testing::RecordingOutbox;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::message::{Body, Platform};
+use crate::store::{Reads, Store, SubmissionStatus};
+use crate::testing::{FlowHarness, Place};
 
 const ENGINEER: &str = include_str!("../../../../config/forms/engineer.toml");
 const SIGNUP: &str = include_str!("../../../../config/forms/event_signup.toml");
@@ -23,13 +18,14 @@ fn forms() -> Vec<Form> {
     ]
 }
 
-struct Harness {
-    orchestrator: Orchestrator,
-    store: Arc<SqliteStore>,
-    outbox: RecordingOutbox,
-    admin: Arc<CollectingAdminSink>,
-    n: AtomicUsize,
-    form: String,
+/// The interview's user in the shared [`FlowHarness`], with the interview's own look-ups.
+struct Harness(FlowHarness);
+
+impl std::ops::Deref for Harness {
+    type Target = FlowHarness;
+    fn deref(&self) -> &FlowHarness {
+        &self.0
+    }
 }
 
 impl Harness {
@@ -39,62 +35,13 @@ impl Harness {
 
     /// A bot with `forms`; the applicant asks for `form` ("": for none).
     async fn with_forms(url: &str, models: ModelRouter, form: &str, forms: Vec<Form>) -> Harness {
-        let store = Arc::new(SqliteStore::connect(url).await.expect("store"));
-        let admin = Arc::new(CollectingAdminSink::default());
-        let flows =
-            FlowRegistry::new(vec![Arc::new(InterviewFlow::new(forms, None))]).expect("flows");
-        Harness {
-            orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
-            store,
-            outbox: RecordingOutbox::default(),
-            admin,
-            n: AtomicUsize::new(0),
-            form: form.to_string(),
-        }
+        let mut place = Place::console(ID);
+        place.flow_arg = (!form.is_empty()).then(|| form.to_string());
+        let flow: Arc<dyn crate::flow::Flow> = Arc::new(InterviewFlow::new(forms, None));
+        Harness(FlowHarness::new(url, vec![flow], models, place).await)
     }
 
-    async fn send(&self, body: Body) -> Vec<String> {
-        self.outbox.clear();
-        let n = self.n.fetch_add(1, Ordering::SeqCst);
-        let incoming = Incoming {
-            platform: Platform::Console,
-            chat: "c".into(),
-            thread: String::new(),
-            user: UserRef {
-                id: "applicant".into(),
-                display_name: "Hanako".into(),
-            },
-            message_id: format!("m{n}"),
-            body,
-            flow: Some(ID.into()),
-            flow_arg: (!self.form.is_empty()).then(|| self.form.clone()),
-        };
-        self.orchestrator
-            .handle(incoming, &self.outbox)
-            .await
-            .expect("turn");
-        self.outbox.texts()
-    }
-
-    async fn open(&self) -> Vec<String> {
-        self.send(Body::Open).await
-    }
-
-    async fn say(&self, text: &str) -> Vec<String> {
-        self.send(Body::Text { text: text.into() }).await
-    }
-
-    /// The applicant's active session, if any.
-    async fn active(&self) -> Option<SessionRecord> {
-        let key = SessionKey {
-            platform: Platform::Console,
-            chat: "c".into(),
-            thread: String::new(),
-            user: "applicant".into(),
-        };
-        self.store.active_session(&key).await.expect("loads")
-    }
-
+    /// Presses `value` of the session's pending options.
     async fn choose(&self, value: &str) -> Vec<String> {
         let session = self.active().await.expect("active session");
         let request = session.pending_options.expect("options are pending");
@@ -563,7 +510,7 @@ async fn a_restart_in_the_middle_resumes_at_the_same_field() {
         h.store.close().await;
     }
     let h = Harness::new(&url, ModelRouter::none(), "engineer").await;
-    h.n.store(100, Ordering::SeqCst);
+    h.number_from(100);
     let resumed = h.open().await;
     assert_eq!(
         resumed,

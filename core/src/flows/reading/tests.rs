@@ -3,61 +3,40 @@
 //! status changes, and delegation to the BookGuide.
 
 use super::*;
-use crate::admin::CollectingAdminSink;
-use crate::flow::FlowRegistry;
+
 use crate::jobs::weekly_review;
 use crate::llm::scripted::ScriptedModel;
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, ModelRouter};
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
-use crate::orchestrator::Orchestrator;
+
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Reads, Store};
-use crate::testing::RecordingOutbox;
+use crate::testing::{FlowHarness, Place, RecordingOutbox};
 use serde_json::json;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Harness {
-    orchestrator: Orchestrator,
-    store: Arc<SqliteStore>,
-    outbox: RecordingOutbox,
-    n: AtomicUsize,
+/// A reader in a Telegram chat in the shared [`FlowHarness`], with the reading flows.
+struct Harness(FlowHarness);
+
+impl std::ops::Deref for Harness {
+    type Target = FlowHarness;
+    fn deref(&self) -> &FlowHarness {
+        &self.0
+    }
 }
 
 impl Harness {
     async fn new(models: ModelRouter) -> Harness {
-        let store = Arc::new(
-            SqliteStore::connect("sqlite::memory:")
-                .await
-                .expect("store"),
-        );
         let catalogue = Arc::new(
             Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue"),
         );
         let guide = Arc::new(BookGuide::new(catalogue.clone(), None));
-        let flows = FlowRegistry::new(vec![
+        let flows: Vec<Arc<dyn crate::flow::Flow>> = vec![
             Arc::new(ReadingFlow::new(catalogue.clone(), guide)),
             Arc::new(onboarding::OnboardingFlow),
             Arc::new(mentor::MentorFlow),
             Arc::new(recommendation::RecommendFlow::new(catalogue)),
-        ])
-        .expect("flows");
-        Harness {
-            orchestrator: Orchestrator::new(
-                store.clone(),
-                flows,
-                models,
-                Arc::new(CollectingAdminSink::default()),
-            ),
-            store,
-            outbox: RecordingOutbox::default(),
-            n: AtomicUsize::new(0),
-        }
-    }
-
-    async fn send(&self, body: Body) -> Vec<String> {
-        self.outbox.clear();
-        let n = self.n.fetch_add(1, Ordering::SeqCst);
-        let incoming = Incoming {
+        ];
+        let place = Place {
             platform: Platform::Telegram,
             chat: "42".into(),
             thread: String::new(),
@@ -65,29 +44,10 @@ impl Harness {
                 id: "reader".into(),
                 display_name: "Mika".into(),
             },
-            message_id: n.to_string(),
-            body,
             flow: Some(ID.into()),
             flow_arg: None,
         };
-        self.orchestrator
-            .handle(incoming, &self.outbox)
-            .await
-            .expect("turn");
-        self.outbox.texts()
-    }
-
-    async fn line(&self, text: &str) -> Vec<String> {
-        self.send(Body::from_text(text)).await
-    }
-
-    async fn choose(&self, values: &[&str]) -> Vec<String> {
-        let request = self.outbox.last_options().expect("options shown");
-        self.send(Body::Choice {
-            request_id: request.request_id,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        })
-        .await
+        Harness(FlowHarness::new("sqlite::memory:", flows, models, place).await)
     }
 
     async fn record(&self) -> crate::store::reading::ReadingRecord {
@@ -106,27 +66,27 @@ fn last(texts: &[String]) -> String {
 #[tokio::test]
 async fn without_a_model_messages_become_insights_and_moods_come_from_buttons() {
     let h = Harness::new(ModelRouter::none()).await;
-    let greeting = h.line("/reading start kokoro").await;
+    let greeting = h.say("/reading start kokoro").await;
     assert!(
         greeting[0].contains("«Kokoro»"),
         "the catalogue title is used: {greeting:?}"
     );
     h.choose(&["curious"]).await;
-    h.line("I started reading it yesterday").await;
+    h.say("I started reading it yesterday").await;
     assert_eq!(
         h.record().await.status,
         ReadingStatus::Reading,
         "status detected by rules"
     );
-    let saved = h.line("Why does Sensei keep his distance?").await;
+    let saved = h.say("Why does Sensei keep his distance?").await;
     assert!(saved[0].contains("Saved as question"), "{saved:?}");
-    h.line("/mode guided").await;
-    let kinds = h.line("K reminds me of Raskolnikov").await;
+    h.say("/mode guided").await;
+    let kinds = h.say("K reminds me of Raskolnikov").await;
     assert_eq!(last(&kinds), "What kind of note is this?");
     h.choose(&["connection"]).await;
-    h.line("/status completed").await;
+    h.say("/status completed").await;
     h.choose(&["excited"]).await;
-    let md = h.line("/insights").await;
+    let md = h.say("/insights").await;
     assert!(
         md[0].starts_with("## Kokoro\n- **question** Why does Sensei keep his distance?"),
         "{md:?}"
@@ -204,10 +164,10 @@ fn reading_model() -> ScriptedModel {
 async fn present_options_is_offered_to_the_model_only_in_guided_mode() {
     let model = reading_model();
     let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
-    let hello = h.line("/reading start Kokoro").await;
+    let hello = h.say("/reading start Kokoro").await;
     assert_eq!(hello, ["Welcome to Kokoro!"]);
-    h.line("/status reading").await;
-    let freeform = h.line("The letter at the end is heartbreaking").await;
+    h.say("/status reading").await;
+    let freeform = h.say("The letter at the end is heartbreaking").await;
     assert_eq!(freeform, ["Thank you for sharing."]);
     let reading_calls: Vec<ChatRequest> = model
         .requests()
@@ -221,8 +181,8 @@ async fn present_options_is_offered_to_the_model_only_in_guided_mode() {
         "freeform: not offered"
     );
 
-    h.line("/mode guided").await;
-    let guided = h.line("I finished part one").await;
+    h.say("/mode guided").await;
+    let guided = h.say("I finished part one").await;
     assert_eq!(last(&guided), "How did it make you feel?");
     let options = h.outbox.last_options().expect("options");
     assert!(options.allow_multiple);
@@ -247,8 +207,8 @@ async fn present_options_is_offered_to_the_model_only_in_guided_mode() {
     );
 
     // options can be ignored: free text still works
-    h.line("Sensei is a lonely man").await;
-    let also_text = h.line("Moved by his honesty").await;
+    h.say("Sensei is a lonely man").await;
+    let also_text = h.say("Moved by his honesty").await;
     assert_eq!(also_text, ["Thank you for sharing."]);
     let insights = h
         .store
@@ -265,8 +225,8 @@ async fn present_options_is_offered_to_the_model_only_in_guided_mode() {
 async fn expert_questions_go_to_the_book_guide() {
     let model = reading_model();
     let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
-    h.line("/reading start Kokoro").await;
-    let reply = h.line("Who is K, really?").await;
+    h.say("/reading start Kokoro").await;
+    let reply = h.say("Who is K, really?").await;
     assert_eq!(reply, ["Thank you for sharing."]);
     let guide_result = model
         .requests()
@@ -290,7 +250,7 @@ async fn expert_questions_go_to_the_book_guide() {
 #[tokio::test]
 async fn a_stale_session_key_never_reaches_another_users_books() {
     let h = Harness::new(ModelRouter::none()).await;
-    h.line("/reading start Snow Country").await;
+    h.say("/reading start Snow Country").await;
     let key = SessionKey {
         platform: Platform::Telegram,
         chat: "42".into(),
@@ -477,7 +437,7 @@ async fn a_recommendation_never_repeats_a_logged_book() {
         }],
     )
     .await;
-    let reply = h.line("/recommend").await;
+    let reply = h.say("/recommend").await;
     assert_eq!(
         reply,
         ["Books for you:\n- «I Am a Cat» — Natsume Soseki: more Soseki, with humour"]
@@ -493,12 +453,12 @@ async fn a_recommendation_never_repeats_a_logged_book() {
 async fn onboarding_asks_goal_interest_and_wish_and_saves_the_answers() {
     let h = Harness::new(ModelRouter::none()).await;
     assert_eq!(
-        h.line("/onboarding").await,
+        h.say("/onboarding").await,
         ["What would you like reading to bring you — a goal, or who you want to become?"]
     );
-    h.line("Read more classics").await;
-    h.line("nothing in particular").await;
-    let done = h.line("The Tale of Genji").await;
+    h.say("Read more classics").await;
+    h.say("nothing in particular").await;
+    let done = h.say("The Tale of Genji").await;
     assert!(done[0].starts_with("Thank you! Your profile is saved."));
     let entries = h
         .store
@@ -516,7 +476,7 @@ async fn onboarding_asks_goal_interest_and_wish_and_saves_the_answers() {
         ]
     );
     // rerunnable: /profile shows what is known and asks again
-    let again = h.line("/profile").await;
+    let again = h.say("/profile").await;
     assert!(again[0].contains("- goal: Read more classics"), "{again:?}");
 }
 
@@ -542,9 +502,9 @@ async fn the_mentor_and_onboarding_agents_use_their_tools_with_a_model() {
         ),
     ]);
     let h = Harness::new(ModelRouter::new(Some(Arc::new(model.clone())))).await;
-    h.line("/onboarding").await;
+    h.say("/onboarding").await;
     assert_eq!(
-        h.line("I love the Meiji era and want to read one classic a month")
+        h.say("I love the Meiji era and want to read one classic a month")
             .await,
         ["Lovely! Which classic first?"]
     );
@@ -555,7 +515,7 @@ async fn the_mentor_and_onboarding_agents_use_their_tools_with_a_model() {
         .expect("profile");
     assert_eq!(entries.len(), 2);
 
-    let review = h.line("/review monthly").await;
+    let review = h.say("/review monthly").await;
     assert_eq!(review[0], "A calm month. Next step: 10 pages of Kokoro.");
     let refused = match model.requests()[4].messages.last() {
         Some(ChatMessage::Tool { content, .. }) => content.clone(),
@@ -575,10 +535,10 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
     use crate::orchestrator::Outbox;
     use chrono::{DateTime, Duration, Utc};
     let h = Harness::new(ModelRouter::none()).await;
-    h.line("/reading start kokoro").await;
+    h.say("/reading start kokoro").await;
     h.choose(&["curious"]).await;
-    h.line("Sensei's loneliness feels very modern").await;
-    let on = h.line("/review weekly on Asia/Tokyo").await;
+    h.say("Sensei's loneliness feels very modern").await;
+    let on = h.say("/review weekly on Asia/Tokyo").await;
     assert!(
         on[0].contains("every Sunday evening (Asia/Tokyo)"),
         "{on:?}"
@@ -665,7 +625,7 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
         "and again the next week"
     );
 
-    h.line("/review weekly off").await;
+    h.say("/review weekly off").await;
     assert!(h.store.weekly_reviews().await.expect("subs").is_empty());
     assert_eq!(run(due + Duration::days(14)).await.expect("tick"), 0);
 }
@@ -673,10 +633,10 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
 #[tokio::test]
 async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() {
     let h = Harness::new(ModelRouter::none()).await;
-    h.line("/reading start kokoro").await;
+    h.say("/reading start kokoro").await;
     h.choose(&["curious"]).await;
-    h.line("Sensei's secret weighs on him").await;
-    h.line("/review weekly on Asia/Tokyo").await;
+    h.say("Sensei's secret weighs on him").await;
+    h.say("/review weekly on Asia/Tokyo").await;
     // another reader, elsewhere
     for (id, text) in [
         ("o1", "/reading start sanshiro"),
@@ -700,7 +660,7 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
             .await
             .expect("turn");
     }
-    let mine = h.line("/mydata").await;
+    let mine = h.say("/mydata").await;
     let json = mine[0].split_once('\n').map(|(_, j)| j).unwrap_or_default();
     let data: serde_json::Value = serde_json::from_str(json).expect("JSON");
     assert_eq!(data["user"], "reader");
@@ -726,7 +686,7 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
     };
     assert!(count(&data) >= 3);
 
-    let asked = h.line("/forget").await;
+    let asked = h.say("/forget").await;
     assert!(asked[0].contains("Delete everything"), "{asked:?}");
     let kept = h.choose(&["forget:no"]).await;
     assert_eq!(kept, ["Nothing was deleted."]);
@@ -737,7 +697,7 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
         .expect("data");
     assert_eq!(count(&after_no), count(&data));
 
-    h.line("/forget").await;
+    h.say("/forget").await;
     let done = h.choose(&["forget:yes"]).await;
     assert!(
         done[0].contains("everything I had stored about you is deleted"),
@@ -761,6 +721,6 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
         "another user's data stays"
     );
     // the next message starts afresh
-    let again = h.line("/reading start kokoro").await;
+    let again = h.say("/reading start kokoro").await;
     assert!(again[0].contains("«Kokoro»"), "{again:?}");
 }
