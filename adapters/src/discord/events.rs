@@ -13,7 +13,7 @@ pub(super) struct Handler {
     pub(super) health: Arc<AdapterHealth>,
     pub(super) seen: SeenIds<String>,
     /// thread id → parent channel id (looked up once per thread)
-    pub(super) parents: Mutex<HashMap<u64, Option<u64>>>,
+    pub(super) parents: DashMap<u64, Option<u64>>,
 }
 
 /// The user as the core knows them: id, and the display name (global name, else username).
@@ -110,10 +110,7 @@ impl Handler {
                     .await;
                 match thread {
                     Ok(thread) => {
-                        self.parents
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(thread.id.get(), Some(channel.get()));
+                        self.parents.insert(thread.id.get(), Some(channel.get()));
                         Place {
                             chat: channel.get().to_string(),
                             thread: thread.id.get().to_string(),

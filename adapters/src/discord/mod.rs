@@ -23,6 +23,7 @@ use crate::interaction::{
 use crate::split::{split_text, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
+use dashmap::DashMap;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::flow::CommandInfo;
 use kaiwa_core::message::{
@@ -37,9 +38,8 @@ use serenity::all::{
     CreateSelectMenuKind, CreateSelectMenuOption, CreateThread, EditInteractionResponse,
     EventHandler, GatewayIntents, Http, HttpBuilder, Interaction, Message, Ready,
 };
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod api;
@@ -130,7 +130,7 @@ impl DiscordAdapter {
             config: config.clone(),
             health: health.clone(),
             seen: SeenIds::new(SEEN),
-            parents: Mutex::new(HashMap::new()),
+            parents: DashMap::new(),
         };
         // the client takes its own Http; both point at the same place with the same token
         let http = build_http(&config.token, config.api_proxy.as_deref());

@@ -29,12 +29,7 @@ impl Handler {
 
     /// The parent channel of a thread (`None` for a plain channel).
     pub(super) async fn parent_of(&self, channel: ChannelId) -> Option<u64> {
-        if let Some(known) = self
-            .parents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&channel.get())
-        {
+        if let Some(known) = self.parents.get(&channel.get()) {
             return *known;
         }
         let parent = match self
@@ -58,10 +53,7 @@ impl Handler {
                 return None;
             }
         };
-        self.parents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(channel.get(), parent);
+        self.parents.insert(channel.get(), parent);
         parent
     }
 
