@@ -1,49 +1,31 @@
 //! `/help`: the generic commands, every flow's start commands and the active flow's own.
 
+use crate::flow::CommandInfo;
 use crate::orchestrator::*;
 
 impl Orchestrator {
     pub(in crate::orchestrator) fn help_text(&self, active: Option<&SessionRecord>) -> String {
         let ja = active.and_then(|s| s.language.as_deref()) == Some("ja");
+        let mut commands: Vec<CommandInfo> = crate::flow::GENERIC_COMMANDS.to_vec();
+        for flow in self.flows.iter() {
+            commands.extend(flow.start_commands());
+        }
+        if let Some(flow) = active.and_then(|s| self.flows.get(&s.flow)) {
+            commands.extend(flow.commands());
+        }
         let mut out = String::from(if ja {
-            "使えるコマンド:\n"
+            "使えるコマンド:"
         } else {
-            "Commands:\n"
+            "Commands:"
         });
-        for c in crate::flow::GENERIC_COMMANDS {
+        for c in commands {
             let description = if ja {
                 c.description_ja
             } else {
                 c.description_en
             };
-            out.push_str(&format!("/{} — {description}\n", c.name));
+            out.push_str(&format!("\n/{} — {description}", c.name));
         }
-        for flow in self.flows.iter() {
-            for c in flow.start_commands() {
-                out.push_str(&format!(
-                    "/{} — {}\n",
-                    c.name,
-                    if ja {
-                        c.description_ja
-                    } else {
-                        c.description_en
-                    }
-                ));
-            }
-        }
-        if let Some(flow) = active.and_then(|s| self.flows.get(&s.flow)) {
-            for c in flow.commands() {
-                out.push_str(&format!(
-                    "/{} — {}\n",
-                    c.name,
-                    if ja {
-                        c.description_ja
-                    } else {
-                        c.description_en
-                    }
-                ));
-            }
-        }
-        out.trim_end().to_string()
+        out
     }
 }
