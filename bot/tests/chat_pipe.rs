@@ -12,7 +12,7 @@ struct Run {
     stderr: String,
 }
 
-async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: &str) -> Run {
+async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: impl AsRef<[u8]>) -> Run {
     let config_path = dir.join("kaiwa.toml");
     std::fs::write(&config_path, config).expect("config written");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
@@ -32,7 +32,7 @@ async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: &str) -> Run {
         .expect("kaiwa starts");
     let mut input = child.stdin.take().expect("stdin");
     input
-        .write_all(stdin.as_bytes())
+        .write_all(stdin.as_ref())
         .await
         .expect("stdin written");
     drop(input);
@@ -159,6 +159,24 @@ async fn without_a_model_the_floor_answers_and_numbers_pick_options() {
     assert!(
         run.stdout.contains("Unknown command /nonsense"),
         "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn a_line_that_is_not_utf8_is_read_lossily_and_the_conversation_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "assistant"],
+        b"1\nbad \xff\xfe bytes\n/nonsense\n".as_slice(),
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("Unknown command /nonsense"),
+        "the line after the bad one is answered: {}",
         run.stdout
     );
 }

@@ -108,6 +108,8 @@ pub enum Failure {
     RetryAfter(u32),
     /// HTTP 500.
     ServerError,
+    /// HTTP 400 with this description (e.g. a callback query answered too late).
+    BadRequest(&'static str),
 }
 
 #[derive(Default)]
@@ -415,6 +417,18 @@ async fn handle(
                     "description": format!("Too Many Requests: retry after {secs}"),
                     "parameters": {"retry_after": secs}
                 })),
+            )
+                .into_response();
+        }
+        Some(Failure::BadRequest(description)) => {
+            shared.lock().calls.push(Call {
+                method: format!("{method}!400"),
+                params,
+                message_id: None,
+            });
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"ok": false, "error_code": 400, "description": description})),
             )
                 .into_response();
         }

@@ -309,6 +309,38 @@ async fn a_multi_select_keyboard_toggles_and_submits_several_choices() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_press_whose_callback_answer_fails_is_still_processed() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "survey", ModelRouter::none()).await;
+    for (user, failure) in [
+        (711, Failure::ServerError),
+        (
+            712,
+            Failure::BadRequest(
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            ),
+        ),
+    ] {
+        let chat = Chat::private(user);
+        say(&fake, chat, user, "/start").await;
+        fake.fail_next("answerCallbackQuery", failure);
+        let next = tap(&fake, chat, user, "English").await;
+        assert!(
+            next.iter().any(|t| t.to_lowercase().contains("country")),
+            "{failure:?}: {next:?}"
+        );
+    }
+    let failed = fake
+        .calls()
+        .iter()
+        .filter(|c| c.method.starts_with("answercallbackquery!"))
+        .count();
+    assert_eq!(failed, 2, "both answers failed, both presses went through");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_or_foreign_button_gets_a_notice_and_changes_nothing() {
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();

@@ -157,9 +157,17 @@ where
     if report.finished {
         return Ok(ConsoleExit::FlowEnded);
     }
-    let mut lines = input.lines();
-    while let Some(line) = lines.next_line().await? {
-        let line = line.trim_end_matches('\r');
+    let mut input = input;
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        if input.read_until(b'\n', &mut raw).await? == 0 {
+            break;
+        }
+        // bytes that are not UTF-8 (a terminal in another encoding, a binary file piped in)
+        // become U+FFFD: the line is still answered and the conversation goes on
+        let text = String::from_utf8_lossy(&raw);
+        let line = text.trim_end_matches('\n').trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
         }

@@ -110,7 +110,7 @@ impl Handler {
                     .await;
                 match thread {
                     Ok(thread) => {
-                        self.parents.insert(thread.id.get(), Some(channel.get()));
+                        self.remember_parent(thread.id.get(), Some(channel.get()));
                         Place {
                             chat: channel.get().to_string(),
                             thread: thread.id.get().to_string(),

@@ -11,6 +11,9 @@ pub(super) struct Place {
     pub(super) flow_arg: Option<String>,
 }
 
+/// Most channels whose parent the adapter keeps in memory.
+const MAX_KNOWN_PARENTS: usize = 10_000;
+
 /// Where replies to a place go (places are built from channel ids the gateway sent).
 pub(super) fn target_of(place: &Place) -> ChannelId {
     channel_of(&place.chat, &place.thread).unwrap_or(ChannelId::new(1))
@@ -53,8 +56,17 @@ impl Handler {
                 return None;
             }
         };
-        self.parents.insert(channel.get(), parent);
+        self.remember_parent(channel.get(), parent);
         parent
+    }
+
+    /// Caches a channel's parent; the cache starts over past [`MAX_KNOWN_PARENTS`] (a miss
+    /// costs one REST call, so a bot in many threads never grows it without bound).
+    pub(super) fn remember_parent(&self, channel: u64, parent: Option<u64>) {
+        if self.parents.len() >= MAX_KNOWN_PARENTS {
+            self.parents.clear();
+        }
+        self.parents.insert(channel, parent);
     }
 
     /// Where a message in `channel` belongs; `None` when the bot should stay silent.

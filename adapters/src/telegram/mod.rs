@@ -523,13 +523,13 @@ async fn on_callback(
             ctx.api
                 .update_keyboard(place.chat, message.id, markup)
                 .await?;
-            ctx.api.answer_callback(&query.id.0, None).await?;
+            answer_quietly(&ctx, &query.id.0, None).await;
             return Ok(());
         }
         Press::Done { mask, .. } => {
             let values = values_of(&request, mask);
             if values.is_empty() {
-                ctx.api.answer_callback(&query.id.0, Some(PICK_ONE)).await?;
+                answer_quietly(&ctx, &query.id.0, Some(PICK_ONE)).await;
                 return Ok(());
             }
             values
@@ -539,7 +539,8 @@ async fn on_callback(
             None => return stale(ctx, query.id.0).await,
         },
     };
-    ctx.api.answer_callback(&query.id.0, None).await?;
+    // best-effort: a press answered too late (or a Bot API hiccup) is still a choice
+    answer_quietly(&ctx, &query.id.0, None).await;
     let shown = shown_choice(&request, &values);
     if let Err(e) = ctx.api.show_choice(place.chat, message.id, &shown).await {
         tracing::warn!(error = %e, "could not disable the keyboard");
@@ -563,6 +564,14 @@ async fn on_callback(
     };
     ctx.turn(incoming, place).await;
     Ok(())
+}
+
+/// Answers a callback query (stops the button's spinner), logging a failure instead of
+/// returning it: the press itself is processed either way.
+async fn answer_quietly(ctx: &Context, id: &str, notice: Option<&str>) {
+    if let Err(e) = ctx.api.answer_callback(id, notice).await {
+        tracing::warn!(error = %e, "could not answer a button press; processing it anyway");
+    }
 }
 
 /// Updates of one chat + topic run in order; different places run in parallel.

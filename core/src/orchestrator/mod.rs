@@ -271,14 +271,17 @@ impl Orchestrator {
         key: SessionKey,
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
-        if let Body::Text { text } = &incoming.body {
-            let length = text.chars().count();
-            if length > self.max_message_chars {
-                tracing::info!(length, "oversized message refused");
-                self.metrics.error(kind::OVERSIZED);
-                let text = too_long(length, self.max_message_chars);
-                return self.reply_only(&incoming, None, text, outbox).await;
-            }
+        // a command's arguments are stored and read like any text: the same limit
+        let length = match &incoming.body {
+            Body::Text { text } => text.chars().count(),
+            Body::Command { .. } => incoming.body.transcript_text().chars().count(),
+            Body::Choice { .. } | Body::Open => 0,
+        };
+        if length > self.max_message_chars {
+            tracing::info!(length, "oversized message refused");
+            self.metrics.error(kind::OVERSIZED);
+            let text = too_long(length, self.max_message_chars);
+            return self.reply_only(&incoming, None, text, outbox).await;
         }
         if let Body::Command { name, args } = &incoming.body
             && ADMIN_COMMANDS.contains(&name.as_str())

@@ -468,6 +468,24 @@ async fn an_oversized_message_gets_a_clear_reply_and_nothing_is_stored() {
             .expect("checks"),
         "may be sent again shortened"
     );
+    // a command's arguments count too: `/start` and a long argument is 20 characters
+    let command = orchestrator
+        .handle(
+            msg("c", "m3", Body::from_text("/start far too long")),
+            &outbox,
+        )
+        .await
+        .expect("long command");
+    assert!(
+        matches!(&command.outgoing[..], [Outgoing::Text { text }] if text.contains("too long (19 characters; the limit is 10)"))
+    );
+    assert_eq!(probe.turns.load(Ordering::SeqCst), 1, "no flow started");
+    assert!(
+        !store
+            .is_processed(Platform::Console, "c", "m3")
+            .await
+            .expect("checks")
+    );
 }
 
 #[tokio::test]
