@@ -172,6 +172,7 @@ async fn simulate_user(
             body,
             flow: Some(flow.to_string()),
             flow_arg: Some(form.to_string()),
+            shared: false,
         };
         MODEL_TIME.with(|m| m.set(Duration::ZERO));
         let turn_started = match pace.as_deref_mut() {

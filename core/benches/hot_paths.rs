@@ -66,6 +66,7 @@ fn turn(c: &mut Criterion) {
                 },
                 flow: Some("assistant".into()),
                 flow_arg: None,
+                shared: false,
             };
             outbox.clear();
             black_box(

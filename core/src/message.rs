@@ -141,6 +141,10 @@ pub struct Incoming {
     pub flow: Option<String>,
     /// An argument for that flow when a session starts here (e.g. the form id).
     pub flow_arg: Option<String>,
+    /// Others than the user see this place (a group, a forum topic, a server's channel or
+    /// thread): nothing personal is shown here (`/mydata`, `/forget`).
+    #[serde(default)]
+    pub shared: bool,
 }
 
 impl Incoming {

@@ -149,6 +149,7 @@ impl FlowHarness {
             body,
             flow: self.place.flow.clone(),
             flow_arg: self.place.flow_arg.clone(),
+            shared: false,
         };
         self.orchestrator
             .handle(incoming, &self.outbox)

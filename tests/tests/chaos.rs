@@ -177,6 +177,7 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
                     body,
                     flow: Some("interview".into()),
                     flow_arg: Some("engineer".into()),
+                    shared: false,
                 }
             };
             let mut body = Body::Open;

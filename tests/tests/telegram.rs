@@ -244,6 +244,33 @@ async fn two_forum_topics_run_two_help_desk_sessions_side_by_side() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mydata_in_a_forum_topic_shows_nothing_there_and_works_in_private() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let topic = Chat::topic(-100_600, 7);
+    say(&fake, topic, 901, "How do I export submissions?").await;
+    for command in ["/mydata", "/forget"] {
+        let reply = say(&fake, topic, 901, command).await;
+        let all = reply.join("\n");
+        assert!(all.contains("private chat"), "{all}");
+        assert!(
+            !all.contains("export submissions"),
+            "no data in the group: {all}"
+        );
+    }
+    assert!(
+        fake.last_keyboard(topic)
+            .is_none_or(|k| !k.text().contains("Delete everything")),
+        "no /forget confirmation in the group"
+    );
+    let private = Chat::private(901);
+    let mine = say(&fake, private, 901, "/mydata").await.join("\n");
+    assert!(mine.contains("export submissions"), "{mine}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_select_keyboard_toggles_and_submits_several_choices() {
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();

@@ -151,6 +151,7 @@ where
             body,
             flow: options.flow.clone(),
             flow_arg: options.flow_arg.clone(),
+            shared: false,
         }
     };
     let report = orchestrator.handle(next(Body::Open), &outbox).await?;

@@ -162,6 +162,7 @@ impl Handler {
             body: Body::from_text(text),
             flow: place.flow,
             flow_arg: place.flow_arg,
+            shared: !dm,
         };
         self.turn(incoming, reply_to).await;
     }
@@ -224,6 +225,7 @@ impl Handler {
             },
             flow: place.flow,
             flow_arg: place.flow_arg,
+            shared: !dm,
         };
         self.turn(incoming, reply_to).await;
     }
@@ -287,6 +289,7 @@ impl Handler {
             },
             flow: place.flow,
             flow_arg: place.flow_arg,
+            shared: !dm,
         };
         self.turn(incoming, reply_to).await;
         let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));

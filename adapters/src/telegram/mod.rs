@@ -477,6 +477,7 @@ async fn on_message(
         body: Body::from_text(&text),
         flow,
         flow_arg,
+        shared: !private,
     };
     ctx.turn(incoming, place).await;
     Ok(())
@@ -561,6 +562,7 @@ async fn on_callback(
         },
         flow,
         flow_arg,
+        shared: !message.chat.is_private(),
     };
     ctx.turn(incoming, place).await;
     Ok(())

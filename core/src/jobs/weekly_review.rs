@@ -79,6 +79,7 @@ pub async fn send_due_reviews(
             },
             flow: Some(crate::flows::reading::mentor::ID.into()),
             flow_arg: None,
+            shared: false,
         };
         let report = orchestrator.handle(incoming, outbox.as_ref()).await?;
         if !report.duplicate {

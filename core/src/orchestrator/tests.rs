@@ -121,6 +121,7 @@ fn msg(chat: &str, id: &str, body: Body) -> Incoming {
         body,
         flow: None,
         flow_arg: None,
+        shared: false,
     }
 }
 
@@ -918,4 +919,43 @@ async fn a_reply_committed_but_cut_short_by_a_stop_is_sent_at_the_next_start() {
     // committed before its turn; one that commits with it is not written: the test before)
     let replayed = next_start_sends_the_reply(&url, &probe).await;
     assert!(replayed <= 1, "{replayed} messages replayed");
+}
+
+#[tokio::test]
+async fn privacy_commands_in_a_shared_place_show_and_delete_nothing() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let mut hello = text("group", "m1", "my secret note");
+    hello.shared = true;
+    let first = orchestrator.handle(hello, &outbox).await.expect("turn");
+    for (id, command) in [("m2", "/mydata"), ("m3", "/forget")] {
+        let mut incoming = msg("group", id, Body::from_text(command));
+        incoming.shared = true;
+        let report = orchestrator.handle(incoming, &outbox).await.expect("reply");
+        let shown = format!("{:?}", report.outgoing);
+        assert!(shown.contains("private chat"), "{shown}");
+        assert!(!shown.contains("secret"), "no data in a group: {shown}");
+        assert!(
+            !report
+                .outgoing
+                .iter()
+                .any(|o| matches!(o, Outgoing::Options(_))),
+            "no confirmation buttons in a group"
+        );
+    }
+    let kept = store
+        .recent_messages(first.session_id, 10)
+        .await
+        .expect("messages");
+    assert!(
+        kept.iter().any(|m| m.text.contains("secret")),
+        "nothing deleted"
+    );
+    // in a private chat the same command shows the data
+    let mine = orchestrator
+        .handle(msg("group", "m4", Body::from_text("/mydata")), &outbox)
+        .await
+        .expect("mydata");
+    assert!(format!("{:?}", mine.outgoing).contains("secret"));
 }

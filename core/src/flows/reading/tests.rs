@@ -654,6 +654,7 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
             body: Body::from_text(text),
             flow: Some(ID.into()),
             flow_arg: None,
+            shared: false,
         };
         h.orchestrator
             .handle(incoming, &h.outbox)

@@ -24,6 +24,22 @@ impl Orchestrator {
             .and_then(|s| s.language.as_deref())
             .unwrap_or("en");
         let say = |en: &str, ja: &str| crate::i18n::pick(lang, en, ja);
+        if incoming.shared
+            && let Body::Command { name, .. } = &incoming.body
+            && (name == "mydata" || name == "forget")
+        {
+            // others read this place: nothing personal here, not even the question
+            tracing::info!(command = %name, "privacy command refused in a shared place");
+            let text = say(
+                &format!(
+                    "For your privacy I only answer /{name} in a private chat with me. Please send it there."
+                ),
+                &format!(
+                    "プライバシー保護のため、/{name} は私との個別チャットでのみ受け付けます。そちらで送ってください。"
+                ),
+            );
+            return Ok(Some(self.reply_only(incoming, None, text, outbox).await?));
+        }
         match &incoming.body {
             Body::Command { name, .. } if name == "mydata" => {
                 let data = self.store.user_data(key.platform, &key.user).await?;

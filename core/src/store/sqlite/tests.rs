@@ -507,6 +507,7 @@ fn incoming(message_id: &str) -> Incoming {
         },
         flow: None,
         flow_arg: None,
+        shared: false,
     }
 }
 

@@ -277,7 +277,7 @@ async fn run(rounds: &[Vec<Turn>], path: WritePath) -> (Vec<String>, Vec<(String
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn both_write_paths_write_the_same_rows(
