@@ -17,7 +17,14 @@ pub const QUIET_MINUTES: i64 = 30;
 /// The latest review moment at or before `now` in `timezone`, if it came after `since` (the
 /// opt-in): its local date names the week's review.
 pub fn due_review(now: DateTime<Utc>, timezone: &str, since: DateTime<Utc>) -> Option<NaiveDate> {
-    let tz: chrono_tz::Tz = timezone.parse().unwrap_or(chrono_tz::UTC);
+    // zones are checked when a reader opts in; a row older than that check reads as UTC
+    let tz: chrono_tz::Tz = timezone.parse().unwrap_or_else(|_| {
+        tracing::warn!(
+            timezone,
+            "unknown time zone in a weekly-review subscription; using UTC"
+        );
+        chrono_tz::UTC
+    });
     let local = now.with_timezone(&tz);
     let back =
         (local.weekday().num_days_from_monday() + 7 - REVIEW_WEEKDAY.num_days_from_monday()) % 7;

@@ -257,6 +257,22 @@ impl Flow for MentorFlow {
             _ => "weekly".to_string(),
         };
         if let Some(enabled) = subscription_request(&arg) {
+            // a word shaped like a zone name (Area/City) that is none: said, nothing stored
+            if let Some(unknown) = arg
+                .split_whitespace()
+                .find(|w| w.contains('/') && w.parse::<chrono_tz::Tz>().is_err())
+            {
+                out.say(pick(
+                    &lang,
+                    &format!(
+                        "I do not know the time zone {unknown:?}. Use a name like Asia/Tokyo or Europe/Berlin, e.g. /review weekly on Asia/Tokyo."
+                    ),
+                    &format!(
+                        "タイムゾーン「{unknown}」が見つかりません。Asia/Tokyo や Europe/Berlin のような名前で、例えば /review weekly on Asia/Tokyo と送ってください。"
+                    ),
+                ));
+                return Ok(out);
+            }
             let timezone = arg
                 .split_whitespace()
                 .find_map(|w| w.parse::<chrono_tz::Tz>().ok())

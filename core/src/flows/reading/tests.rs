@@ -538,6 +538,12 @@ async fn an_opted_in_reader_gets_the_weekly_review_once_per_week_from_the_schedu
     h.say("/reading start kokoro").await;
     h.choose(&["curious"]).await;
     h.say("Sensei's loneliness feels very modern").await;
+    let typo = h.say("/review weekly on Asia/Tokoy").await;
+    assert!(typo[0].contains("time zone \"Asia/Tokoy\""), "{typo:?}");
+    assert!(
+        h.store.weekly_reviews().await.expect("subs").is_empty(),
+        "an unknown zone subscribes nobody"
+    );
     let on = h.say("/review weekly on Asia/Tokyo").await;
     assert!(
         on[0].contains("every Sunday evening (Asia/Tokyo)"),
