@@ -25,19 +25,17 @@ mod wal_readahead;
 mod writer;
 
 #[cfg(test)]
-mod write_paths;
-
-#[cfg(test)]
 mod hot_tests;
 #[cfg(test)]
 mod reading_tests;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod write_paths;
 
 use batch::*;
 use checkpoint::*;
 use inbox::*;
-
 use rows::*;
 use statements::*;
 use turn::*;
@@ -69,6 +67,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 use wal_readahead::WalReadahead;
+
+/// The store on one SQLite database: a reader pool, one writer connection driven by the
+/// group-commit thread, the WAL checkpointer and the hot-session cache.
 pub struct SqliteStore {
     /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
