@@ -13,7 +13,7 @@ pub(super) struct Handler {
     pub(super) health: Arc<AdapterHealth>,
     pub(super) seen: SeenIds<String>,
     /// thread id → parent channel id (looked up once per thread)
-    pub(super) parents: DashMap<u64, Option<u64>>,
+    pub(super) parents: Parents,
 }
 
 /// The user as the core knows them: id, and the display name (global name, else username).
@@ -110,7 +110,7 @@ impl Handler {
                     .await;
                 match thread {
                     Ok(thread) => {
-                        self.remember_parent(thread.id.get(), Some(channel.get()));
+                        self.parents.remember(thread.id.get(), Some(channel.get()));
                         Place {
                             chat: channel.get().to_string(),
                             thread: thread.id.get().to_string(),

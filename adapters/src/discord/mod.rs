@@ -23,7 +23,6 @@ use crate::interaction::{
 use crate::split::{split_text, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
-use dashmap::DashMap;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::flow::CommandInfo;
 use kaiwa_core::message::{
@@ -130,7 +129,7 @@ impl DiscordAdapter {
             config: config.clone(),
             health: health.clone(),
             seen: SeenIds::new(SEEN),
-            parents: DashMap::new(),
+            parents: Parents::default(),
         };
         // the client takes its own Http; both point at the same place with the same token
         let http = build_http(&config.token, config.api_proxy.as_deref());

@@ -2,6 +2,7 @@
 //! that is its own session), a thread of one, or a DM; the parents of threads are cached.
 
 use super::*;
+use dashmap::DashMap;
 
 /// Where a message belongs: the session's channel and thread, and the flow a new session runs.
 pub(super) struct Place {
@@ -13,6 +14,25 @@ pub(super) struct Place {
 
 /// Most channels whose parent the adapter keeps in memory.
 const MAX_KNOWN_PARENTS: usize = 10_000;
+
+/// Channel id → its parent channel (`None`: not a thread), looked up once per channel. It
+/// starts over past [`MAX_KNOWN_PARENTS`]: a miss costs one REST call, and a bot in many
+/// threads never grows it without bound.
+#[derive(Default)]
+pub(super) struct Parents(DashMap<u64, Option<u64>>);
+
+impl Parents {
+    pub(super) fn get(&self, channel: u64) -> Option<Option<u64>> {
+        self.0.get(&channel).map(|known| *known)
+    }
+
+    pub(super) fn remember(&self, channel: u64, parent: Option<u64>) {
+        if self.0.len() >= MAX_KNOWN_PARENTS {
+            self.0.clear();
+        }
+        self.0.insert(channel, parent);
+    }
+}
 
 /// Where replies to a place go (places are built from channel ids the gateway sent).
 pub(super) fn target_of(place: &Place) -> ChannelId {
@@ -32,8 +52,8 @@ impl Handler {
 
     /// The parent channel of a thread (`None` for a plain channel).
     pub(super) async fn parent_of(&self, channel: ChannelId) -> Option<u64> {
-        if let Some(known) = self.parents.get(&channel.get()) {
-            return *known;
+        if let Some(known) = self.parents.get(channel.get()) {
+            return known;
         }
         let parent = match self
             .api
@@ -56,17 +76,8 @@ impl Handler {
                 return None;
             }
         };
-        self.remember_parent(channel.get(), parent);
+        self.parents.remember(channel.get(), parent);
         parent
-    }
-
-    /// Caches a channel's parent; the cache starts over past [`MAX_KNOWN_PARENTS`] (a miss
-    /// costs one REST call, so a bot in many threads never grows it without bound).
-    pub(super) fn remember_parent(&self, channel: u64, parent: Option<u64>) {
-        if self.parents.len() >= MAX_KNOWN_PARENTS {
-            self.parents.clear();
-        }
-        self.parents.insert(channel, parent);
     }
 
     /// Where a message in `channel` belongs; `None` when the bot should stay silent.
@@ -87,5 +98,22 @@ impl Handler {
             flow: Some(flow.into()),
             flow_arg: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_cache_stays_bounded_and_keeps_the_latest() {
+        let parents = Parents::default();
+        for channel in 0..(MAX_KNOWN_PARENTS as u64 + 5) {
+            parents.remember(channel, Some(channel + 1));
+        }
+        assert!(parents.0.len() <= MAX_KNOWN_PARENTS);
+        let last = MAX_KNOWN_PARENTS as u64 + 4;
+        assert_eq!(parents.get(last), Some(Some(last + 1)));
+        assert_eq!(parents.get(u64::MAX), None);
     }
 }

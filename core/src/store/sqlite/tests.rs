@@ -402,8 +402,10 @@ async fn the_wal_restarts_under_a_steady_stream_of_turns() {
         .expect("the WAL")
         .len();
     // every turn wrote several pages: without restarts the WAL holds them all (over
-    // 20 MB here), with them what is written between two checkpoints (about 2 MB)
-    assert!(wal < 8 << 20, "the WAL grew to {wal} bytes");
+    // 20 MB here), with them what is written between two restarts (about 2 MB; more
+    // when the machine is busy with other tests and the checkpointer runs late, and the
+    // file keeps its largest size)
+    assert!(wal < 16 << 20, "the WAL grew to {wal} bytes");
     for id in ids {
         let messages = store.recent_messages(id, 1000).await.expect("messages");
         assert_eq!(messages.len(), 2 * turns, "every turn of session {id} kept");
