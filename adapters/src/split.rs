@@ -39,6 +39,38 @@ pub fn split_text(text: &str, limit: usize, measure: impl Fn(char) -> usize) -> 
     pieces
 }
 
+/// The most messages one reply becomes; the rest is cut with [`CUT_MARK`].
+pub const MAX_PIECES: usize = 3;
+
+/// Ends the last message of a reply that was cut.
+pub const CUT_MARK: &str = "[…] (cut: the reply was too long / 長すぎるため以下は省略しました)";
+
+/// [`split_text`], at most `max` pieces: past that the last piece is cut so that it ends
+/// with [`CUT_MARK`] and stays within `limit`.
+pub fn split_capped(
+    text: &str,
+    limit: usize,
+    max: usize,
+    measure: impl Fn(char) -> usize,
+) -> Vec<String> {
+    let mut pieces = split_text(text, limit, &measure);
+    let max = max.max(1);
+    if pieces.len() <= max {
+        return pieces;
+    }
+    let rest = pieces.split_off(max - 1).join("\n\n");
+    let mark: usize = CUT_MARK.chars().map(&measure).sum::<usize>() + 2 * measure('\n');
+    let room = limit.saturating_sub(mark).max(8);
+    let mut last = split_text(&rest, room, &measure)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    last.push_str("\n\n");
+    last.push_str(CUT_MARK);
+    pieces.push(last);
+    pieces
+}
+
 fn first_char_len(s: &str) -> usize {
     s.chars().next().map_or(1, char::len_utf8)
 }
@@ -61,6 +93,22 @@ pub fn utf16_len(c: char) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_longer_than_three_messages_is_cut_with_a_mark() {
+        let paragraph = "word ".repeat(300); // 1,500 characters
+        let text = [paragraph.trim_end(); 9].join("\n\n"); // ~13,500
+        let pieces = split_capped(&text, 2000, MAX_PIECES, |_| 1);
+        assert_eq!(pieces.len(), 3);
+        assert!(pieces.iter().all(|p| p.chars().count() <= 2000));
+        assert!(pieces[2].ends_with(CUT_MARK), "{}", pieces[2]);
+        // a reply that fits is left alone
+        let short = split_capped("one\n\ntwo", 2000, MAX_PIECES, |_| 1);
+        assert_eq!(short, ["one\n\ntwo"]);
+        let three = [paragraph.trim_end(); 3].join("\n\n");
+        assert_eq!(split_capped(&three, 2000, MAX_PIECES, |_| 1).len(), 3);
+        assert!(!split_capped(&three, 2000, MAX_PIECES, |_| 1)[2].contains(CUT_MARK));
+    }
 
     #[test]
     fn short_text_is_one_piece() {

@@ -427,6 +427,30 @@ async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thirteen_thousand_character_reply_is_three_messages_cut_with_a_mark() {
+    let paragraph = |i: usize| format!("Paragraph {i}: {}", "dolor sit amet ".repeat(30));
+    let long: Vec<String> = (0..28).map(paragraph).collect();
+    let long = long.join("\n\n");
+    assert!(long.chars().count() > 12_800);
+    let model = FakeOpenAi::start([Reply::text(&long)])
+        .await
+        .expect("model");
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::new(Some(Arc::new(client)))).await;
+    say(&fake, DM, 99, "/chat").await;
+    let pieces = say(&fake, DM, 99, "tell me a very long story").await;
+    assert_eq!(pieces.len(), 3, "not 7 messages");
+    assert!(pieces.iter().all(|p| p.chars().count() <= 2000));
+    assert!(
+        pieces[2].ends_with(kaiwa_adapters::split::CUT_MARK),
+        "{:.80}",
+        pieces[2]
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_command_is_deferred_then_answered_in_the_channel() {
     let fake = FakeDiscord::start().await;
     let bot = start(&fake, "engineer", ModelRouter::none()).await;

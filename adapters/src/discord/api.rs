@@ -68,7 +68,7 @@ impl DiscordApi {
         text: &str,
         components: Vec<CreateActionRow>,
     ) -> Result<Option<Message>, serenity::Error> {
-        let pieces = split_text(text, MESSAGE_LIMIT, |_| 1);
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
         let last = pieces.len().saturating_sub(1);
         let mut sent = None;
         for (i, piece) in pieces.iter().enumerate() {

@@ -20,7 +20,7 @@
 use crate::interaction::{
     SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
-use crate::split::{split_text, truncate};
+use crate::split::{MAX_PIECES, split_capped, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};

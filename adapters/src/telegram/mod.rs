@@ -18,7 +18,7 @@ pub mod keyboard;
 use crate::interaction::{
     PICK_ONE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
-use crate::split::{split_text, truncate};
+use crate::split::{MAX_PIECES, split_capped, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
@@ -157,7 +157,7 @@ impl TelegramApi {
         text: &str,
         markup: Option<InlineKeyboardMarkup>,
     ) -> Result<(), RequestError> {
-        let pieces = split_text(text, MESSAGE_LIMIT, html_cost);
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, html_cost);
         let last = pieces.len().saturating_sub(1);
         for (i, piece) in pieces.iter().enumerate() {
             let html = escape_html(piece);
