@@ -494,9 +494,7 @@ async fn on_callback(
         return Ok(());
     }
     let stale = |ctx: Arc<Context>, id: String| async move {
-        if let Err(e) = ctx.api.answer_callback(&id, Some(STALE_NOTICE)).await {
-            tracing::warn!(error = %e, "could not answer a stale button");
-        }
+        answer_quietly(&ctx, &id, Some(STALE_NOTICE)).await;
         Ok(())
     };
     let (Some(message), Some(press)) = (

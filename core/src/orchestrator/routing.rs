@@ -29,9 +29,7 @@ impl Orchestrator {
         request_id: &str,
     ) -> Result<Option<OptionsRequest>, OrchestratorError> {
         let session = self.store.active_session(key).await?;
-        Ok(session
-            .and_then(|s| s.pending_options)
-            .filter(|r| r.request_id == request_id))
+        Ok(answered_options(session.as_ref(), request_id))
     }
 
     /// Decides what an incoming message means for the session of its place.
@@ -139,10 +137,7 @@ impl Orchestrator {
                 input: TurnInput::Text(text.clone()),
             },
             Body::Choice { request_id, values } => {
-                let pending = active
-                    .as_ref()
-                    .and_then(|s| s.pending_options.clone())
-                    .filter(|p| &p.request_id == request_id);
+                let pending = answered_options(active.as_ref(), request_id);
                 match (active, pending) {
                     (Some(session), Some(request)) => {
                         let known: Vec<String> = values
@@ -174,4 +169,13 @@ impl Orchestrator {
             }
         })
     }
+}
+
+/// The session's pending options if a press carrying `request_id` answers them: the one
+/// test of a stale or foreign press, for the orchestrator's routing and the adapters alike.
+fn answered_options(session: Option<&SessionRecord>, request_id: &str) -> Option<OptionsRequest> {
+    session
+        .and_then(|s| s.pending_options.as_ref())
+        .filter(|p| p.request_id == request_id)
+        .cloned()
 }
