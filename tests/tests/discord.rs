@@ -390,13 +390,16 @@ async fn a_rate_limited_message_is_sent_after_waiting() {
     bot.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
+/// `paragraphs` paragraphs of ~470 characters each, joined by blank lines.
+fn long_story(paragraphs: usize) -> String {
     let paragraph = |i: usize| format!("Paragraph {i}: {}", "dolor sit amet ".repeat(30));
-    let long: Vec<String> = (0..11).map(paragraph).collect();
-    let long = long.join("\n\n");
-    assert!(long.chars().count() > 5_000);
-    let model = FakeOpenAi::start([Reply::text(&long)])
+    let long: Vec<String> = (0..paragraphs).map(paragraph).collect();
+    long.join("\n\n")
+}
+
+/// A bot whose model answers `reply` to a chat in the DM; returns what the DM received.
+async fn model_reply_in_dm(reply: &str) -> (Vec<String>, FakeDiscord, Bot) {
+    let model = FakeOpenAi::start([Reply::text(reply)])
         .await
         .expect("model");
     let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
@@ -404,6 +407,14 @@ async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
     let bot = start(&fake, "engineer", ModelRouter::new(Some(Arc::new(client)))).await;
     say(&fake, DM, 99, "/chat").await;
     let pieces = say(&fake, DM, 99, "tell me a long story").await;
+    (pieces, fake, bot)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
+    let long = long_story(11);
+    assert!(long.chars().count() > 5_000);
+    let (pieces, fake, bot) = model_reply_in_dm(&long).await;
     assert_eq!(
         pieces.len(),
         3,
@@ -428,18 +439,9 @@ async fn a_five_thousand_character_reply_is_split_on_paragraphs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thirteen_thousand_character_reply_is_three_messages_cut_with_a_mark() {
-    let paragraph = |i: usize| format!("Paragraph {i}: {}", "dolor sit amet ".repeat(30));
-    let long: Vec<String> = (0..28).map(paragraph).collect();
-    let long = long.join("\n\n");
+    let long = long_story(28);
     assert!(long.chars().count() > 12_800);
-    let model = FakeOpenAi::start([Reply::text(&long)])
-        .await
-        .expect("model");
-    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
-    let fake = FakeDiscord::start().await;
-    let bot = start(&fake, "engineer", ModelRouter::new(Some(Arc::new(client)))).await;
-    say(&fake, DM, 99, "/chat").await;
-    let pieces = say(&fake, DM, 99, "tell me a very long story").await;
+    let (pieces, _fake, bot) = model_reply_in_dm(&long).await;
     assert_eq!(pieces.len(), 3, "not 7 messages");
     assert!(pieces.iter().all(|p| p.chars().count() <= 2000));
     assert!(
