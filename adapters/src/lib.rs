@@ -5,10 +5,11 @@
 //! [`kaiwa_core::orchestrator::Outbox`].
 //!
 //! - [`console`]: stdin / stdout, options as numbered lists (used by `kaiwa chat`).
-//! - [`telegram`]: teloxide long polling, inline keyboards, forum topics.
+//! - [`telegram`]: long polling (confirmed once stored), inline keyboards, forum topics.
 //! - [`discord`]: serenity gateway, threads per question, buttons, select menus, embeds.
 //!
 //! - [`interaction`]: what both chat adapters share: reading a button press, the notices.
+//! - [`lanes`]: one ordered queue per session, so no chat blocks another.
 //!
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
 //! live in the store.
@@ -16,6 +17,7 @@
 pub mod console;
 pub mod discord;
 pub mod interaction;
+pub mod lanes;
 pub mod split;
 pub mod telegram;
 
@@ -38,8 +40,8 @@ pub enum AdapterError {
     Setup(String),
     #[error("{0}")]
     Platform(String),
-    #[error("Telegram: {0}")]
-    Telegram(#[from] teloxide::RequestError),
+    #[error(transparent)]
+    Telegram(#[from] telegram::CallError),
 }
 
 /// Whether an adapter is connected to its platform, for `/healthz`.

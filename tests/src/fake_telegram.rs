@@ -110,11 +110,17 @@ pub enum Failure {
     ServerError,
     /// HTTP 400 with this description (e.g. a callback query answered too late).
     BadRequest(&'static str),
+    /// HTTP 502 with an HTML body (a proxy in front of the API).
+    BadGateway,
+    /// The call is carried out (a message is sent) but its answer is lost: the connection
+    /// breaks after the status line.
+    AnswerLost,
 }
 
 #[derive(Default)]
 struct Inner {
-    updates: Vec<(i64, Value)>,
+    /// Updates as the JSON text Telegram sends (which may hold what `Value` cannot).
+    updates: Vec<(i64, String)>,
     /// Updates below this id were confirmed by an offset and are not sent again…
     confirmed: i64,
     /// …unless a test asks for them again from this id.
@@ -123,6 +129,8 @@ struct Inner {
     next_message: i64,
     calls: Vec<Call>,
     failures: HashMap<String, VecDeque<Failure>>,
+    /// Failures of a method for one chat only.
+    chat_failures: HashMap<(String, i64), VecDeque<Failure>>,
     /// Messages the bot sent, as Telegram stores them (for callback queries).
     bot_messages: HashMap<(i64, i64), Value>,
     get_updates_calls: usize,
@@ -143,14 +151,27 @@ impl Shared {
 /// The running fake; stops when dropped.
 pub struct FakeTelegram {
     url: String,
+    addr: std::net::SocketAddr,
     shared: Arc<Shared>,
-    server: tokio::task::JoinHandle<()>,
+    server: Mutex<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for FakeTelegram {
     fn drop(&mut self) {
-        self.server.abort();
+        self.server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort();
     }
+}
+
+fn serve(listener: TcpListener, shared: Arc<Shared>) -> tokio::task::JoinHandle<()> {
+    let app = Router::new()
+        .route("/{bot}/{method}", post(handle))
+        .with_state(shared);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    })
 }
 
 fn now() -> i64 {
@@ -177,19 +198,37 @@ impl FakeTelegram {
             }),
             changed: Notify::new(),
         });
-        let app = Router::new()
-            .route("/{bot}/{method}", post(handle))
-            .with_state(shared.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let server = Mutex::new(serve(listener, shared.clone()));
         FakeTelegram {
             url: format!("http://{addr}"),
+            addr,
             shared,
             server,
         }
+    }
+
+    /// The API goes down: the port refuses connections (open ones are cut) until
+    /// [`Self::restore`].
+    pub fn outage(&self) {
+        self.server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort();
+    }
+
+    /// The API answers again, on the same port.
+    pub async fn restore(&self) {
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                // the aborted server may hold the port for a moment
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) =
+            serve(listener, self.shared.clone());
     }
 
     /// The base URL to give the bot as its API URL.
@@ -203,7 +242,7 @@ impl FakeTelegram {
             let id = inner.next_update;
             inner.next_update += 1;
             let update = build(id, &mut inner);
-            inner.updates.push((id, update));
+            inner.updates.push((id, update.to_string()));
             id
         };
         self.shared.changed.notify_waiters();
@@ -250,6 +289,42 @@ impl FakeTelegram {
                 }
             })
         })
+    }
+
+    /// A user writes in `chat` a message whose JSON text is `text_json` as sent (e.g. a lone
+    /// surrogate escape `"cut \\ud83d"`, which a `Value` cannot hold); returns the update id.
+    pub fn send_raw_text(&self, chat: Chat, user: i64, text_json: &str) -> i64 {
+        let id = {
+            let mut inner = self.shared.lock();
+            let id = inner.next_update;
+            inner.next_update += 1;
+            inner.next_message += 1;
+            let message = json!({
+                "message_id": inner.next_message,
+                "date": now(),
+                "chat": chat.json(),
+                "from": user_json(user),
+                "text": "PLACEHOLDER",
+            })
+            .to_string()
+            .replace("\"PLACEHOLDER\"", text_json);
+            inner
+                .updates
+                .push((id, format!(r#"{{"update_id":{id},"message":{message}}}"#)));
+            id
+        };
+        self.shared.changed.notify_waiters();
+        id
+    }
+
+    /// The next call of `method` about `chat` fails with `failure` (other chats go on).
+    pub fn fail_next_in(&self, method: &str, chat: Chat, failure: Failure) {
+        self.shared
+            .lock()
+            .chat_failures
+            .entry((method.to_ascii_lowercase(), chat.id))
+            .or_default()
+            .push_back(failure);
     }
 
     /// Delivers `update_id` and every later update again on the next long poll, as Telegram
@@ -394,14 +469,23 @@ async fn handle(
             }
         }
     };
-    if method == "getupdates" {
+    let chat_id = params.get("chat_id").and_then(Value::as_i64).unwrap_or(0);
+    let failure = {
+        let mut inner = shared.lock();
+        let for_chat = inner
+            .chat_failures
+            .get_mut(&(method.clone(), chat_id))
+            .and_then(VecDeque::pop_front);
+        for_chat.or_else(|| {
+            inner
+                .failures
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front)
+        })
+    };
+    if method == "getupdates" && failure.is_none() {
         return get_updates(&shared, &params).await;
     }
-    let failure = shared
-        .lock()
-        .failures
-        .get_mut(&method)
-        .and_then(VecDeque::pop_front);
     match failure {
         Some(Failure::RetryAfter(secs)) => {
             shared.lock().calls.push(Call {
@@ -432,6 +516,31 @@ async fn handle(
             )
                 .into_response();
         }
+        Some(Failure::BadGateway) => {
+            shared.lock().calls.push(Call {
+                method: format!("{method}!502"),
+                params,
+                message_id: None,
+            });
+            return (
+                StatusCode::BAD_GATEWAY,
+                [("content-type", "text/html")],
+                "<html><body>502 Bad Gateway</body></html>",
+            )
+                .into_response();
+        }
+        Some(Failure::AnswerLost) => {
+            // carried out as usual, then the answer breaks off
+            let _ = answer(&shared, method, params);
+            let broken = futures::stream::once(async {
+                Err::<axum::body::Bytes, _>(std::io::Error::other("connection lost"))
+            });
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from_stream(broken))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
         Some(Failure::ServerError) => {
             shared.lock().calls.push(Call {
                 method: format!("{method}!500"),
@@ -448,6 +557,11 @@ async fn handle(
         }
         None => {}
     }
+    answer(&shared, method, params)
+}
+
+/// Carries out a call that does not fail and answers it.
+fn answer(shared: &Shared, method: String, params: Value) -> Response {
     let mut inner = shared.lock();
     let chat_id = params.get("chat_id").and_then(Value::as_i64).unwrap_or(0);
     let chat = Chat {
@@ -560,15 +674,16 @@ async fn get_updates(shared: &Shared, params: &Value) -> Response {
                 inner.confirmed = inner.confirmed.max(offset);
             }
             let from = inner.replay_from.take().unwrap_or(inner.confirmed);
-            let pending: Vec<Value> = inner
+            let pending: Vec<&str> = inner
                 .updates
                 .iter()
                 .filter(|(id, _)| *id >= from)
                 .take(limit)
-                .map(|(_, u)| u.clone())
+                .map(|(_, u)| u.as_str())
                 .collect();
             if !pending.is_empty() || Instant::now() >= deadline {
-                return ok(Value::Array(pending));
+                let body = format!(r#"{{"ok":true,"result":[{}]}}"#, pending.join(","));
+                return ([("content-type", "application/json")], body).into_response();
             }
         }
         let _ = tokio::time::timeout_at(deadline.into(), changed).await;

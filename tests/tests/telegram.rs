@@ -680,6 +680,163 @@ async fn a_corpus_of_bad_input_gets_clear_replies_and_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_meets_a_500_then_a_502_arrives_on_its_own_once() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1211);
+    say(&fake, chat, 1211, "/start").await;
+    fake.fail_next_in("sendMessage", chat, Failure::ServerError);
+    fake.fail_next_in("sendMessage", chat, Failure::BadGateway);
+    // nobody writes again: the reply still comes, retried with a growing wait
+    let reply = tap(&fake, chat, 1211, "English").await;
+    assert!(!reply.is_empty());
+    let failed: Vec<String> = fake
+        .calls()
+        .iter()
+        .filter(|c| c.method.starts_with("sendmessage!"))
+        .map(|c| c.method.clone())
+        .collect();
+    assert_eq!(failed, ["sendmessage!500", "sendmessage!502"]);
+    let texts = fake.texts_in(chat);
+    let mut unique = texts.clone();
+    unique.dedup();
+    assert_eq!(texts, unique, "nothing sent twice");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_answer_was_lost_is_not_sent_again() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1221);
+    say(&fake, chat, 1221, "/start").await;
+    tap(&fake, chat, 1221, "English").await;
+    // Telegram takes the reply to the country, and its answer breaks off
+    fake.fail_next_in("sendMessage", chat, Failure::AnswerLost);
+    let reply = say(&fake, chat, 1221, "Japan").await;
+    assert!(!reply.is_empty());
+    let next = say(&fake, chat, 1221, "Hanako Yamada").await;
+    assert!(
+        !next.iter().any(|t| t.contains("did not reach")),
+        "a reply that most likely arrived is not repeated: {next:?}"
+    );
+    let texts = fake.texts_in(chat);
+    for text in &texts {
+        assert_eq!(
+            texts.iter().filter(|t| *t == text).count(),
+            1,
+            "{text:?} sent twice: {texts:#?}"
+        );
+    }
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_cut_inside_an_emoji_is_answered_and_polling_goes_on() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1231);
+    say(&fake, chat, 1231, "/start").await;
+    tap(&fake, chat, 1231, "English").await;
+    // a country cut inside an emoji: a lone UTF-16 surrogate, which fails a strict parser
+    let before = fake.texts_in(chat).len();
+    fake.send_raw_text(chat, 1231, r#""Japan \ud83d""#);
+    let reply = replies(&fake, chat, before).await;
+    assert!(!reply.is_empty(), "the message is answered");
+    // and the next message too: polling moved past it
+    let next = say(&fake, chat, 1231, "Hanako Yamada").await;
+    assert!(!next.is_empty());
+    let session = bot
+        .store
+        .active_session(&kaiwa_core::message::SessionKey {
+            platform: Platform::Telegram,
+            chat: "1231".into(),
+            thread: String::new(),
+            user: "1231".into(),
+        })
+        .await
+        .expect("store")
+        .expect("a session");
+    let said: Vec<String> = bot
+        .store
+        .recent_messages(session.id, 50)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert!(said.iter().any(|t| t == "Japan \u{fffd}"), "{said:#?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_the_first_reply_comes_within_seconds() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1241);
+    say(&fake, chat, 1241, "/start").await;
+    // the API refuses connections for 8 s: polling backs off meanwhile
+    fake.outage();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    fake.restore().await;
+    let back = std::time::Instant::now();
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 1241, "/help");
+    fake.wait_texts(chat, before + 1).await;
+    let waited = back.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "the first reply came {waited:?} after the API answered again"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_chat_flooding_in_flood_control_delays_nobody_else() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let flooding = Chat::private(1251);
+    let other = Chat::private(1252);
+    say(&fake, flooding, 1251, "/start").await;
+    // the flooding chat's replies meet 429s (3 s each), and it sends 40 messages at once
+    for _ in 0..4 {
+        fake.fail_next_in("sendMessage", flooding, Failure::RetryAfter(3));
+    }
+    for i in 0..40 {
+        fake.send_text(flooding, 1251, &format!("message {i}"));
+    }
+    fake.wait_for("the first 429", Duration::from_secs(10), |calls| {
+        calls.iter().any(|c| c.method == "sendmessage!429")
+    })
+    .await;
+    // another user's reply comes as it would on a quiet bot
+    let asked = std::time::Instant::now();
+    fake.send_text(other, 1252, "/start");
+    fake.wait_texts(other, 1).await;
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the other user waited {waited:?}"
+    );
+    // the flood is answered with one notice, not one per message
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let texts = fake.texts_in(flooding);
+    let notices = texts
+        .iter()
+        .filter(|t| {
+            t.contains("still working on your earlier messages") || t.contains("faster than I can")
+        })
+        .count();
+    assert_eq!(notices, 1, "{texts:#?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_telegram_refused_goes_out_with_the_next_one() {
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();
@@ -687,13 +844,15 @@ async fn a_reply_telegram_refused_goes_out_with_the_next_one() {
     let chat = Chat::private(1201);
     say(&fake, chat, 1201, "/start").await;
     tap(&fake, chat, 1201, "English").await;
-    // Telegram fails the reply to the country (a 5xx: teloxide waits 10 s before it reports
-    // the failure, and the chat's next update waits for that)
-    fake.fail_next("sendMessage", Failure::ServerError);
+    // Telegram refuses the reply to the country (a 400 is not retried)
+    fake.fail_next(
+        "sendMessage",
+        Failure::BadRequest("Bad Request: not enough rights to send text messages"),
+    );
     let before = fake.texts_in(chat).len();
     fake.send_text(chat, 1201, "Japan");
     fake.wait_for("the refused reply", Duration::from_secs(10), |calls| {
-        calls.iter().any(|c| c.method == "sendmessage!500")
+        calls.iter().any(|c| c.method == "sendmessage!400")
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;

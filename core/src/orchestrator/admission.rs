@@ -12,35 +12,55 @@ use std::time::Instant;
 #[derive(Default)]
 pub(super) struct RateLimiter {
     pub(super) per_minute: usize,
-    pub(super) recent: DashMap<SessionKey, VecDeque<Instant>>,
+    pub(super) recent: DashMap<SessionKey, Window>,
+}
+
+/// One key's messages in the last minute, and whether it was told to slow down since the
+/// last one it was allowed.
+#[derive(Default)]
+pub(super) struct Window {
+    times: VecDeque<Instant>,
+    told: bool,
+}
+
+/// Whether a message may have a turn; a refused one says whether to tell the user (once
+/// per burst: the first refusal after an allowed message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admit {
+    Yes,
+    Refused { tell: bool },
 }
 
 impl RateLimiter {
-    pub(super) fn allow(&self, key: &SessionKey) -> bool {
+    pub(super) fn allow(&self, key: &SessionKey) -> Admit {
         if self.per_minute == 0 {
-            return true;
+            return Admit::Yes;
         }
         let now = Instant::now();
         let window = Duration::from_secs(60);
         if self.recent.len() > 10_000 {
-            self.recent.retain(|_, times| {
-                times
+            self.recent.retain(|_, w| {
+                w.times
                     .back()
                     .is_some_and(|t| now.duration_since(*t) < window)
             });
         }
-        let mut times = self.recent.entry(key.clone()).or_default();
-        while times
+        let mut w = self.recent.entry(key.clone()).or_default();
+        while w
+            .times
             .front()
             .is_some_and(|t| now.duration_since(*t) >= window)
         {
-            times.pop_front();
+            w.times.pop_front();
         }
-        if times.len() >= self.per_minute {
-            return false;
+        if w.times.len() >= self.per_minute {
+            let tell = !w.told;
+            w.told = true;
+            return Admit::Refused { tell };
         }
-        times.push_back(now);
-        true
+        w.times.push_back(now);
+        w.told = false;
+        Admit::Yes
     }
 }
 
@@ -55,6 +75,13 @@ struct Slot {
     lock: Arc<tokio::sync::Mutex<()>>,
     /// Messages of this session in the orchestrator: the one running and those waiting.
     queued: AtomicUsize,
+    /// A refused message was answered since the queue last emptied (once per burst).
+    told: std::sync::atomic::AtomicBool,
+}
+
+/// A session's queue is full: whether this refusal is the burst's first (to be answered).
+pub(super) struct Full {
+    pub(super) tell: bool,
 }
 
 pub(super) struct Lease<'a> {
@@ -65,9 +92,13 @@ pub(super) struct Lease<'a> {
 }
 
 impl SessionLocks {
-    /// Waits for the session's turn; `None` (at once) when `max_waiting` messages already
+    /// Waits for the session's turn; [`Full`] (at once) when `max_waiting` messages already
     /// wait behind the running one.
-    pub(super) async fn acquire(&self, key: &SessionKey, max_waiting: usize) -> Option<Lease<'_>> {
+    pub(super) async fn acquire(
+        &self,
+        key: &SessionKey,
+        max_waiting: usize,
+    ) -> Result<Lease<'_>, Full> {
         let slot = self.map.entry(key.clone()).or_default().clone();
         let mut lease = Lease {
             locks: self,
@@ -77,10 +108,11 @@ impl SessionLocks {
         };
         let before = lease.slot.queued.fetch_add(1, Ordering::SeqCst);
         if before > max_waiting {
-            return None;
+            let tell = !lease.slot.told.swap(true, Ordering::SeqCst);
+            return Err(Full { tell });
         }
         lease.guard = Some(lease.slot.lock.clone().lock_owned().await);
-        Some(lease)
+        Ok(lease)
     }
 
     #[cfg(test)]
@@ -91,7 +123,10 @@ impl SessionLocks {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        self.slot.queued.fetch_sub(1, Ordering::SeqCst);
+        if self.slot.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // the queue emptied: the next burst is told again
+            self.slot.told.store(false, Ordering::SeqCst);
+        }
         self.guard = None;
         // ours and the map's: nobody else waits for this session (checked under the
         // shard's lock, which `acquire` takes to clone the slot)

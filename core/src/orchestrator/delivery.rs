@@ -135,9 +135,40 @@ impl Orchestrator {
             )
             .await;
         }
-        let sent = outbox.deliver(key, outgoing).await;
-        self.delivered(sent, committed.session.id, &committed.assistant_message_ids)
-            .await;
+        // one item at a time, each marked delivered once the platform took it: a crash
+        // mid-reply repeats at most the item in flight, not the ones that arrived
+        let ids = &committed.assistant_message_ids;
+        let stored = outgoing
+            .iter()
+            .filter(|o| o.transcript_text().is_some())
+            .count();
+        // the items' messages are the turn's last (a flow's own messages come first)
+        let (own, items) = ids.split_at(ids.len().saturating_sub(stored));
+        let mut item_ids = items.iter();
+        let session = committed.session.id;
+        for (i, item) in outgoing.iter().enumerate() {
+            let id = item.transcript_text().and(item_ids.next());
+            match (outbox.deliver(key, std::slice::from_ref(item)).await, id) {
+                (Ok(()), Some(id)) => {
+                    self.delivered(Ok(()), session, std::slice::from_ref(id))
+                        .await;
+                }
+                (Ok(()), None) => {}
+                // a lost typing indicator harms nobody
+                (Err(_), _) if matches!(item, Outgoing::Typing) => {}
+                (Err(e), _) => {
+                    self.delivered(Err(e), session, &[]).await;
+                    tracing::info!(
+                        left = outgoing.len() - i,
+                        "reply cut short; the rest goes with the next delivery"
+                    );
+                    return;
+                }
+            }
+        }
+        if !own.is_empty() {
+            self.delivered(Ok(()), session, own).await;
+        }
     }
 
     /// After a delivery of the session's messages `ids`: marks them delivered, or counts

@@ -33,6 +33,7 @@ mod notices;
 mod routing;
 
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
+pub use notices::QUEUE_FULL;
 
 use admission::*;
 use delivery::*;
@@ -191,6 +192,55 @@ impl Orchestrator {
         result
     }
 
+    /// [`Self::handle`] for a message the adapter already kept in the inbox (and confirmed
+    /// to its platform): its entry is cleared once the turn is done.
+    pub async fn handle_kept(
+        &self,
+        incoming: Incoming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let (platform, chat, id) = (
+            incoming.platform,
+            incoming.chat.clone(),
+            incoming.message_id.clone(),
+        );
+        let report = self.handle(incoming, outbox).await?;
+        if let Err(e) = self.store.inbox_done(platform, &chat, &id).await {
+            tracing::warn!(error = %e, "could not clear the inbox");
+        }
+        Ok(report)
+    }
+
+    /// How many messages may wait behind a session's running turn (adapters that queue
+    /// per session bound their queues the same).
+    pub fn max_waiting(&self) -> usize {
+        self.max_waiting
+    }
+
+    /// Sends, once per session, the replies of `platform` the last run committed but did not
+    /// deliver (it stopped in between). Called at start, before any message is handled.
+    pub async fn resend_unreached(
+        &self,
+        platform: crate::message::Platform,
+        outbox: &dyn Outbox,
+    ) -> Result<usize, OrchestratorError> {
+        // looked up by the replies, not by the messages left: a message whose turn committed
+        // may have left no entry (see `Store::inbox_put`)
+        let unreached = self.store.unreached_sessions(platform).await?;
+        if !unreached.is_empty() {
+            tracing::info!(
+                sessions = unreached.len(),
+                "sending replies the last run did not deliver"
+            );
+        }
+        let n = unreached.len();
+        for session in unreached {
+            self.send_unreached(&session.key, &session, &[], outbox)
+                .await;
+        }
+        Ok(n)
+    }
+
     /// Handles the messages of `platform` left in the inbox by a crash. Returns how many.
     pub async fn replay_inbox(
         &self,
@@ -207,20 +257,8 @@ impl Orchestrator {
         }
         // replies the last run committed but did not deliver (it stopped in between), once
         // per session and before any of these messages is handled (whose own replies are
-        // marked delivered only with the writer's next batch). Looked up by the replies, not
-        // by the messages left: a message whose turn committed may have left no entry
-        // (see `Store::inbox_put`).
-        let unreached = self.store.unreached_sessions(platform).await?;
-        if !unreached.is_empty() {
-            tracing::info!(
-                sessions = unreached.len(),
-                "sending replies the last run did not deliver"
-            );
-        }
-        for session in unreached {
-            self.send_unreached(&session.key, &session, &[], outbox)
-                .await;
-        }
+        // marked delivered only with the writer's next batch)
+        self.resend_unreached(platform, outbox).await?;
         for incoming in pending {
             let (chat, id) = (incoming.chat.clone(), incoming.message_id.clone());
             self.handle(incoming, outbox).await?;
@@ -238,21 +276,24 @@ impl Orchestrator {
         let key = incoming.key();
         let span = tracing::info_span!("turn", session = %key, message_id = %incoming.message_id);
         async {
-            if !matches!(incoming.body, Body::Open) && !self.rate.allow(&key) {
-                tracing::info!("rate limit: message refused");
+            let admit = match incoming.body {
+                Body::Open => Admit::Yes,
+                _ => self.rate.allow(&key),
+            };
+            if let Admit::Refused { tell } = admit {
+                tracing::info!(told = tell, "rate limit: message refused");
                 self.metrics.error(kind::RATE_LIMITED);
-                return self
-                    .reply_only(&incoming, None, RATE_LIMITED.into(), outbox)
-                    .await;
+                return self.refuse(&incoming, tell, RATE_LIMITED, outbox).await;
             }
             let waiting = self.metrics.queued();
-            let Some(_lease) = self.locks.acquire(&key, self.max_waiting).await else {
-                drop(waiting);
-                tracing::info!("session queue full: message refused");
-                self.metrics.error(kind::QUEUE_FULL);
-                return self
-                    .reply_only(&incoming, None, QUEUE_FULL.into(), outbox)
-                    .await;
+            let _lease = match self.locks.acquire(&key, self.max_waiting).await {
+                Ok(lease) => lease,
+                Err(Full { tell }) => {
+                    drop(waiting);
+                    tracing::info!(told = tell, "session queue full: message refused");
+                    self.metrics.error(kind::QUEUE_FULL);
+                    return self.refuse(&incoming, tell, QUEUE_FULL, outbox).await;
+                }
             };
             drop(waiting);
             let result = self.handle_locked(incoming, key, outbox).await;
@@ -263,6 +304,26 @@ impl Orchestrator {
         }
         .instrument(span)
         .await
+    }
+
+    /// A message refused before its turn: answered with `notice` when `tell` (the first of
+    /// a burst), else dropped without a word.
+    async fn refuse(
+        &self,
+        incoming: &Incoming,
+        tell: bool,
+        notice: &str,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        if tell {
+            return self.reply_only(incoming, None, notice.into(), outbox).await;
+        }
+        Ok(TurnReport {
+            session_id: 0,
+            outgoing: Vec::new(),
+            finished: false,
+            duplicate: false,
+        })
     }
 
     async fn handle_locked(

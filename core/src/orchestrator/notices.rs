@@ -8,7 +8,7 @@ use super::*;
 pub(super) const RATE_LIMITED: &str = "You are sending messages faster than I can take them. Please wait a moment, then send that again. / メッセージが速すぎます。少し待ってからもう一度送ってください。";
 
 /// A session whose queue of waiting messages is full.
-pub(super) const QUEUE_FULL: &str = "I am still working on your earlier messages. Please wait for my answer, then send that again. / 前のメッセージを処理中です。返事を待ってからもう一度送ってください。";
+pub const QUEUE_FULL: &str = "I am still working on your earlier messages. Please wait for my answer, then send that again. / 前のメッセージを処理中です。返事を待ってからもう一度送ってください。";
 
 /// A message over the length limit (refused before anything is stored).
 pub(super) fn too_long(length: usize, max: usize) -> String {

@@ -507,6 +507,8 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
         texts[3].contains("faster than I can take them"),
         "{texts:?}"
     );
+    // the fifth is refused too, without a second notice (one per burst)
+    assert_eq!(texts.len(), 4, "{texts:?}");
     let session = store
         .active_session(&text("c", "", "").key())
         .await
@@ -556,7 +558,8 @@ async fn a_full_session_queue_refuses_more_messages_at_once() {
         .iter()
         .filter(|t| t.contains("still working on your earlier messages"))
         .count();
-    assert_eq!(refused, 3, "{:?}", outbox.texts());
+    // three refused, told once: one notice per burst
+    assert_eq!(refused, 1, "{:?}", outbox.texts());
     assert_eq!(
         orchestrator.metrics().queued_now(),
         2,

@@ -152,6 +152,12 @@ impl Inbox for SqliteStore {
         .await
     }
 
+    async fn inbox_sync(&self) -> Result<(), StoreError> {
+        let (reply, done) = oneshot::channel();
+        self.submit(Job::Flush(reply)).await?;
+        done.await.map_err(|_| writer_gone())?
+    }
+
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {
         let rows: Vec<(String,)> = sqlx::query_as(
             "SELECT incoming FROM inbox WHERE platform = ? ORDER BY created_ms, rowid",

@@ -110,8 +110,9 @@ enum Job {
     },
     /// Not answered: a turn does not wait for its delivery mark.
     Delivered { ids: Vec<i64> },
-    /// Answered once everything queued before it is committed (a clean shutdown).
-    Flush(oneshot::Sender<()>),
+    /// Answered once everything queued before it is written: `Ok` when every batch since
+    /// the last flush committed (a clean shutdown; an inbox entry made durable).
+    Flush(oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// A statement being built (several, for the fast path's [`Trip`]).
@@ -352,8 +353,10 @@ impl Store for SqliteStore {
         }
         // what is queued for the writer (delivery marks, inbox clears) is written first
         let (reply, done) = oneshot::channel();
-        if self.submit(Job::Flush(reply)).await.is_ok() {
-            let _ = done.await;
+        if self.submit(Job::Flush(reply)).await.is_ok()
+            && let Ok(Err(e)) = done.await
+        {
+            tracing::warn!(error = %e, "the last writes before closing failed");
         }
         let checkpointer = self
             .checkpointer

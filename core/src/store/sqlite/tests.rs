@@ -733,6 +733,30 @@ async fn messages_numbered_by_the_writer_are_the_ones_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_are_committed_when_the_inbox_sync_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let store = SqliteStore::connect(&url).await.expect("opens");
+    for id in ["m1", "m2", "m3"] {
+        store.inbox_put(&incoming(id)).await.expect("queued");
+    }
+    store.inbox_sync().await.expect("committed");
+    // another connection (another process after a crash) sees them at once
+    let other = sqlx::SqlitePool::connect(&url)
+        .await
+        .expect("second connection");
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox")
+        .fetch_one(&other)
+        .await
+        .expect("count");
+    assert_eq!(n, 3);
+    other.close().await;
+    // a sync with nothing queued answers too
+    store.inbox_sync().await.expect("nothing to wait for");
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_rides_with_the_turns_even_in_a_batch_redone_turn_by_turn() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());

@@ -27,6 +27,8 @@ pub(super) async fn group_commit(
     // when the last batch began, and how many turns it carried
     let mut last_began = std::time::Instant::now();
     let mut last_turns = 0;
+    // a batch that failed since the last flush was answered: the next flush reports it
+    let mut failed_since_flush: Option<StoreError> = None;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let flushing = batch.iter().any(|job| matches!(job, Job::Flush(_)));
         if let Some(wait) = commit_delay(last_turns, last_began.elapsed()).filter(|_| !flushing) {
@@ -53,13 +55,25 @@ pub(super) async fn group_commit(
             .count();
         let span = tracing::trace_span!("group_commit", turns);
         let writing = gate.lock().await;
-        write_batch(&writer, &mut batch, &hot, &mut next_ids)
+        let failure = write_batch(&writer, &mut batch, &hot, &mut next_ids)
             .instrument(span)
             .await;
         drop(writing);
-        for flush in flushes {
-            if let Job::Flush(done) = flush {
-                let _ = done.send(());
+        if failure.is_some() {
+            failed_since_flush = failure;
+        }
+        if !flushes.is_empty() {
+            let outcome = failed_since_flush.take();
+            for flush in flushes {
+                if let Job::Flush(done) = flush {
+                    let _ = done.send(match &outcome {
+                        Some(e) => Err(StoreError::Batch {
+                            message: e.to_string(),
+                            busy: e.is_busy(),
+                        }),
+                        None => Ok(()),
+                    });
+                }
             }
         }
     }
@@ -99,12 +113,13 @@ pub(super) type Outcome = (
     oneshot::Sender<Result<CommittedTurn, StoreError>>,
 );
 
+/// Writes one batch and answers its turns; returns the batch's failure, if it failed.
 pub(super) async fn write_batch(
     writer: &SqlitePool,
     batch: &mut Vec<Job>,
     hot: &HotSessions,
     next_ids: &mut Option<NextIds>,
-) {
+) -> Option<StoreError> {
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut changes = Vec::with_capacity(batch.len());
     let committed = run_batch(
@@ -152,6 +167,7 @@ pub(super) async fn write_batch(
             _ => result,
         });
     }
+    failed()
 }
 
 /// Which way [`run_batch`] writes a batch: the writer always tries the fast path first; the

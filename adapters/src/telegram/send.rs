@@ -1,0 +1,272 @@
+//! What the adapter sends: messages (HTML, split to Telegram's limit, at most
+//! [`MAX_PIECES`]), typing, callback answers, keyboard edits, the command menu; and the
+//! [`Outbox`] and [`AdminSink`] on top of them.
+
+use super::Place;
+use super::api::{CallError, Repeat, TelegramApi};
+use crate::split::{MAX_PIECES, split_capped, truncate};
+use async_trait::async_trait;
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::flow::CommandInfo;
+use kaiwa_core::message::{Outgoing, SessionKey};
+use kaiwa_core::orchestrator::Outbox;
+use serde::Serialize;
+use serde::de::IgnoredAny;
+use teloxide::types::{BotCommand, ChatId, InlineKeyboardMarkup, Me, MessageId};
+
+/// Telegram's limit on one message's text, in UTF-16 code units.
+pub const MESSAGE_LIMIT: usize = 4096;
+
+#[derive(Serialize)]
+struct SendMessage<'a> {
+    chat_id: i64,
+    text: &'a str,
+    parse_mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_thread_id: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_markup: Option<&'a InlineKeyboardMarkup>,
+}
+
+impl TelegramApi {
+    /// Who the bot is.
+    pub async fn get_me(&self) -> Result<Me, CallError> {
+        self.call("getMe", &serde_json::json!({}), Repeat::Safe)
+            .await
+    }
+
+    /// Sends `text` (plain text; escaped here) split to Telegram's limit; the keyboard, if
+    /// any, goes on the last piece. A piece whose answer was lost counts as sent (it most
+    /// likely arrived; sending it again would show it twice).
+    pub async fn send_text(
+        &self,
+        place: Place,
+        text: &str,
+        markup: Option<InlineKeyboardMarkup>,
+    ) -> Result<(), CallError> {
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, html_cost);
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.iter().enumerate() {
+            let html = escape_html(piece);
+            let request = SendMessage {
+                chat_id: place.chat.0,
+                text: &html,
+                parse_mode: "HTML",
+                message_thread_id: place.topic.map(|t| t.0.0),
+                reply_markup: markup.as_ref().filter(|_| i == last),
+            };
+            match self
+                .call::<IgnoredAny>("sendMessage", &request, Repeat::Once)
+                .await
+            {
+                Ok(_) => {}
+                Err(CallError::Unknown(e)) => {
+                    tracing::warn!(error = %e, "a message's answer was lost; not sending it again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn typing(&self, place: Place) -> Result<(), CallError> {
+        let mut request = serde_json::json!({"chat_id": place.chat.0, "action": "typing"});
+        if let Some(topic) = place.topic {
+            request["message_thread_id"] = topic.0.0.into();
+        }
+        self.call::<IgnoredAny>("sendChatAction", &request, Repeat::Safe)
+            .await
+            .map(|_| ())
+    }
+
+    pub(super) async fn answer_callback(
+        &self,
+        id: &str,
+        notice: Option<&str>,
+    ) -> Result<(), CallError> {
+        let request = match notice {
+            Some(text) => {
+                serde_json::json!({"callback_query_id": id, "text": text, "show_alert": true})
+            }
+            None => serde_json::json!({"callback_query_id": id}),
+        };
+        self.call::<IgnoredAny>("answerCallbackQuery", &request, Repeat::Safe)
+            .await
+            .map(|_| ())
+    }
+
+    /// Replaces an options message with its prompt and the choice, removing the keyboard.
+    pub(super) async fn show_choice(
+        &self,
+        chat: ChatId,
+        message: MessageId,
+        text: &str,
+    ) -> Result<(), CallError> {
+        let html = escape_html(&truncate(text, MESSAGE_LIMIT - 16));
+        let request = serde_json::json!({
+            "chat_id": chat.0,
+            "message_id": message.0,
+            "text": html,
+            "parse_mode": "HTML",
+        });
+        not_modified_is_ok(
+            self.call::<IgnoredAny>("editMessageText", &request, Repeat::Safe)
+                .await,
+        )
+    }
+
+    pub(super) async fn update_keyboard(
+        &self,
+        chat: ChatId,
+        message: MessageId,
+        markup: &InlineKeyboardMarkup,
+    ) -> Result<(), CallError> {
+        let request = serde_json::json!({
+            "chat_id": chat.0,
+            "message_id": message.0,
+            "reply_markup": markup,
+        });
+        not_modified_is_ok(
+            self.call::<IgnoredAny>("editMessageReplyMarkup", &request, Repeat::Safe)
+                .await,
+        )
+    }
+
+    /// Registers the command menu in English (default) and Japanese.
+    pub async fn set_commands(&self, commands: &[CommandInfo]) -> Result<(), CallError> {
+        for ja in [false, true] {
+            let list: Vec<BotCommand> = commands
+                .iter()
+                .map(|c| {
+                    let d = if ja {
+                        c.description_ja
+                    } else {
+                        c.description_en
+                    };
+                    BotCommand::new(c.name, d)
+                })
+                .collect();
+            let mut request = serde_json::json!({ "commands": list });
+            if ja {
+                request["language_code"] = "ja".into();
+            }
+            self.call::<IgnoredAny>("setMyCommands", &request, Repeat::Safe)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn not_modified_is_ok(result: Result<IgnoredAny, CallError>) -> Result<(), CallError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_modified() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) fn delivery_error(e: CallError) -> DeliveryError {
+    match e {
+        CallError::RetryAfter(wait) => DeliveryError::RateLimited { retry_after: wait },
+        CallError::Refused(e) | CallError::Unknown(e) => DeliveryError::Disconnected(e),
+        other => DeliveryError::Rejected(other.to_string()),
+    }
+}
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Telegram counts the text after entity parsing, in UTF-16 units.
+fn html_cost(c: char) -> usize {
+    c.len_utf16()
+}
+
+/// Renders replies in a chat.
+pub struct TelegramOutbox {
+    api: TelegramApi,
+}
+
+impl TelegramOutbox {
+    pub fn new(api: TelegramApi) -> Self {
+        TelegramOutbox { api }
+    }
+}
+
+#[async_trait]
+impl Outbox for TelegramOutbox {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        let place = Place::from_key(key)?;
+        for item in items {
+            let sent = match item {
+                Outgoing::Text { text } => self.api.send_text(place, text, None).await,
+                Outgoing::Options(request) => {
+                    let markup = super::keyboard::keyboard(request, 0);
+                    self.api
+                        .send_text(place, &request.prompt, Some(markup))
+                        .await
+                }
+                Outgoing::StartThread { title } => {
+                    self.api
+                        .send_text(place, &format!("— {title} —"), None)
+                        .await
+                }
+                Outgoing::Typing => self.api.typing(place).await,
+            };
+            sent.map_err(delivery_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Audit summaries and handoffs in the admin chat.
+pub struct TelegramAdminSink {
+    api: TelegramApi,
+    chat: ChatId,
+}
+
+impl TelegramAdminSink {
+    pub fn new(api: TelegramApi, admin_chat_id: i64) -> Self {
+        TelegramAdminSink {
+            api,
+            chat: ChatId(admin_chat_id),
+        }
+    }
+}
+
+#[async_trait]
+impl AdminSink for TelegramAdminSink {
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        let place = Place {
+            chat: self.chat,
+            topic: None,
+        };
+        self.api
+            .send_text(place, &notice.to_text(), None)
+            .await
+            .map_err(delivery_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_is_escaped() {
+        assert_eq!(
+            escape_html("a < b && c > d"),
+            "a &lt; b &amp;&amp; c &gt; d"
+        );
+    }
+}
