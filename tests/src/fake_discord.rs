@@ -40,14 +40,27 @@ enum Command {
     Drop,
 }
 
+/// How a message post fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFailure {
+    /// 429 with `retry_after` 0.3 s.
+    RateLimited,
+    /// HTTP 500.
+    ServerError,
+    /// The message is created, and the answer breaks off after the status line.
+    AnswerLost,
+}
+
 #[derive(Default)]
 struct Inner {
     requests: Vec<Request>,
     next_id: u64,
     /// thread id → parent channel id
     threads: HashMap<u64, u64>,
-    /// paths whose next POST answers 429
-    rate_limited: HashMap<String, VecDeque<()>>,
+    /// failures of the next POSTs to a path
+    rate_limited: HashMap<String, VecDeque<MessageFailure>>,
+    /// (channel path, nonce) → the message created with it (`enforce_nonce`)
+    nonces: HashMap<(String, String), Value>,
     /// events injected while no connection was ready
     pending: Vec<(&'static str, Value)>,
     seq: u64,
@@ -307,24 +320,32 @@ impl FakeDiscord {
 
     /// The next message posted to `channel` gets a 429.
     pub fn rate_limit_next_message(&self, channel: u64) {
+        self.fail_next_message(channel, MessageFailure::RateLimited);
+    }
+
+    /// The next message posted to `channel` meets `failure`.
+    pub fn fail_next_message(&self, channel: u64, failure: MessageFailure) {
         self.shared
             .lock()
             .rate_limited
             .entry(format!("/channels/{channel}/messages"))
             .or_default()
-            .push_back(());
+            .push_back(failure);
     }
 
     pub fn requests(&self) -> Vec<Request> {
         self.shared.lock().requests.clone()
     }
 
-    /// The bodies the bot posted as messages to `channel`, in order (429s excluded).
+    /// The bodies the bot posted as messages to `channel`, in order (429s and 5xx excluded).
     pub fn messages_in(&self, channel: u64) -> Vec<Value> {
         let path = format!("/channels/{channel}/messages");
         self.requests()
             .into_iter()
             .filter(|r| r.method == "POST" && r.path == path)
+            .filter(|r| {
+                r.body.get("_server_error").is_none() && r.body.get("_rate_limited").is_none()
+            })
             .map(|r| r.body)
             .collect()
     }
@@ -521,31 +542,66 @@ async fn rest(
             channel_json(channel, parent, "channel")
         }
         ("POST", ["channels", _, "messages"]) => {
-            let limited = shared
+            let failure = shared
                 .lock()
                 .rate_limited
                 .get_mut(&path)
-                .and_then(VecDeque::pop_front)
-                .is_some();
-            if limited {
-                record(&shared, json!({"_rate_limited": true}));
-                return (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    Json(json!({"message": "You are being rate limited.", "retry_after": 0.3, "global": false})),
-                )
-                    .into_response();
+                .and_then(VecDeque::pop_front);
+            match failure {
+                Some(MessageFailure::RateLimited) => {
+                    record(&shared, json!({"_rate_limited": true}));
+                    return (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        Json(json!({"message": "You are being rate limited.", "retry_after": 0.3, "global": false})),
+                    )
+                        .into_response();
+                }
+                Some(MessageFailure::ServerError) => {
+                    record(&shared, json!({"_server_error": true}));
+                    return (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        Json(json!({"message": "500: Internal Server Error", "code": 0})),
+                    )
+                        .into_response();
+                }
+                Some(MessageFailure::AnswerLost) | None => {}
+            }
+            // a nonce seen before in this channel, enforced: the message it created
+            let nonce = body["nonce"].as_str().map(str::to_string);
+            if body["enforce_nonce"] == json!(true)
+                && let Some(nonce) = &nonce
+                && let Some(existing) = shared.lock().nonces.get(&(path.clone(), nonce.clone()))
+            {
+                return Json(existing.clone()).into_response();
             }
             let message_id = shared.next_id();
             let content = body["content"].as_str().unwrap_or_default().to_string();
             body["_fake_id"] = json!(message_id);
             record(&shared, body);
-            message_json(
+            let message = message_json(
                 message_id,
                 id(1),
                 Some(GUILD),
                 user_json(BOT_ID, true),
                 &content,
-            )
+            );
+            if let Some(nonce) = nonce {
+                shared
+                    .lock()
+                    .nonces
+                    .insert((path.clone(), nonce), message.clone());
+            }
+            if failure == Some(MessageFailure::AnswerLost) {
+                let broken = futures::stream::once(async {
+                    Err::<axum::body::Bytes, _>(std::io::Error::other("connection lost"))
+                });
+                return axum::response::Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from_stream(broken))
+                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            }
+            message
         }
         ("POST", ["channels", _, "messages", _, "threads"]) => {
             let thread = shared.next_id();

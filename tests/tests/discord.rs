@@ -13,7 +13,7 @@ use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, Store};
-use kaiwa_tests::fake_discord::{FakeDiscord, GUILD};
+use kaiwa_tests::fake_discord::{FakeDiscord, GUILD, MessageFailure};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use serde_json::Value;
 use std::sync::Arc;
@@ -386,6 +386,34 @@ async fn a_rate_limited_message_is_sent_after_waiting() {
             .iter()
             .any(|r| r.body.get("_rate_limited").is_some()),
         "the 429 happened"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_meeting_a_500_or_a_lost_answer_arrives_once() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    // the first reply meets a 500, the next one is created and its answer lost: both are
+    // tried again, the second with the same nonce, which Discord enforces
+    fake.fail_next_message(DM, MessageFailure::ServerError);
+    fake.fail_next_message(DM, MessageFailure::AnswerLost);
+    let replies = say(&fake, DM, 96, "/start").await;
+    assert!(!replies.is_empty());
+    let posts = fake.messages_in(DM);
+    let mut texts: Vec<&str> = posts
+        .iter()
+        .map(|b| b["content"].as_str().unwrap_or_default())
+        .collect();
+    let all = texts.len();
+    texts.dedup();
+    assert_eq!(texts.len(), all, "nothing sent twice: {texts:#?}");
+    assert!(
+        posts
+            .iter()
+            .all(|b| b["enforce_nonce"] == true
+                && b["nonce"].as_str().is_some_and(|n| n.len() <= 25)),
+        "{posts:#?}"
     );
     bot.stop().await;
 }

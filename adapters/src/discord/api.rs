@@ -10,9 +10,32 @@ pub struct DiscordApi {
 }
 
 const RATE_LIMIT_RETRIES: u32 = 5;
+/// 5xx answers and failed connections are retried this many times (0.5 s … 8 s).
+const FAILURE_RETRIES: u32 = 5;
 
 pub(super) fn is_rate_limited(e: &serenity::Error) -> bool {
     matches!(e, serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) if r.status_code.as_u16() == 429)
+}
+
+/// A failure worth another try: a 5xx, no connection, or an answer lost on the way (every
+/// call made through [`DiscordApi::call`] may be repeated: a message carries a nonce
+/// Discord enforces).
+fn is_transient(e: &serenity::Error) -> bool {
+    match e {
+        serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) => {
+            r.status_code.is_server_error()
+        }
+        serenity::Error::Http(serenity::all::HttpError::Request(_)) => true,
+        _ => false,
+    }
+}
+
+/// A nonce for one message: Discord returns the message already created with it instead of
+/// a second copy (`enforce_nonce`), so a create whose answer was lost can be sent again.
+/// At most 25 characters.
+fn message_nonce() -> Nonce {
+    let id = uuid::Uuid::new_v4().as_u128();
+    Nonce::String(format!("{:024x}", id >> 32))
 }
 
 /// A REST client for `token`, through `api_proxy` when one is set.
@@ -48,12 +71,19 @@ impl DiscordApi {
         Fut: Future<Output = Result<T, serenity::Error>>,
     {
         let mut tries = 0;
+        let mut failures = 0;
         loop {
             match f(self.http.clone()).await {
                 Err(e) if is_rate_limited(&e) && tries < RATE_LIMIT_RETRIES => {
                     tries += 1;
                     let wait = Duration::from_millis(500 * u64::from(tries));
                     tracing::warn!(call = what, ?wait, "Discord rate limit; waiting");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) if is_transient(&e) && failures < FAILURE_RETRIES => {
+                    failures += 1;
+                    let wait = Duration::from_millis(500 << (failures - 1));
+                    tracing::warn!(call = what, error = %e, ?wait, "Discord call failed; trying again");
                     tokio::time::sleep(wait).await;
                 }
                 other => return other,
@@ -77,11 +107,15 @@ impl DiscordApi {
             } else {
                 Vec::new()
             };
+            // one nonce for every try of this piece
+            let nonce = message_nonce();
             let message = self
                 .call("createMessage", |http| {
                     let builder = CreateMessage::new()
                         .content(piece.clone())
-                        .components(rows.clone());
+                        .components(rows.clone())
+                        .nonce(nonce.clone())
+                        .enforce_nonce(true);
                     async move { channel.send_message(&http, builder).await }
                 })
                 .await?;

@@ -35,7 +35,7 @@ use serenity::all::{
     CreateActionRow, CreateButton, CreateCommand, CreateCommandOption, CreateEmbed,
     CreateInteractionResponse, CreateInteractionResponseMessage, CreateMessage, CreateSelectMenu,
     CreateSelectMenuKind, CreateSelectMenuOption, CreateThread, EditInteractionResponse,
-    EventHandler, GatewayIntents, Http, HttpBuilder, Interaction, Message, Ready,
+    EventHandler, GatewayIntents, Http, HttpBuilder, Interaction, Message, Nonce, Ready,
 };
 use std::future::Future;
 use std::sync::Arc;
