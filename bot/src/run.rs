@@ -43,9 +43,18 @@ struct ServerState {
     adapters: Vec<Arc<AdapterHealth>>,
 }
 
-/// What `/healthz` reports: 200 when the database answers and every adapter is connected.
+/// What `/healthz` reports: 200 when the database takes a write and every adapter is
+/// connected; 503 otherwise.
 async fn healthz(State(state): State<ServerState>) -> impl IntoResponse {
-    let database = state.orchestrator.store().count_active_sessions().await;
+    let store = state.orchestrator.store();
+    // answering reads is not enough: a read-only file or a full disk loses every turn
+    let database = match store.count_active_sessions().await {
+        Ok(_) => store.check_writable().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &database {
+        tracing::warn!(error = %e, "health check: the database cannot be written");
+    }
     let database_ok = database.is_ok();
     let adapters: serde_json::Map<String, serde_json::Value> = state
         .adapters
@@ -55,7 +64,7 @@ async fn healthz(State(state): State<ServerState>) -> impl IntoResponse {
     let ok = database_ok && state.adapters.iter().all(|a| a.is_connected());
     let body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },
-        "database": if database_ok { "ok" } else { "unreachable" },
+        "database": if database_ok { "ok" } else { "not writable" },
         "adapters": adapters,
     });
     let status = if ok {

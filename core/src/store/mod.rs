@@ -493,5 +493,8 @@ pub trait Store: Reads + Inbox {
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
     /// Closes connections (a clean shutdown checkpoints the WAL).
+    /// Whether a write can be committed now (a read-only file or a full disk fails it):
+    /// what `/healthz` asks. Leaves nothing behind.
+    async fn check_writable(&self) -> Result<(), StoreError>;
     async fn close(&self);
 }

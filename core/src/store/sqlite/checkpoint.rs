@@ -54,6 +54,7 @@ pub(super) async fn checkpoints(
     // tick while the bot is idle after one)
     let mut restarted_at: Option<i64> = None;
     let mut readahead = WalReadahead::new(&database, page_size);
+    let mut failing = Repeated::default();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -64,9 +65,13 @@ pub(super) async fn checkpoints(
             .fetch_one(&mut conn)
             .await
         {
-            Ok((_, frames, _)) => frames,
+            Ok((_, frames, _)) => {
+                failing.recovered();
+                frames
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "WAL checkpoint failed");
+                // every tick while the disk is full: logged with backoff
+                failing.failed(&e);
                 continue;
             }
         };
@@ -168,3 +173,50 @@ pub(super) const RESTART_WAIT: Duration = Duration::from_millis(20);
 
 /// How long the checkpointer waits before it tries again a restart that a read held up.
 pub(super) const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A failure that repeats every tick, logged at its first time and then at most once a
+/// minute (with how many times it failed since), and once when it stops.
+#[derive(Default)]
+pub(super) struct Repeated {
+    since: Option<std::time::Instant>,
+    logged: Option<std::time::Instant>,
+    count: u64,
+}
+
+impl Repeated {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    pub(super) fn failed(&mut self, error: &sqlx::Error) -> bool {
+        self.count += 1;
+        self.since.get_or_insert_with(std::time::Instant::now);
+        if self.logged.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return false;
+        }
+        self.logged = Some(std::time::Instant::now());
+        tracing::warn!(error = %error, failures = self.count, "WAL checkpoint failed");
+        true
+    }
+
+    pub(super) fn recovered(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(failures = self.count, after = ?since.elapsed(), "WAL checkpoints work again");
+        }
+        self.logged = None;
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod repeated_tests {
+    use super::*;
+
+    #[test]
+    fn a_repeating_failure_is_logged_once_a_minute() {
+        let mut failing = Repeated::default();
+        let error = sqlx::Error::PoolTimedOut;
+        let logged: Vec<bool> = (0..100).map(|_| failing.failed(&error)).collect();
+        assert_eq!(logged.iter().filter(|l| **l).count(), 1);
+        failing.recovered();
+        assert!(failing.failed(&error), "a new failure is logged again");
+    }
+}

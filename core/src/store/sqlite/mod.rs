@@ -346,6 +346,29 @@ impl Store for SqliteStore {
         Ok(done?.rows_affected())
     }
 
+    async fn check_writable(&self) -> Result<(), StoreError> {
+        // a row in and out in one committed transaction: the commit writes WAL frames
+        let mut tx = self
+            .writer
+            .begin()
+            .await
+            .map_err(StoreError::db("starting a write check"))?;
+        sqlx::query(
+            "INSERT OR REPLACE INTO inbox (platform, chat, message_id, incoming, created_ms) \
+             VALUES ('health', '', '', '{}', 0)",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("writing a check row"))?;
+        sqlx::query("DELETE FROM inbox WHERE platform = 'health'")
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("removing the check row"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing a write check"))
+    }
+
     async fn close(&self) {
         let scan = self.scan.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(scan) = scan {

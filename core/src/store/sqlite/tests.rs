@@ -733,6 +733,22 @@ async fn messages_numbered_by_the_writer_are_the_ones_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_check_commits_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let store = SqliteStore::connect(&url).await.expect("opens");
+    store.check_writable().await.expect("writable");
+    store.check_writable().await.expect("again");
+    assert!(pending_ids(&store).await.is_empty());
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox")
+        .fetch_one(&store.pool)
+        .await
+        .expect("count");
+    assert_eq!(n, 0);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_are_committed_when_the_inbox_sync_returns() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
