@@ -2,11 +2,13 @@
 //!
 //! It answers `POST /bot{token}/{method}` like the real API (`{"ok":true,"result":…}`;
 //! method names matched case-insensitively): `getMe`, `getWebhookInfo`, `deleteWebhook`,
-//! long-poll `getUpdates` with offsets (answering within two seconds, well before teloxide's
+//! long-poll `getUpdates` with offsets (answering within two seconds, well before the
 //! HTTP client gives up), and records `sendMessage`, `editMessageText`,
 //! `editMessageReplyMarkup`, `answerCallbackQuery`, `sendChatAction`, `setMyCommands` and
 //! `createForumTopic`. A test feeds updates (a user's message, a button press, the same
-//! update twice), queues failures (a 429 with `retry_after`), and asserts on what the bot sent.
+//! update twice, raw JSON a `Value` cannot hold), queues failures (a 429 with `retry_after`,
+//! a 500, a 502, an answer lost after the call was carried out; for every chat or one),
+//! takes its port down and back up (an outage), and asserts on what the bot sent.
 
 use axum::Router;
 use axum::extract::{Path, State};

@@ -1,4 +1,4 @@
-//! The Telegram adapter end to end: the real teloxide dispatcher and Bot API client against
+//! The Telegram adapter end to end: its long polling, lanes and Bot API client against
 //! the fake Bot API server on 127.0.0.1, the real orchestrator, flows and SQLite store.
 
 use kaiwa_adapters::telegram::{TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig};

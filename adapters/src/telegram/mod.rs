@@ -1,6 +1,7 @@
-//! The Telegram adapter: long polling of our own ([`polling`]), messages and inline-keyboard
-//! presses turned into [`Incoming`]s ([`updates`]), replies rendered as HTML messages and
-//! inline keyboards ([`send`]), over raw Bot API requests with teloxide's types ([`api`]).
+//! The Telegram adapter: long polling of our own (`polling.rs`), messages and inline-keyboard
+//! presses turned into [`Incoming`](kaiwa_core::message::Incoming)s (`updates.rs`), replies
+//! rendered as HTML messages and inline keyboards (`send.rs`), over raw Bot API requests with
+//! teloxide's types ([`TelegramApi`]).
 //!
 //! - Nothing confirmed is lost: a `getUpdates` batch is confirmed to Telegram (by the next
 //!   poll's offset) only once its messages are committed to the store's inbox; a crash
