@@ -59,6 +59,10 @@ struct Inner {
     threads: HashMap<u64, u64>,
     /// failures of the next POSTs to a path
     rate_limited: HashMap<String, VecDeque<MessageFailure>>,
+    /// users whose DMs are closed to the bot
+    closed_dms: std::collections::HashSet<u64>,
+    /// users' messages per channel, oldest first (what `GET …/messages` lists)
+    history: HashMap<u64, Vec<Value>>,
     /// (channel path, nonce) → the message created with it (`enforce_nonce`)
     nonces: HashMap<(String, String), Value>,
     /// events injected while no connection was ready
@@ -100,8 +104,11 @@ impl Drop for FakeDiscord {
     }
 }
 
-fn timestamp() -> &'static str {
-    "2026-11-22T12:00:00.000000+00:00"
+/// Now, as Discord writes a timestamp.
+fn timestamp() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+        .to_string()
 }
 
 pub fn user_json(id: u64, bot: bool) -> Value {
@@ -130,6 +137,11 @@ fn message_json(id: u64, channel: u64, guild: Option<u64>, author: Value, conten
         message["guild_id"] = json!(guild.to_string());
     }
     message
+}
+
+/// The DM channel the fake opens for `user`.
+pub fn dm_channel_of(user: u64) -> u64 {
+    700_000 + user
 }
 
 fn channel_json(id: u64, parent: Option<u64>, name: &str) -> Value {
@@ -221,7 +233,31 @@ impl FakeDiscord {
     pub fn user_message(&self, channel: u64, guild: Option<u64>, user: u64, text: &str) -> u64 {
         let id = self.shared.next_id();
         let message = message_json(id, channel, guild, user_json(user, false), text);
+        self.remember(channel, &message);
         self.dispatch("MESSAGE_CREATE", message);
+        id
+    }
+
+    fn remember(&self, channel: u64, message: &Value) {
+        self.shared
+            .lock()
+            .history
+            .entry(channel)
+            .or_default()
+            .push(message.clone());
+    }
+
+    /// `user` does not take DMs from the bot (Discord answers 403, code 50007).
+    pub fn close_dms(&self, user: u64) {
+        self.shared.lock().closed_dms.insert(user);
+    }
+
+    /// A user writes while the bot is away: the message is in the channel's history, and
+    /// the gateway never delivers it.
+    pub fn missed_message(&self, channel: u64, guild: Option<u64>, user: u64, text: &str) -> u64 {
+        let id = self.shared.next_id();
+        let message = message_json(id, channel, guild, user_json(user, false), text);
+        self.remember(channel, &message);
         id
     }
 
@@ -508,7 +544,6 @@ async fn rest(
     uri: Uri,
     body: axum::body::Bytes,
 ) -> Response {
-    let _ = uri;
     let path = format!("/{path}");
     let mut body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let method = method.as_str().to_string();
@@ -536,6 +571,41 @@ async fn rest(
             json!({"url": url, "shards": 1, "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})
         }
         ("GET", ["users", "@me"]) => user_json(BOT_ID, true),
+        ("POST", ["users", "@me", "channels"]) => {
+            let user = body["recipient_id"]
+                .as_str()
+                .and_then(|u| u.parse::<u64>().ok())
+                .or_else(|| body["recipient_id"].as_u64())
+                .unwrap_or(0);
+            record(&shared, body);
+            if shared.lock().closed_dms.contains(&user) {
+                return (
+                    StatusCode::FORBIDDEN,
+                    Json(json!({"message": "Cannot send messages to this user", "code": 50007})),
+                )
+                    .into_response();
+            }
+            json!({"id": dm_channel_of(user).to_string(), "type": 1, "last_message_id": null,
+                   "recipients": [user_json(user, false)]})
+        }
+        ("GET", ["channels", _, "messages"]) => {
+            record(&shared, Value::Null);
+            let limit = uri
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("limit="))
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(50);
+            let history = shared
+                .lock()
+                .history
+                .get(&id(1))
+                .cloned()
+                .unwrap_or_default();
+            // newest first, as Discord lists them
+            Value::Array(history.into_iter().rev().take(limit).collect())
+        }
         ("GET", ["channels", _]) => {
             let channel = id(1);
             let parent = shared.lock().threads.get(&channel).copied();

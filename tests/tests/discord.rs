@@ -13,7 +13,7 @@ use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, Store};
-use kaiwa_tests::fake_discord::{FakeDiscord, GUILD, MessageFailure};
+use kaiwa_tests::fake_discord::{FakeDiscord, GUILD, MessageFailure, dm_channel_of};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use serde_json::Value;
 use std::sync::Arc;
@@ -38,17 +38,33 @@ struct Bot {
 }
 
 impl Bot {
-    async fn stop(mut self) {
+    async fn stop(self) {
+        self.stop_keeping_the_database().await;
+    }
+
+    /// Stops the bot; its database stays for the next start.
+    async fn stop_keeping_the_database(mut self) -> tempfile::TempDir {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         let _ = tokio::time::timeout(Duration::from_secs(20), &mut self.task).await;
         self.store.close().await;
+        self._dir
     }
 }
 
 async fn start(fake: &FakeDiscord, form: &str, models: ModelRouter) -> Bot {
     let dir = tempfile::tempdir().expect("tempdir");
+    start_on(fake, form, models, dir).await
+}
+
+/// Starts the bot on the database in `dir`.
+async fn start_on(
+    fake: &FakeDiscord,
+    form: &str,
+    models: ModelRouter,
+    dir: tempfile::TempDir,
+) -> Bot {
     let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
     let store = Arc::new(SqliteStore::connect(&db).await.expect("store"));
     let api = DiscordApi::new(TOKEN, Some(fake.api_proxy()));
@@ -415,6 +431,76 @@ async fn a_message_meeting_a_500_or_a_lost_answer_arrives_once() {
                 && b["nonce"].as_str().is_some_and(|n| n.len() <= 25)),
         "{posts:#?}"
     );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_bot_was_down_is_answered_when_it_starts() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    say(&fake, DM, 97, "/start").await;
+    tap(&fake, DM, 97, "English").await;
+    let dir = bot.stop_keeping_the_database().await;
+    // the applicant answers while the bot is down: the gateway will never deliver it
+    let before = fake.texts_in(DM).len();
+    fake.missed_message(DM, None, 97, "Japan");
+    let bot = start_on(&fake, "engineer", ModelRouter::none(), dir).await;
+    let answer = replies(&fake, DM, before).await;
+    assert!(!answer.is_empty(), "answered after the start");
+    let session = bot
+        .store
+        .active_session(&kaiwa_core::message::SessionKey {
+            platform: Platform::Discord,
+            chat: DM.to_string(),
+            thread: String::new(),
+            user: "97".into(),
+        })
+        .await
+        .expect("store")
+        .expect("the session");
+    let said: Vec<String> = bot
+        .store
+        .recent_messages(session.id, 50)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(
+        said.iter().filter(|t| *t == "Japan").count(),
+        1,
+        "{said:#?}"
+    );
+    // a second start finds nothing new to answer
+    let dir = bot.stop_keeping_the_database().await;
+    let before = fake.texts_in(DM).len();
+    let bot = start_on(&fake, "engineer", ModelRouter::none(), dir).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fake.texts_in(DM).len(), before, "nothing answered twice");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mydata_in_a_thread_goes_to_a_dm_and_shows_nothing_there() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    fake.user_message(HELPDESK, Some(GUILD), 43, "How do I export submissions?");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, _, _) = fake.threads()[0].clone();
+    replies(&fake, thread, 0).await;
+    let reply = say(&fake, thread, 43, "/mydata").await.join("\n");
+    assert!(reply.contains("private chat"), "{reply}");
+    assert!(!reply.contains("export submissions"), "{reply}");
+    let dm = fake.wait_texts(dm_channel_of(43), 1).await.join("\n");
+    assert!(dm.contains("export submissions"), "{dm}");
+    // DMs closed to the bot: the thread is told to ask privately, and sees nothing
+    fake.close_dms(43);
+    let reply = say(&fake, thread, 43, "/mydata").await.join("\n");
+    assert!(reply.contains("Please send it there"), "{reply}");
+    assert!(!reply.contains("export submissions"), "{reply}");
     bot.stop().await;
 }
 

@@ -244,29 +244,42 @@ async fn two_forum_topics_run_two_help_desk_sessions_side_by_side() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mydata_in_a_forum_topic_shows_nothing_there_and_works_in_private() {
+async fn mydata_in_a_forum_topic_shows_nothing_there_and_goes_to_the_private_chat() {
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();
     let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
     let topic = Chat::topic(-100_600, 7);
+    let private = Chat::private(901);
     say(&fake, topic, 901, "How do I export submissions?").await;
-    for command in ["/mydata", "/forget"] {
-        let reply = say(&fake, topic, 901, command).await;
-        let all = reply.join("\n");
-        assert!(all.contains("private chat"), "{all}");
-        assert!(
-            !all.contains("export submissions"),
-            "no data in the group: {all}"
-        );
-    }
+    // /mydata: the data goes to the private chat, the topic is told so and sees nothing
+    let reply = say(&fake, topic, 901, "/mydata").await.join("\n");
+    assert!(reply.contains("private chat"), "{reply}");
+    assert!(
+        !reply.contains("export submissions"),
+        "no data in the group: {reply}"
+    );
+    let mine = fake.wait_texts(private, 1).await.join("\n");
+    assert!(mine.contains("export submissions"), "{mine}");
+    // /forget is refused there (its confirmation belongs in the private chat)
+    let reply = say(&fake, topic, 901, "/forget").await.join("\n");
+    assert!(reply.contains("private chat"), "{reply}");
     assert!(
         fake.last_keyboard(topic)
             .is_none_or(|k| !k.text().contains("Delete everything")),
         "no /forget confirmation in the group"
     );
-    let private = Chat::private(901);
-    let mine = say(&fake, private, 901, "/mydata").await.join("\n");
-    assert!(mine.contains("export submissions"), "{mine}");
+    // a member who never opened a private chat with the bot: nothing shown anywhere
+    let stranger = Chat::private(902);
+    say(&fake, topic, 902, "Where is the handbook?").await;
+    fake.fail_next_in(
+        "sendMessage",
+        stranger,
+        Failure::BadRequest("Forbidden: bot can't initiate conversation with a user"),
+    );
+    let reply = say(&fake, topic, 902, "/mydata").await.join("\n");
+    assert!(reply.contains("Please send it there"), "{reply}");
+    assert!(!reply.contains("handbook"), "{reply}");
+    assert!(fake.texts_in(stranger).is_empty());
     bot.stop().await;
 }
 

@@ -7,13 +7,132 @@ pub(super) const SEEN: usize = 4096;
 
 pub(super) struct Handler {
     pub(super) api: DiscordApi,
-    pub(super) outbox: DiscordOutbox,
     pub(super) orchestrator: Arc<Orchestrator>,
     pub(super) config: DiscordConfig,
     pub(super) health: Arc<AdapterHealth>,
     pub(super) seen: SeenIds<String>,
     /// thread id → parent channel id (looked up once per thread)
     pub(super) parents: Parents,
+    /// The turns, one ordered lane per session.
+    pub(super) turns: Arc<Turns>,
+}
+
+/// A session's lane: chat, thread, user.
+pub(super) type LaneKey = (String, String, String);
+
+/// A message kept in the inbox, waiting for its turn in its session's lane.
+pub(super) struct Work {
+    incoming: Incoming,
+    reply_to: ChannelId,
+    /// A slash command's interaction, answered once the turn is done.
+    command: Option<(Box<CommandInteraction>, Arc<Http>)>,
+}
+
+/// What runs the turns: the lanes and what a turn needs.
+pub(super) struct Turns {
+    pub(super) api: DiscordApi,
+    pub(super) outbox: DiscordOutbox,
+    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) lanes: Lanes<LaneKey, Work>,
+}
+
+impl Turns {
+    /// Keeps `incoming` in the inbox and queues it in its session's lane (a worker starts
+    /// for an idle session); a full queue refuses it with one notice per burst.
+    pub(super) async fn queue(
+        self: &Arc<Self>,
+        incoming: Incoming,
+        reply_to: ChannelId,
+        command: Option<(Box<CommandInteraction>, Arc<Http>)>,
+    ) {
+        if let Err(e) = self.orchestrator.store().inbox_put(&incoming).await {
+            tracing::warn!(error = %e, "could not keep the message in the inbox");
+        }
+        let lane = (
+            incoming.chat.clone(),
+            incoming.thread.clone(),
+            incoming.user.id.clone(),
+        );
+        let work = Work {
+            incoming,
+            reply_to,
+            command,
+        };
+        match self.lanes.push(lane.clone(), work) {
+            Pushed::Start => {
+                let turns = self.clone();
+                tokio::spawn(async move {
+                    let runner = turns.clone();
+                    turns
+                        .lanes
+                        .drain(lane, |work| {
+                            let runner = runner.clone();
+                            async move { runner.run(work).await }
+                        })
+                        .await;
+                });
+            }
+            Pushed::Queued => {}
+            Pushed::Overflow { work, tell } => self.refuse(work, tell).await,
+        }
+    }
+
+    async fn run(&self, work: Work) {
+        let Work {
+            incoming,
+            reply_to,
+            command,
+        } = work;
+        let shown = match &incoming.body {
+            Body::Command { name, args } => format!("/{name} {args}"),
+            _ => String::new(),
+        };
+        if let Err(error) = self.orchestrator.handle_kept(incoming, &self.outbox).await {
+            tracing::error!(%error, channel = %reply_to, "turn not stored");
+            if let Err(e) = self.api.send_text(reply_to, SAVE_FAILED, Vec::new()).await {
+                tracing::warn!(error = %e, "could not tell the user");
+            }
+        }
+        if let Some((command, http)) = command {
+            let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
+            if let Err(e) = command.edit_response(&http, done).await {
+                tracing::warn!(error = %e, "could not finish a slash command");
+            }
+        }
+    }
+
+    /// A message its session's full queue refused: out of the inbox, answered once per
+    /// burst (a slash command always: its interaction waits for an answer).
+    async fn refuse(&self, work: Work, tell: bool) {
+        tracing::info!(told = tell, "session queue full: message refused");
+        let incoming = &work.incoming;
+        if let Err(e) = self
+            .orchestrator
+            .store()
+            .inbox_done(incoming.platform, &incoming.chat, &incoming.message_id)
+            .await
+        {
+            tracing::warn!(error = %e, "could not clear a refused message");
+        }
+        match work.command {
+            Some((command, http)) => {
+                let busy = EditInteractionResponse::new().content(QUEUE_FULL);
+                if let Err(e) = command.edit_response(&http, busy).await {
+                    tracing::warn!(error = %e, "could not answer a slash command");
+                }
+            }
+            None if tell => {
+                if let Err(e) = self
+                    .api
+                    .send_text(work.reply_to, QUEUE_FULL, Vec::new())
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not say the queue is full");
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 /// The user as the core knows them: id, and the display name (global name, else username).
@@ -35,11 +154,12 @@ impl EventHandler for Handler {
         self.api.http.set_application_id(ready.application.id);
         if let Err(e) = self
             .orchestrator
-            .replay_inbox(Platform::Discord, &self.outbox)
+            .replay_inbox(Platform::Discord, &self.turns.outbox)
             .await
         {
             tracing::warn!(error = %e, "could not handle the messages left by the last run");
         }
+        self.catch_up().await;
         let commands = self.orchestrator.flows().menu_commands();
         if let Err(e) = self.api.set_commands(&commands).await {
             tracing::warn!(error = %e, "could not register the Discord slash commands");
@@ -66,16 +186,7 @@ impl EventHandler for Handler {
 
 impl Handler {
     pub(super) async fn turn(&self, incoming: Incoming, reply_to: ChannelId) {
-        if let Err(error) = self
-            .orchestrator
-            .handle_durable(incoming, &self.outbox)
-            .await
-        {
-            tracing::error!(%error, channel = %reply_to, "turn not stored");
-            if let Err(e) = self.api.send_text(reply_to, SAVE_FAILED, Vec::new()).await {
-                tracing::warn!(error = %e, "could not tell the user");
-            }
-        }
+        self.turns.queue(incoming, reply_to, None).await;
     }
 
     pub(super) async fn on_message(&self, msg: Message) {
@@ -276,7 +387,6 @@ impl Handler {
             },
         };
         let reply_to = target_of(&place);
-        let shown = format!("/{} {args}", command.data.name);
         let incoming = Incoming {
             platform: Platform::Discord,
             chat: place.chat,
@@ -291,10 +401,9 @@ impl Handler {
             flow_arg: place.flow_arg,
             shared: !dm,
         };
-        self.turn(incoming, reply_to).await;
-        let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
-        if let Err(e) = command.edit_response(&ctx.http, done).await {
-            tracing::warn!(error = %e, "could not finish a slash command");
-        }
+        let http = ctx.http.clone();
+        self.turns
+            .queue(incoming, reply_to, Some((Box::new(command), http)))
+            .await;
     }
 }

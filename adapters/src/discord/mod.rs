@@ -20,6 +20,7 @@
 use crate::interaction::{
     SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
+use crate::lanes::{Lanes, Pushed};
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use async_trait::async_trait;
@@ -28,7 +29,7 @@ use kaiwa_core::flow::CommandInfo;
 use kaiwa_core::message::{
     Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
 };
-use kaiwa_core::orchestrator::{Orchestrator, Outbox};
+use kaiwa_core::orchestrator::{Orchestrator, Outbox, QUEUE_FULL};
 use serenity::all::{
     ButtonStyle, ChannelId, ChannelType, Command, CommandDataOptionValue, CommandInteraction,
     CommandOptionType, ComponentInteraction, ComponentInteractionDataKind, Context,
@@ -42,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod api;
+mod catch_up;
 mod components;
 mod events;
 mod outbox;
@@ -122,14 +124,20 @@ impl DiscordAdapter {
         let intents = GatewayIntents::GUILD_MESSAGES
             | GatewayIntents::DIRECT_MESSAGES
             | GatewayIntents::MESSAGE_CONTENT;
-        let handler = Handler {
+        let turns = Arc::new(Turns {
+            api: api.clone(),
             outbox: DiscordOutbox::new(api.clone()),
+            lanes: Lanes::new(orchestrator.max_waiting()),
+            orchestrator: orchestrator.clone(),
+        });
+        let handler = Handler {
             api: api.clone(),
             orchestrator,
             config: config.clone(),
             health: health.clone(),
             seen: SeenIds::new(SEEN),
             parents: Parents::default(),
+            turns: turns.clone(),
         };
         // the client takes its own Http; both point at the same place with the same token
         let http = build_http(&config.token, config.api_proxy.as_deref());
@@ -152,6 +160,10 @@ impl DiscordAdapter {
             result
         };
         let (result, ()) = tokio::join!(run, stopper);
+        // the turns queued finish (the binary's grace period bounds this)
+        while turns.lanes.busy() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         health.set_stopped();
         result.map_err(|e| AdapterError::Platform(format!("Discord gateway: {e}")))
     }

@@ -70,6 +70,45 @@ impl Outbox for DiscordOutbox {
         }
         Ok(())
     }
+
+    async fn deliver_privately(
+        &self,
+        key: &SessionKey,
+        items: &[Outgoing],
+    ) -> Result<bool, DeliveryError> {
+        let Some(user) = key.user.parse::<u64>().ok().filter(|u| *u != 0) else {
+            return Ok(false);
+        };
+        let user = serenity::all::UserId::new(user);
+        let dm = self
+            .api
+            .call("createDm", |http| async move {
+                user.create_dm_channel(&http).await
+            })
+            .await;
+        let channel = match dm {
+            Ok(channel) => channel.id,
+            Err(e) if is_refused(&e) => return Ok(false),
+            Err(e) => return Err(delivery_error(e)),
+        };
+        for item in items {
+            let Some(text) = item.transcript_text() else {
+                continue;
+            };
+            match self.api.send_text(channel, &text, Vec::new()).await {
+                Ok(_) => {}
+                // DMs closed to the bot (Discord 50007)
+                Err(e) if is_refused(&e) => return Ok(false),
+                Err(e) => return Err(delivery_error(e)),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A 4xx: the user cannot be reached that way (DMs closed, unknown user).
+fn is_refused(e: &serenity::Error) -> bool {
+    matches!(e, serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) if r.status_code.is_client_error() && r.status_code.as_u16() != 429)
 }
 
 /// Audit summaries and handoffs as embeds in the admin channel.

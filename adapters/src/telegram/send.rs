@@ -227,6 +227,43 @@ impl Outbox for TelegramOutbox {
         }
         Ok(())
     }
+
+    async fn deliver_privately(
+        &self,
+        key: &SessionKey,
+        items: &[Outgoing],
+    ) -> Result<bool, DeliveryError> {
+        // a private chat's id is the user's
+        let Ok(user) = key.user.parse::<i64>() else {
+            return Ok(false);
+        };
+        let place = Place {
+            chat: ChatId(user),
+            topic: None,
+        };
+        for item in items {
+            let Some(text) = item.transcript_text() else {
+                continue;
+            };
+            match self.api.send_text(place, &text, None).await {
+                Ok(()) => {}
+                Err(e) if unreachable_privately(&e) => return Ok(false),
+                Err(e) => return Err(delivery_error(e)),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A private chat the user never opened (Telegram answers 403, or 400 "chat not found").
+fn unreachable_privately(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::Api {
+            status: 400 | 403,
+            ..
+        }
+    )
 }
 
 /// Audit summaries and handoffs in the admin chat.

@@ -189,7 +189,7 @@ impl Orchestrator {
             }
             Err(e) => {
                 self.metrics.error(kind::DELIVERY);
-                self.unreached_set().insert(session_id);
+                remember_unreached(&mut self.unreached_set(), session_id);
                 tracing::warn!(error = %e, "reply not delivered; kept as undelivered");
                 false
             }
@@ -282,5 +282,38 @@ impl Orchestrator {
                 })
             }
         }
+    }
+}
+
+/// Most sessions remembered as unreached in memory; one more forgets another (its replies
+/// stay undelivered in the store: the next start sends them, see
+/// [`Orchestrator::resend_unreached`]).
+pub(super) const MAX_UNREACHED: usize = 10_000;
+
+pub(super) fn remember_unreached(set: &mut std::collections::HashSet<i64>, session_id: i64) {
+    if set.len() >= MAX_UNREACHED
+        && !set.contains(&session_id)
+        && let Some(&any) = set.iter().next()
+    {
+        set.remove(&any);
+    }
+    set.insert(session_id);
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    #[test]
+    fn the_unreached_sessions_remembered_are_bounded() {
+        let mut set = std::collections::HashSet::new();
+        for id in 0..(MAX_UNREACHED as i64 + 500) {
+            remember_unreached(&mut set, id);
+        }
+        assert_eq!(set.len(), MAX_UNREACHED);
+        assert!(
+            set.contains(&(MAX_UNREACHED as i64 + 499)),
+            "the newest is kept"
+        );
     }
 }

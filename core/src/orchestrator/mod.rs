@@ -49,6 +49,18 @@ pub const HISTORY_LIMIT: usize = 20;
 #[async_trait]
 pub trait Outbox: Send + Sync {
     async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError>;
+
+    /// Delivers `items` to the key's user in their private chat with the bot (a DM): a
+    /// reply with personal data asked for in a shared place. `Ok(false)` when it cannot
+    /// (the user never opened a private chat, or the platform has none).
+    async fn deliver_privately(
+        &self,
+        key: &SessionKey,
+        items: &[Outgoing],
+    ) -> Result<bool, DeliveryError> {
+        let _ = (key, items);
+        Ok(false)
+    }
 }
 
 /// What happened to one incoming message.

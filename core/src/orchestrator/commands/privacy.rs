@@ -10,6 +10,20 @@ const FORGET_YES: &str = "forget:yes";
 const FORGET_NO: &str = "forget:no";
 
 impl Orchestrator {
+    /// `/mydata`'s answer: everything stored about the key's user, as JSON.
+    async fn my_data(&self, key: &SessionKey, lang: &str) -> Result<String, OrchestratorError> {
+        let data = self.store.user_data(key.platform, &key.user).await?;
+        let json = serde_json::to_string_pretty(&data).unwrap_or_default();
+        Ok(format!(
+            "{}\n{json}",
+            crate::i18n::pick(
+                lang,
+                "Everything I have stored about you (JSON):",
+                "保存しているあなたのデータ（JSON）:"
+            )
+        ))
+    }
+
     /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.
     /// `None` for every other message (the common case costs a match, no clone).
     pub(in crate::orchestrator) async fn privacy(
@@ -28,7 +42,23 @@ impl Orchestrator {
             && let Body::Command { name, .. } = &incoming.body
             && (name == "mydata" || name == "forget")
         {
-            // others read this place: nothing personal here, not even the question
+            // others read this place: nothing personal here, not even the question. The
+            // data goes to the user's private chat if the bot can reach them there.
+            if name == "mydata" {
+                let data = self.my_data(key, lang).await?;
+                match outbox.deliver_privately(key, &[Outgoing::text(data)]).await {
+                    Ok(true) => {
+                        tracing::info!("data sent to a private chat; the shared place told so");
+                        let text = say(
+                            "I have sent what I store about you to our private chat.",
+                            "保存しているあなたのデータを個別チャットに送りました。",
+                        );
+                        return Ok(Some(self.reply_only(incoming, None, text, outbox).await?));
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not reach the user privately"),
+                }
+            }
             tracing::info!(command = %name, "privacy command refused in a shared place");
             let text = say(
                 &format!(
@@ -42,15 +72,7 @@ impl Orchestrator {
         }
         match &incoming.body {
             Body::Command { name, .. } if name == "mydata" => {
-                let data = self.store.user_data(key.platform, &key.user).await?;
-                let json = serde_json::to_string_pretty(&data).unwrap_or_default();
-                let text = format!(
-                    "{}\n{json}",
-                    say(
-                        "Everything I have stored about you (JSON):",
-                        "保存しているあなたのデータ（JSON）:"
-                    )
-                );
+                let text = self.my_data(key, lang).await?;
                 // not stored again: the reply is the data itself
                 Ok(Some(self.reply_only(incoming, None, text, outbox).await?))
             }

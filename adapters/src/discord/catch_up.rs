@@ -1,0 +1,82 @@
+//! Messages sent while the bot was away: the gateway does not deliver them later. At start
+//! and after a gateway session that could not be resumed, every place with an open session
+//! active in the last day has its latest messages fetched, and those newer than the
+//! session's last turn go through the usual path in order (the store's deduplication drops
+//! any already handled).
+
+use super::*;
+use serenity::all::GetMessages;
+use std::collections::HashMap;
+
+/// Places looked at, most recently active first.
+const PLACES: usize = 200;
+/// Messages fetched per place (one REST call).
+const PER_PLACE: u8 = 50;
+/// Sessions idle for longer are not caught up.
+const WINDOW_SECS: i64 = 24 * 3600;
+/// Messages this much older than a session's last turn are looked at too (a message that
+/// arrived while its turn was committing); handled ones are dropped as duplicates.
+const MARGIN_SECS: i64 = 60;
+
+impl Handler {
+    pub(super) async fn catch_up(&self) {
+        let sessions = match self.orchestrator.store().active_sessions(PLACES * 4).await {
+            Ok(sessions) => sessions,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not list the sessions to catch up");
+                return;
+            }
+        };
+        let now = serenity::all::Timestamp::now().unix_timestamp();
+        // channel → the earliest last turn of its sessions (a thread may hold several users)
+        let mut since: HashMap<ChannelId, i64> = HashMap::new();
+        for session in &sessions {
+            let updated = session.updated_at.timestamp();
+            if session.key.platform != Platform::Discord || now - updated > WINDOW_SECS {
+                continue;
+            }
+            let Some(channel) = channel_of(&session.key.chat, &session.key.thread) else {
+                continue;
+            };
+            if since.len() >= PLACES && !since.contains_key(&channel) {
+                continue;
+            }
+            let entry = since.entry(channel).or_insert(updated);
+            *entry = (*entry).min(updated);
+        }
+        let mut handled = 0;
+        for (channel, last_turn) in since {
+            let fetched = self
+                .api
+                .call("getMessages", |http| async move {
+                    channel
+                        .messages(&http, GetMessages::new().limit(PER_PLACE))
+                        .await
+                })
+                .await;
+            let mut missed: Vec<Message> = match fetched {
+                Ok(messages) => messages
+                    .into_iter()
+                    .filter(|m| {
+                        !m.author.bot && m.timestamp.unix_timestamp() >= last_turn - MARGIN_SECS
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, %channel, "could not fetch the messages missed");
+                    continue;
+                }
+            };
+            missed.sort_by_key(|m| m.id);
+            for message in missed {
+                handled += 1;
+                self.on_message(message).await;
+            }
+        }
+        if handled > 0 {
+            tracing::info!(
+                messages = handled,
+                "looked at the messages sent while the bot was away"
+            );
+        }
+    }
+}
