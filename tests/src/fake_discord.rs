@@ -33,6 +33,8 @@ pub struct Request {
     /// Path below `/api/v10`, e.g. `/channels/10/messages`.
     pub path: String,
     pub body: Value,
+    /// When it came.
+    pub at: std::time::Instant,
 }
 
 enum Command {
@@ -45,6 +47,9 @@ enum Command {
 pub enum MessageFailure {
     /// 429 with `retry_after` 0.3 s.
     RateLimited,
+    /// 429 with this `retry_after` in milliseconds; posts to the channel before it has
+    /// passed get a 429 too, as Discord answers them.
+    RateLimitedFor(u64),
     /// HTTP 500.
     ServerError,
     /// The message is created, and the answer breaks off after the status line.
@@ -59,6 +64,8 @@ struct Inner {
     threads: HashMap<u64, u64>,
     /// failures of the next POSTs to a path
     rate_limited: HashMap<String, VecDeque<MessageFailure>>,
+    /// paths answered 429 until then
+    blocked: HashMap<String, Instant>,
     /// users whose DMs are closed to the bot
     closed_dms: std::collections::HashSet<u64>,
     /// users' messages per channel, oldest first (what `GET …/messages` lists)
@@ -559,6 +566,7 @@ async fn rest(
             method: method.clone(),
             path: path.clone(),
             body,
+            at: std::time::Instant::now(),
         });
     };
     let response = match (method.as_str(), parts.as_slice()) {
@@ -617,12 +625,36 @@ async fn rest(
                 .rate_limited
                 .get_mut(&path)
                 .and_then(VecDeque::pop_front);
+            let left = shared
+                .lock()
+                .blocked
+                .get(&path)
+                .and_then(|until| until.checked_duration_since(Instant::now()));
+            if let Some(left) = left {
+                // too early: another 429, with what is left of the wait
+                record(&shared, json!({"_rate_limited": true}));
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"message": "You are being rate limited.", "retry_after": left.as_secs_f64(), "global": false})),
+                )
+                    .into_response();
+            }
             match failure {
-                Some(MessageFailure::RateLimited) => {
+                Some(MessageFailure::RateLimited) | Some(MessageFailure::RateLimitedFor(_)) => {
+                    let ms = match failure {
+                        Some(MessageFailure::RateLimitedFor(ms)) => ms,
+                        _ => 300,
+                    };
+                    if ms > 0 {
+                        shared
+                            .lock()
+                            .blocked
+                            .insert(path.clone(), Instant::now() + Duration::from_millis(ms));
+                    }
                     record(&shared, json!({"_rate_limited": true}));
                     return (
                         StatusCode::TOO_MANY_REQUESTS,
-                        Json(json!({"message": "You are being rate limited.", "retry_after": 0.3, "global": false})),
+                        Json(json!({"message": "You are being rate limited.", "retry_after": ms as f64 / 1000.0, "global": false})),
                     )
                         .into_response();
                 }

@@ -504,6 +504,78 @@ async fn mydata_in_a_thread_goes_to_a_dm_and_shows_nothing_there() {
     bot.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_in_429_waits_its_retry_after_and_delays_nobody_else() {
+    const OTHER_DM: u64 = 21;
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    // another user's DM (the `say` helper treats channels other than DM as a server's)
+    let in_other_dm = |text: &'static str| {
+        let fake = &fake;
+        async move {
+            let before = fake.texts_in(OTHER_DM).len();
+            fake.user_message(OTHER_DM, None, 99, text);
+            replies(fake, OTHER_DM, before).await
+        }
+    };
+    say(&fake, DM, 98, "/start").await;
+    in_other_dm("/start").await;
+    // the first channel floods while Discord answers its posts 429 (retry_after 0.8 s;
+    // a post before that gets another 429)
+    for _ in 0..3 {
+        fake.fail_next_message(DM, MessageFailure::RateLimitedFor(800));
+    }
+    let before = fake.texts_in(DM).len();
+    for i in 0..12 {
+        fake.user_message(DM, None, 98, &format!("flood {i}"));
+    }
+    fake.wait_for("a 429", Duration::from_secs(10), |f| {
+        f.requests()
+            .iter()
+            .any(|r| r.body.get("_rate_limited").is_some())
+    })
+    .await;
+    let asked = std::time::Instant::now();
+    let other = in_other_dm("/help").await;
+    assert!(!other.is_empty());
+    let waited = asked.elapsed();
+    let flood = replies(&fake, DM, before).await;
+    assert!(!flood.is_empty());
+    // every post after a 429 waited its retry_after; the 429s were only the three queued
+    let posts: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == format!("/channels/{DM}/messages"))
+        .collect();
+    let limited = posts
+        .iter()
+        .filter(|r| r.body.get("_rate_limited").is_some())
+        .count();
+    assert_eq!(
+        limited, 3,
+        "one waiter per route, no post before the wait is over"
+    );
+    for pair in posts.windows(2) {
+        if pair[0].body.get("_rate_limited").is_some() {
+            let gap = pair[1].at.duration_since(pair[0].at);
+            assert!(gap >= Duration::from_millis(790), "retried after {gap:?}");
+        }
+    }
+    // one notice for the flood at most (12 messages, 8 may wait)
+    let notices = fake
+        .texts_in(DM)
+        .iter()
+        .filter(|t| t.contains("still working on your earlier messages"))
+        .count();
+    assert!(notices <= 1, "{notices} notices");
+    eprintln!("the other user's reply came after {waited:?}");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the other user waited {waited:?}"
+    );
+    bot.stop().await;
+}
+
 /// `paragraphs` paragraphs of ~470 characters each, joined by blank lines.
 fn long_story(paragraphs: usize) -> String {
     let paragraph = |i: usize| format!("Paragraph {i}: {}", "dolor sit amet ".repeat(30));

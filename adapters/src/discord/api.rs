@@ -7,6 +7,89 @@ use super::*;
 #[derive(Clone)]
 pub struct DiscordApi {
     pub(super) http: Arc<Http>,
+    /// Behind `api_proxy`: messages are posted directly, to read a 429's wait.
+    direct: Option<Arc<Direct>>,
+}
+
+/// Messages posted without serenity's client, behind `api_proxy` (serenity's rate limiter
+/// is off there, and its errors drop a 429's `retry_after`): one sender at a time per
+/// channel (a route), so a 429 is waited out by one waiter while the route's other
+/// messages queue behind it instead of each retrying on its own.
+struct Direct {
+    client: reqwest::Client,
+    base: String,
+    authorization: String,
+    routes: dashmap::DashMap<u64, Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// Most routes remembered (one lock each); past it the map starts over.
+const MAX_ROUTES: usize = 10_000;
+/// The longest 429 wait honoured.
+const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+impl Direct {
+    fn route(&self, channel: ChannelId) -> Arc<tokio::sync::Mutex<()>> {
+        if self.routes.len() >= MAX_ROUTES {
+            self.routes.clear();
+        }
+        self.routes.entry(channel.get()).or_default().clone()
+    }
+
+    /// Posts `message` in `channel`, waiting out 429s (their `retry_after`) with the
+    /// route held.
+    async fn create_message(
+        &self,
+        channel: ChannelId,
+        message: &CreateMessage,
+    ) -> Result<Message, serenity::Error> {
+        let route = self.route(channel);
+        let _held = route.lock().await;
+        let url = format!("{}/api/v10/channels/{channel}/messages", self.base);
+        let mut waits = 0;
+        loop {
+            let response = self
+                .client
+                .post(&url)
+                .header(reqwest::header::AUTHORIZATION, &self.authorization)
+                .json(message)
+                .send()
+                .await?;
+            let status = response.status();
+            if status.is_success() {
+                let body = response.bytes().await?;
+                return Ok(serde_json::from_slice(&body)?);
+            }
+            if status.as_u16() != 429 {
+                let error = ErrorResponse::from_response(response, reqwest::Method::POST).await;
+                return Err(serenity::Error::Http(HttpError::UnsuccessfulRequest(error)));
+            }
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<f64>().ok())
+            };
+            let from_headers = header("x-ratelimit-reset-after").or_else(|| header("retry-after"));
+            let seconds = match from_headers {
+                Some(seconds) => seconds,
+                None => {
+                    let body = response.bytes().await.unwrap_or_default();
+                    serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|b| b["retry_after"].as_f64())
+                        .unwrap_or(1.0)
+                }
+            };
+            if waits >= RATE_LIMIT_RETRIES {
+                return Err(serenity::Error::Other("Discord kept answering 429"));
+            }
+            waits += 1;
+            let wait = Duration::from_secs_f64(seconds.clamp(0.0, 60.0)).min(MAX_RATE_LIMIT_WAIT);
+            tracing::warn!(%channel, ?wait, "Discord rate limit on this channel; waiting");
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 const RATE_LIMIT_RETRIES: u32 = 5;
@@ -52,8 +135,22 @@ pub(super) fn build_http(token: &str, api_proxy: Option<&str>) -> Http {
 
 impl DiscordApi {
     pub fn new(token: &str, api_proxy: Option<&str>) -> DiscordApi {
+        let direct = api_proxy.and_then(|proxy| {
+            let client = reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(30))
+                .build()
+                .ok()?;
+            Some(Arc::new(Direct {
+                client,
+                base: proxy.trim_end_matches('/').to_string(),
+                authorization: format!("Bot {}", token.trim_start_matches("Bot ")),
+                routes: dashmap::DashMap::new(),
+            }))
+        });
         DiscordApi {
             http: Arc::new(build_http(token, api_proxy)),
+            direct,
         }
     }
 
@@ -109,6 +206,7 @@ impl DiscordApi {
             };
             // one nonce for every try of this piece
             let nonce = message_nonce();
+            let direct = self.direct.clone();
             let message = self
                 .call("createMessage", |http| {
                     let builder = CreateMessage::new()
@@ -116,7 +214,13 @@ impl DiscordApi {
                         .components(rows.clone())
                         .nonce(nonce.clone())
                         .enforce_nonce(true);
-                    async move { channel.send_message(&http, builder).await }
+                    let direct = direct.clone();
+                    async move {
+                        match direct {
+                            Some(direct) => direct.create_message(channel, &builder).await,
+                            None => channel.send_message(&http, builder).await,
+                        }
+                    }
                 })
                 .await?;
             sent = Some(message);

@@ -36,7 +36,8 @@ use serenity::all::{
     CreateActionRow, CreateButton, CreateCommand, CreateCommandOption, CreateEmbed,
     CreateInteractionResponse, CreateInteractionResponseMessage, CreateMessage, CreateSelectMenu,
     CreateSelectMenuKind, CreateSelectMenuOption, CreateThread, EditInteractionResponse,
-    EventHandler, GatewayIntents, Http, HttpBuilder, Interaction, Message, Nonce, Ready,
+    ErrorResponse, EventHandler, GatewayIntents, Http, HttpBuilder, HttpError, Interaction,
+    Message, Nonce, Ready,
 };
 use std::future::Future;
 use std::sync::Arc;
