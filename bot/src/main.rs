@@ -137,10 +137,17 @@ async fn main() -> ExitCode {
         Command::Run => "info",
         _ => "warn",
     };
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // serenity warns with a whole gateway event it could not read (users' messages in it):
+    // kept out of the log unless asked for by name
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("serenity"))
+        && let Ok(quiet) = "serenity::gateway::ws=error".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     match run(cli).await {

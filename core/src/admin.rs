@@ -49,13 +49,15 @@ pub trait AdminSink: Send + Sync {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError>;
 }
 
-/// Writes notices to the log (the default when no admin place is configured).
+/// Writes that a notice came to the log (the default when no admin place is configured):
+/// its kind and session only, never its text (a title or summary carries what users said;
+/// `/transcript ID` shows it to an admin).
 pub struct LogAdminSink;
 
 #[async_trait]
 impl AdminSink for LogAdminSink {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
-        tracing::info!(kind = %notice.kind, session = ?notice.session_id, "admin notice: {}", notice.title);
+        tracing::info!(kind = %notice.kind, session = ?notice.session_id, "admin notice (no admin place configured)");
         Ok(())
     }
 }

@@ -19,10 +19,13 @@ pub const QUIET_MINUTES: i64 = 30;
 pub fn due_review(now: DateTime<Utc>, timezone: &str, since: DateTime<Utc>) -> Option<NaiveDate> {
     // zones are checked when a reader opts in; a row older than that check reads as UTC
     let tz: chrono_tz::Tz = timezone.parse().unwrap_or_else(|_| {
-        tracing::warn!(
-            timezone,
-            "unknown time zone in a weekly-review subscription; using UTC"
-        );
+        // checked every minute: said once per zone, not every minute
+        if first_warning(timezone) {
+            tracing::warn!(
+                timezone,
+                "unknown time zone in a weekly-review subscription; using UTC"
+            );
+        }
         chrono_tz::UTC
     });
     let local = now.with_timezone(&tz);
@@ -39,6 +42,21 @@ pub fn due_review(now: DateTime<Utc>, timezone: &str, since: DateTime<Utc>) -> O
         .earliest()?
         .with_timezone(&Utc);
     (moment > since).then_some(date)
+}
+
+/// True the first time `timezone` is warned about in this process (at most 64 zones are
+/// remembered; past that every warning is said once more).
+fn first_warning(timezone: &str) -> bool {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+    if warned.iter().any(|z| z == timezone) {
+        return false;
+    }
+    if warned.len() >= 64 {
+        warned.clear();
+    }
+    warned.push(timezone.to_string());
+    true
 }
 
 /// Sends every weekly review that is due through the outbox of its platform. Returns how
@@ -144,5 +162,17 @@ mod tests {
             due_review(at("2026-11-22T19:00:00Z"), "Mars/Olympus", since),
             date
         );
+    }
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_zone_is_warned_about_once() {
+        assert!(first_warning("Asia/Tokoy-test"));
+        assert!(!first_warning("Asia/Tokoy-test"));
+        assert!(first_warning("Mars/Olympus-test"));
     }
 }
