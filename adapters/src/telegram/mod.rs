@@ -315,14 +315,13 @@ async fn keep(
             routed.push(r);
         }
     }
-    let store = ctx.orchestrator.store();
-    let mut kept = false;
-    for incoming in routed.iter().filter_map(|r| r.work.kept()) {
-        store.inbox_put(incoming).await?;
-        kept = true;
-    }
-    if kept {
-        store.inbox_sync().await?;
+    let kept: Vec<_> = routed
+        .iter()
+        .filter_map(|r| r.work.kept())
+        .cloned()
+        .collect();
+    if !kept.is_empty() {
+        ctx.orchestrator.store().inbox_keep(&kept).await?;
     }
     Ok(routed)
 }

@@ -437,10 +437,10 @@ pub trait Inbox: Send + Sync {
         chat: &str,
         message_id: &str,
     ) -> Result<(), StoreError>;
-    /// Waits until every entry put before it is committed (durable): an adapter confirms a
-    /// platform's delivery only after this. An error when a write since the last sync
-    /// failed: the caller keeps its entries again (a put is idempotent).
-    async fn inbox_sync(&self) -> Result<(), StoreError>;
+    /// Keeps `incoming` and returns once the entries are committed (durable): an adapter
+    /// confirms a platform's delivery only after this. An error when a write in between
+    /// failed (perhaps another's): the caller keeps them again (a put is idempotent).
+    async fn inbox_keep(&self, incoming: &[Incoming]) -> Result<(), StoreError>;
     /// Messages of `platform` received but not finished, oldest first.
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError>;
 }

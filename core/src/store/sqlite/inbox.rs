@@ -152,10 +152,22 @@ impl Inbox for SqliteStore {
         .await
     }
 
-    async fn inbox_sync(&self) -> Result<(), StoreError> {
+    async fn inbox_keep(&self, incoming: &[Incoming]) -> Result<(), StoreError> {
+        // any batch failing from here to the flush's answer may have carried these entries
+        let failures = self.write_failures.load(Ordering::SeqCst);
+        for message in incoming {
+            self.inbox_put(message).await?;
+        }
         let (reply, done) = oneshot::channel();
         self.submit(Job::Flush(reply)).await?;
-        done.await.map_err(|_| writer_gone())?
+        done.await.map_err(|_| writer_gone())?;
+        if self.write_failures.load(Ordering::SeqCst) != failures {
+            return Err(StoreError::Batch {
+                message: "received messages could not be committed".into(),
+                busy: false,
+            });
+        }
+        Ok(())
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {

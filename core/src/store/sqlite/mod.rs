@@ -83,6 +83,10 @@ pub struct SqliteStore {
     checkpointer: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
     /// WAL restarts the checkpoint task made.
     restarts: Arc<AtomicU64>,
+    /// Batches the writer could not commit since the store opened.
+    write_failures: Arc<AtomicU64>,
+    /// `write_failures` as the last [`Store::check_writable`] saw it.
+    failures_reported: AtomicU64,
     /// Active sessions as the writer last committed them ([`super::hot`]).
     hot: Arc<HotSessions>,
     /// Reads the processed update ids into `hot` after the store opens.
@@ -110,9 +114,9 @@ enum Job {
     },
     /// Not answered: a turn does not wait for its delivery mark.
     Delivered { ids: Vec<i64> },
-    /// Answered once everything queued before it is written: `Ok` when every batch since
-    /// the last flush committed (a clean shutdown; an inbox entry made durable).
-    Flush(oneshot::Sender<Result<(), StoreError>>),
+    /// Answered once everything queued before it is written (a clean shutdown; an inbox
+    /// entry made durable: see [`Inbox::inbox_keep`]).
+    Flush(oneshot::Sender<()>),
 }
 
 /// A statement being built (several, for the fast path's [`Trip`]).
@@ -347,7 +351,16 @@ impl Store for SqliteStore {
     }
 
     async fn check_writable(&self) -> Result<(), StoreError> {
-        // a row in and out in one committed transaction: the commit writes WAL frames
+        // batches that failed since the last check (under traffic)
+        let failures = self.write_failures.load(Ordering::SeqCst);
+        if self.failures_reported.swap(failures, Ordering::SeqCst) != failures {
+            return Err(StoreError::Batch {
+                message: "a batch of writes could not be committed since the last check".into(),
+                busy: false,
+            });
+        }
+        // and a write of its own (when nothing else writes): a row in and out in one
+        // committed transaction, whose commit appends to the WAL
         let mut tx = self
             .writer
             .begin()
@@ -376,10 +389,8 @@ impl Store for SqliteStore {
         }
         // what is queued for the writer (delivery marks, inbox clears) is written first
         let (reply, done) = oneshot::channel();
-        if self.submit(Job::Flush(reply)).await.is_ok()
-            && let Ok(Err(e)) = done.await
-        {
-            tracing::warn!(error = %e, "the last writes before closing failed");
+        if self.submit(Job::Flush(reply)).await.is_ok() {
+            let _ = done.await;
         }
         let checkpointer = self
             .checkpointer

@@ -162,9 +162,13 @@ impl SqliteStore {
         let writing = gate.clone();
         let hot = Arc::new(HotSessions::default());
         let committed = hot.clone();
+        let write_failures = Arc::new(AtomicU64::new(0));
+        let failures = write_failures.clone();
         std::thread::Builder::new()
             .name("kaiwa-db-writer".into())
-            .spawn(move || runtime.block_on(group_commit(batches, queue, writing, committed)))
+            .spawn(move || {
+                runtime.block_on(group_commit(batches, queue, writing, committed, failures))
+            })
             .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
         let restarts = Arc::new(AtomicU64::new(0));
         let checkpointer = if in_memory {
@@ -200,6 +204,8 @@ impl SqliteStore {
             jobs,
             checkpointer: std::sync::Mutex::new(checkpointer),
             restarts,
+            write_failures,
+            failures_reported: AtomicU64::new(0),
             hot,
             scan: std::sync::Mutex::new(Some(scan)),
         })

@@ -749,14 +749,55 @@ async fn a_write_check_commits_and_leaves_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn entries_are_committed_when_the_inbox_sync_returns() {
+async fn a_full_disk_fails_keeping_messages_and_the_write_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
     let store = SqliteStore::connect(&url).await.expect("opens");
-    for id in ["m1", "m2", "m3"] {
-        store.inbox_put(&incoming(id)).await.expect("queued");
-    }
-    store.inbox_sync().await.expect("committed");
+    store.check_writable().await.expect("writable at first");
+    // the writer's one connection may not grow the file: SQLite answers "database or disk
+    // is full", as on a full disk
+    let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+        .fetch_one(&store.writer)
+        .await
+        .expect("page count");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "PRAGMA max_page_count = {pages}"
+    )))
+    .execute(&store.writer)
+    .await
+    .expect("limits the file");
+    let big = Incoming {
+        body: crate::message::Body::Text {
+            text: "x".repeat(200_000),
+        },
+        ..incoming("big")
+    };
+    let kept = store.inbox_keep(&[big]).await;
+    assert!(
+        kept.is_err(),
+        "a message that did not commit is not reported kept"
+    );
+    // /healthz's check: the failed batch is reported once…
+    assert!(store.check_writable().await.is_err());
+    // …and a database that takes writes again is healthy again
+    sqlx::query("PRAGMA max_page_count = 1073741823")
+        .execute(&store.writer)
+        .await
+        .expect("lifts the limit");
+    store.check_writable().await.expect("writable again");
+    store.inbox_keep(&[incoming("small")]).await.expect("kept");
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_are_committed_when_inbox_keep_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let store = SqliteStore::connect(&url).await.expect("opens");
+    store
+        .inbox_keep(&[incoming("m1"), incoming("m2"), incoming("m3")])
+        .await
+        .expect("committed");
     // another connection (another process after a crash) sees them at once
     let other = sqlx::SqlitePool::connect(&url)
         .await
@@ -767,8 +808,7 @@ async fn entries_are_committed_when_the_inbox_sync_returns() {
         .expect("count");
     assert_eq!(n, 3);
     other.close().await;
-    // a sync with nothing queued answers too
-    store.inbox_sync().await.expect("nothing to wait for");
+    store.inbox_keep(&[]).await.expect("nothing to wait for");
     store.close().await;
 }
 

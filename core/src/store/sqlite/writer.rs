@@ -19,6 +19,7 @@ pub(super) async fn group_commit(
     mut jobs: mpsc::Receiver<Job>,
     gate: WriteGate,
     hot: Arc<HotSessions>,
+    failures: Arc<AtomicU64>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     // the ids of the next session and message the fast path creates; `None`: read them
@@ -27,8 +28,6 @@ pub(super) async fn group_commit(
     // when the last batch began, and how many turns it carried
     let mut last_began = std::time::Instant::now();
     let mut last_turns = 0;
-    // a batch that failed since the last flush was answered: the next flush reports it
-    let mut failed_since_flush: Option<StoreError> = None;
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let flushing = batch.iter().any(|job| matches!(job, Job::Flush(_)));
         if let Some(wait) = commit_delay(last_turns, last_began.elapsed()).filter(|_| !flushing) {
@@ -60,20 +59,12 @@ pub(super) async fn group_commit(
             .await;
         drop(writing);
         if failure.is_some() {
-            failed_since_flush = failure;
+            // counted before any flush behind it is answered
+            failures.fetch_add(1, Ordering::SeqCst);
         }
-        if !flushes.is_empty() {
-            let outcome = failed_since_flush.take();
-            for flush in flushes {
-                if let Job::Flush(done) = flush {
-                    let _ = done.send(match &outcome {
-                        Some(e) => Err(StoreError::Batch {
-                            message: e.to_string(),
-                            busy: e.is_busy(),
-                        }),
-                        None => Ok(()),
-                    });
-                }
+        for flush in flushes {
+            if let Job::Flush(done) = flush {
+                let _ = done.send(());
             }
         }
     }
