@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "777001:CRASH-secret-token";
-const LATE: &str = "(Earlier replies that did not reach you:)";
+const LATE: &str = "(I restarted; in case these did not reach you:)";
 
 fn config(telegram_url: &str, grace_secs: u64, llm: Option<&str>) -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");

@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// Why replies are sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resend {
+    /// The platform refused them in this process.
+    Failed,
+    /// The last run stopped before recording them as taken: they may have arrived.
+    AfterRestart,
+}
+
 /// A turn whose flow has run, ready to be committed.
 pub(super) struct FinishedTurn {
     pub(super) session: SessionRecord,
@@ -216,6 +225,19 @@ impl Orchestrator {
         current: &[i64],
         outbox: &dyn Outbox,
     ) {
+        self.send_undelivered(key, session, current, Resend::Failed, outbox)
+            .await;
+    }
+
+    /// [`Self::send_unreached`], saying why they come again.
+    pub(super) async fn send_undelivered(
+        &self,
+        key: &SessionKey,
+        session: &SessionRecord,
+        current: &[i64],
+        why: Resend,
+        outbox: &dyn Outbox,
+    ) {
         let earlier: Vec<crate::store::StoredMessage> =
             match self.store.undelivered(session.id).await {
                 Ok(messages) => messages
@@ -231,11 +253,19 @@ impl Orchestrator {
             self.unreached_set().remove(&session.id);
             return;
         }
-        let mut items = vec![Outgoing::text(pick(
-            session,
-            "(Earlier replies that did not reach you:)",
-            "（お届けできなかった前回の返信です）",
-        ))];
+        let note = match why {
+            Resend::Failed => pick(
+                session,
+                "(Earlier replies that did not reach you:)",
+                "（お届けできなかった前回の返信です）",
+            ),
+            Resend::AfterRestart => pick(
+                session,
+                "(I restarted; in case these did not reach you:)",
+                "（再起動しました。届いていない可能性のある返信です）",
+            ),
+        };
+        let mut items = vec![Outgoing::text(note)];
         items.extend(earlier.iter().map(|m| Outgoing::text(m.text.clone())));
         let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
         let sent = outbox.deliver(key, &items).await;

@@ -247,7 +247,7 @@ impl Orchestrator {
         }
         let n = unreached.len();
         for session in unreached {
-            self.send_unreached(&session.key, &session, &[], outbox)
+            self.send_undelivered(&session.key, &session, &[], Resend::AfterRestart, outbox)
                 .await;
         }
         Ok(n)
