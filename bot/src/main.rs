@@ -31,6 +31,9 @@ struct Cli {
     /// Database URL (overrides the configuration).
     #[arg(long, global = true, env = "KAIWA_DATABASE_URL")]
     database_url: Option<String>,
+    /// More detail in the log (debug level); `kaiwa chat` also says where its log file is.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,8 +42,13 @@ struct Cli {
 enum Command {
     /// Run the bot: every adapter whose token is set, plus /healthz and /metrics.
     Run,
-    /// Talk to a flow in the terminal, through the same core and database as the bot.
+    /// Talk to a flow in the terminal, through the same core and database as the bot. Its
+    /// log goes to a file, never into the conversation: `--log-file`, by default
+    /// `data/kaiwa-chat.log` (the system's temporary directory if that cannot be written).
     Chat {
+        /// Where the log goes.
+        #[arg(long, env = "KAIWA_CHAT_LOG", default_value = "data/kaiwa-chat.log")]
+        log_file: PathBuf,
         /// The flow to talk to (e.g. assistant).
         flow: String,
         /// The form to use (interview flows).
@@ -129,13 +137,38 @@ enum ExportFormat {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // a service logs what it does; the terminal commands stay quiet unless asked
-    let default_filter = match cli.command {
-        Command::Run => "info",
-        _ => "warn",
+/// Whether to colour what goes to a stream: a terminal, and `NO_COLOR` not set.
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Opens the chat's log file (its directory made if need be), else one in the temporary
+/// directory; returns it and where it is.
+fn open_chat_log(wanted: &std::path::Path) -> Option<(std::fs::File, PathBuf)> {
+    let open = |path: &std::path::Path| {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).ok()?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    };
+    let fallback = std::env::temp_dir().join("kaiwa-chat.log");
+    open(wanted)
+        .map(|f| (f, wanted.to_path_buf()))
+        .or_else(|| open(&fallback).map(|f| (f, fallback)))
+}
+
+/// A service logs what it does to stderr; the terminal commands stay quiet unless asked;
+/// `kaiwa chat` writes its log to a file, never into the conversation.
+fn init_logging(cli: &Cli) {
+    use std::io::IsTerminal;
+    let default_filter = match (&cli.command, cli.verbose) {
+        (_, true) => "debug",
+        (Command::Run | Command::Chat { .. }, false) => "info",
+        (_, false) => "warn",
     };
     let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
@@ -146,10 +179,38 @@ async fn main() -> ExitCode {
     {
         filter = filter.add_directive(quiet);
     }
+    if let Command::Chat { log_file, .. } = &cli.command {
+        match open_chat_log(log_file) {
+            Some((file, path)) => {
+                if cli.verbose {
+                    eprintln!("(log: {})", path.display());
+                }
+                tracing_subscriber::fmt()
+                    .with_env_filter(filter)
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .init();
+            }
+            // nowhere to write it: no log rather than one in the conversation
+            None => {
+                if cli.verbose {
+                    eprintln!("(no log: {} cannot be written)", log_file.display());
+                }
+            }
+        }
+        return;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli);
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
@@ -180,7 +241,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             run::run(&settings, &database_url).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Chat { flow, form, user } => {
+        Command::Chat {
+            flow, form, user, ..
+        } => {
             let app = app::App::build(&settings, &database_url, Arc::new(StderrAdminSink)).await?;
             if app.orchestrator.flows().get(&flow).is_none() {
                 bail!(

@@ -23,6 +23,7 @@ async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: impl AsRef<[u8]>)
             format!("sqlite://{}/kaiwa.db", dir.display()),
         )
         .env("TEST_MODEL_KEY", "sk-pipe-secret")
+        .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -103,6 +104,43 @@ async fn a_piped_conversation_with_a_model_runs_to_the_end() {
         Some("Bearer sk-pipe-secret")
     );
     assert!(!run.stderr.contains("sk-pipe-secret"));
+}
+
+#[tokio::test]
+async fn the_log_goes_to_a_file_never_into_the_conversation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // every model call fails: the assistant answers by its floor and logs warnings
+    let server = FakeOpenAi::start((0..8).map(|_| Reply::status(500, "{}")))
+        .await
+        .expect("server");
+    let config = format!("{}max_retries = 0\n", config_for(&server));
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "assistant", "--user", "kenji"],
+        "1\nhello\n/end\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    for (name, out) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        assert!(
+            !out.contains("WARN") && !out.contains("INFO"),
+            "{name}: {out}"
+        );
+        assert!(
+            !out.contains('\u{1b}'),
+            "no colour codes in {name}: {out:?}"
+        );
+    }
+    assert!(
+        run.stdout.contains("can't reach the language model"),
+        "{}",
+        run.stdout
+    );
+    let log = std::fs::read_to_string(dir.path().join("chat.log")).expect("the log file");
+    assert!(log.contains("WARN"), "{log}");
+    assert!(!log.contains('\u{1b}'), "no colour codes in the file");
+    assert!(!log.contains("sk-pipe-secret"));
 }
 
 #[tokio::test]
