@@ -34,8 +34,12 @@ impl App {
         let models = build_models(settings.llm.as_ref())?;
         let flows = build_flows(settings)?;
         let limits = &settings.limits;
+        let mut orchestrator = Orchestrator::new(store.clone(), flows, models, admin);
+        if let Some(llm) = &settings.llm {
+            orchestrator = orchestrator.with_turn_budget(Duration::from_secs(llm.turn_budget_secs));
+        }
         let orchestrator = Arc::new(
-            Orchestrator::new(store.clone(), flows, models, admin)
+            orchestrator
                 .with_rate_limit(limits.messages_per_minute)
                 .with_max_waiting(limits.max_waiting)
                 .with_max_message_chars(limits.max_message_chars)
@@ -149,6 +153,17 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
         list.push((base_url.to_string(), b.clone()));
         b
     };
+    // one bound on requests in flight per server, shared by its clients
+    let slots = std::cell::RefCell::new(Vec::<(String, Arc<tokio::sync::Semaphore>)>::new());
+    let slots_for = |base_url: &str| {
+        let mut list = slots.borrow_mut();
+        if let Some((_, s)) = list.iter().find(|(url, _)| url == base_url) {
+            return s.clone();
+        }
+        let s = Arc::new(tokio::sync::Semaphore::new(llm.max_concurrency));
+        list.push((base_url.to_string(), s.clone()));
+        s
+    };
     let client = |base_url: &str,
                   model: &str,
                   key_env: Option<&str>,
@@ -159,6 +174,7 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
         config.timeout = Duration::from_secs(timeout);
         config.max_retries = llm.max_retries;
         config.supports_required_tool_choice = llm.supports_required_tool_choice;
+        config.in_flight = Some(slots_for(base_url));
         let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config)?);
         Ok(Arc::new(BreakerModel::new(client, breaker_for(base_url))))
     };

@@ -276,6 +276,14 @@ pub struct LlmSettings {
     pub timeout_secs: u64,
     #[serde(default = "default_retries")]
     pub max_retries: u32,
+    /// The model work of one turn ends by then: calls get what is left of it, then agents
+    /// answer by their floors.
+    #[serde(default = "default_turn_budget")]
+    pub turn_budget_secs: u64,
+    /// Requests in flight to one server at once (1 for a single-slot local server); more
+    /// wait, and the wait counts against the turn budget.
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
     /// Failed calls in a row after which an endpoint's circuit breaker opens (agents use their
     /// floor) and how long it stays open before a trial call.
     #[serde(default = "default_breaker_failures")]
@@ -301,6 +309,14 @@ pub struct AgentLlmSettings {
 
 fn default_timeout() -> u64 {
     60
+}
+
+fn default_turn_budget() -> u64 {
+    20
+}
+
+fn default_max_concurrency() -> usize {
+    8
 }
 
 fn default_breaker_failures() -> u32 {
@@ -362,6 +378,12 @@ impl Settings {
             }
             if llm.timeout_secs == 0 {
                 bail!("[llm] timeout_secs must be at least 1");
+            }
+            if llm.turn_budget_secs == 0 {
+                bail!("[llm] turn_budget_secs must be at least 1");
+            }
+            if llm.max_concurrency == 0 {
+                bail!("[llm] max_concurrency must be at least 1");
             }
         }
         Ok(())

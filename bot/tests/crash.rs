@@ -39,7 +39,7 @@ poll_timeout_secs = 1
     );
     if let Some(url) = llm {
         config.push_str(&format!(
-            "\n[llm]\nbase_url = \"{url}\"\nmodel = \"m\"\ntimeout_secs = 60\nmax_retries = 0\n"
+            "\n[llm]\nbase_url = \"{url}\"\nmodel = \"m\"\ntimeout_secs = 60\nmax_retries = 0\nmax_concurrency = 16\n"
         ));
     }
     config

@@ -79,6 +79,29 @@ struct Shared {
     handler: Option<Handler>,
     requests: Vec<Value>,
     authorizations: Vec<Option<String>>,
+    /// Every answer comes this late (a slow model).
+    delay: Option<std::time::Duration>,
+    /// Requests being answered now, and the most at once.
+    in_flight: usize,
+    max_in_flight: usize,
+    /// Requests whose client went away before the answer (the connection dropped).
+    abandoned: usize,
+}
+
+/// Counts a request in flight until it is answered or its client goes away.
+struct InFlight {
+    shared: Arc<Mutex<Shared>>,
+    answered: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        s.in_flight = s.in_flight.saturating_sub(1);
+        if !self.answered {
+            s.abandoned += 1;
+        }
+    }
 }
 
 /// A running fake server; it stops when dropped.
@@ -131,6 +154,21 @@ impl FakeOpenAi {
         self.lock().authorizations.clone()
     }
 
+    /// Every later answer comes `delay` late.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.lock().delay = Some(delay);
+    }
+
+    /// The most requests that were being answered at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.lock().max_in_flight
+    }
+
+    /// Requests whose client gave up (dropped the connection) before the answer.
+    pub fn abandoned(&self) -> usize {
+        self.lock().abandoned
+    }
+
     pub fn remaining(&self) -> usize {
         self.lock().replies.len()
     }
@@ -151,8 +189,14 @@ async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let reply = {
+    let (reply, delay, mut in_flight) = {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+        let in_flight = InFlight {
+            shared: shared.clone(),
+            answered: false,
+        };
         let value = serde_json::from_slice(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
         s.authorizations.push(
@@ -166,8 +210,14 @@ async fn completions(
             .pop_front()
             .or_else(|| s.handler.as_ref().map(|h| h(&value)));
         s.requests.push(value);
-        reply
+        (reply, s.delay, in_flight)
     };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    if !matches!(reply, Some(Reply::Hang)) {
+        in_flight.answered = true;
+    }
     match reply {
         Some(Reply::Json(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
         Some(Reply::Raw {

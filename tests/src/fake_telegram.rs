@@ -34,6 +34,8 @@ pub struct Call {
     pub params: Value,
     /// The message id the fake gave a sent message, if any.
     pub message_id: Option<i64>,
+    /// When it came.
+    pub at: Instant,
 }
 
 impl Call {
@@ -494,6 +496,7 @@ async fn handle(
                 method: format!("{method}!429"),
                 params,
                 message_id: None,
+                at: Instant::now(),
             });
             return (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -511,6 +514,7 @@ async fn handle(
                 method: format!("{method}!400"),
                 params,
                 message_id: None,
+                at: Instant::now(),
             });
             return (
                 StatusCode::BAD_REQUEST,
@@ -523,6 +527,7 @@ async fn handle(
                 method: format!("{method}!502"),
                 params,
                 message_id: None,
+                at: Instant::now(),
             });
             return (
                 StatusCode::BAD_GATEWAY,
@@ -548,6 +553,7 @@ async fn handle(
                 method: format!("{method}!500"),
                 params,
                 message_id: None,
+                at: Instant::now(),
             });
             return (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -654,6 +660,7 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
         method,
         params,
         message_id,
+        at: Instant::now(),
     });
     ok(result)
 }

@@ -2,6 +2,7 @@
 //! on 429 (honouring Retry-After) and 5xx, malformed bodies and a server that never answers.
 
 use kaiwa_core::agent::tool::parse_arguments;
+use kaiwa_core::llm::budget;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelError, ToolCall, ToolSpec};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
@@ -197,6 +198,75 @@ async fn a_hung_server_times_out() {
         .await
         .err();
     assert!(matches!(err, Some(ModelError::Timeout(_))), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_timed_out_call_is_not_sent_again() {
+    let server = FakeOpenAi::start([Reply::Hang, Reply::text("late")])
+        .await
+        .expect("server");
+    let err = client(&server, Duration::from_millis(300), 3)
+        .chat(request())
+        .await
+        .err();
+    assert!(matches!(err, Some(ModelError::Timeout(_))), "{err:?}");
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the server may still be working on it"
+    );
+}
+
+#[tokio::test]
+async fn the_turn_budget_bounds_a_call_and_drops_its_connection() {
+    let server = FakeOpenAi::start([Reply::Hang]).await.expect("server");
+    let model = client(&server, Duration::from_secs(60), 3);
+    let started = Instant::now();
+    let err = budget::within(Duration::from_millis(400), model.chat(request()))
+        .await
+        .err();
+    let took = started.elapsed();
+    assert!(matches!(err, Some(ModelError::BudgetSpent)), "{err:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // the request was abandoned, not left running on the server
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.abandoned(), 1);
+    // once the budget is spent, calls fail at once without a request
+    let again = budget::within(Duration::ZERO, model.chat(request())).await;
+    assert!(matches!(again, Err(ModelError::BudgetSpent)), "{again:?}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slot_means_one_request_in_flight_and_the_wait_counts() {
+    let server = FakeOpenAi::start((0..4).map(|_| Reply::text("ok")))
+        .await
+        .expect("server");
+    server.set_delay(Duration::from_millis(300));
+    let mut config = OpenAiConfig::new(server.base_url(), "fake-model");
+    config.in_flight = Some(std::sync::Arc::new(tokio::sync::Semaphore::new(1)));
+    let model = std::sync::Arc::new(OpenAiClient::new(config).expect("client"));
+    // three users at once, each with a 2 s budget: all answered, one at a time
+    let calls = (0..3).map(|_| {
+        let model = model.clone();
+        tokio::spawn(
+            async move { budget::within(Duration::from_secs(2), model.chat(request())).await },
+        )
+    });
+    for call in futures::future::join_all(calls).await {
+        assert!(call.expect("no panic").is_ok());
+    }
+    assert_eq!(server.max_in_flight(), 1);
+    // a budget shorter than the queue: the wait for the slot ends the call
+    let slow = {
+        let model = model.clone();
+        tokio::spawn(async move { model.chat(request()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waited = budget::within(Duration::from_millis(100), model.chat(request())).await;
+    assert!(matches!(waited, Err(ModelError::BudgetSpent)), "{waited:?}");
+    assert!(slow.await.expect("no panic").is_ok());
+    assert_eq!(server.max_in_flight(), 1);
 }
 
 #[tokio::test]

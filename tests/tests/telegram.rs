@@ -64,8 +64,11 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
         admins: [(Platform::Telegram, vec![ADMIN_USER.to_string()])].into(),
         places: [(Platform::Telegram, ADMIN.to_string())].into(),
     };
-    let orchestrator =
-        Arc::new(Orchestrator::new(store.clone(), flows, models, admin).with_admin_access(access));
+    let orchestrator = Arc::new(
+        Orchestrator::new(store.clone(), flows, models, admin)
+            .with_admin_access(access)
+            .with_turn_budget(Duration::from_secs(10)),
+    );
     let config = TelegramConfig {
         admin_chat_id: Some(ADMIN),
         private_flow: Some("interview".into()),
@@ -848,6 +851,52 @@ async fn one_chat_flooding_in_flood_control_delays_nobody_else() {
         })
         .count();
     assert_eq!(notices, 1, "{texts:#?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_never_answers_costs_the_turn_budget_with_signs_of_life() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    // every model call hangs; calls may take 60 s, the turn's budget is 10 s
+    let model = FakeOpenAi::serve(Arc::new(|_| Reply::Hang))
+        .await
+        .expect("model");
+    let mut config = OpenAiConfig::new(model.base_url(), "m");
+    config.timeout = Duration::from_secs(60);
+    let client = OpenAiClient::new(config).expect("client");
+    let bot = start(
+        &fake,
+        &db,
+        "engineer",
+        ModelRouter::new(Some(Arc::new(client))),
+    )
+    .await;
+    let topic = Chat::topic(-100_700, 3);
+    let asked = std::time::Instant::now();
+    fake.send_text(topic, 931, "How do I export submissions?");
+    let answer = tokio::time::timeout(Duration::from_secs(20), fake.wait_texts(topic, 1))
+        .await
+        .expect("answered");
+    let took = asked.elapsed();
+    eprintln!("answered after {took:?} with the model hanging");
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+    assert!(
+        answer[0].contains("Export"),
+        "the knowledge base's answer: {answer:?}"
+    );
+    // typing shown from the start and renewed before it fades (5 s on Telegram)
+    let typing: Vec<std::time::Instant> = fake
+        .calls_of("sendChatAction")
+        .iter()
+        .filter(|c| c.chat_id() == Some(topic.id))
+        .map(|c| c.at)
+        .collect();
+    assert!(typing.len() >= 2, "{} typing actions", typing.len());
+    assert!(typing[0].duration_since(asked) < Duration::from_secs(1));
+    for gap in typing.windows(2).map(|w| w[1].duration_since(w[0])) {
+        assert!(gap <= Duration::from_secs(5), "a silent gap of {gap:?}");
+    }
     bot.stop().await;
 }
 

@@ -7,6 +7,7 @@
 //! model an agent uses (per-agent overrides, or none: then agents use their rule-based floor).
 
 pub mod breaker;
+pub mod budget;
 pub mod openai;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod scripted;
@@ -171,6 +172,8 @@ pub enum ModelError {
     Script(String),
     #[error("the model endpoint is failing; its circuit breaker is open")]
     CircuitOpen,
+    #[error("the turn's time for model work is spent")]
+    BudgetSpent,
 }
 
 impl ModelError {
@@ -184,6 +187,7 @@ impl ModelError {
             ModelError::Malformed(_) => "malformed",
             ModelError::Script(_) => "script",
             ModelError::CircuitOpen => "circuit_open",
+            ModelError::BudgetSpent => "budget",
         }
     }
 }

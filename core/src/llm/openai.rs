@@ -5,8 +5,13 @@
 //! call arguments may arrive as a string or an object, content as a string or parts. An
 //! assistant message that carries tool calls is sent with `content: ""` (llama.cpp rejects
 //! null), and `tool_choice: "required"` is sent as `auto` unless enabled. Every call has a
-//! timeout; 429, 5xx and connect errors are retried with exponential backoff that honours
-//! `Retry-After`. The client does not log the API key and never puts it in an error.
+//! timeout: the smaller of its own and what is left of the turn's budget
+//! ([`super::budget`]). A call that timed out is not sent again (the server may still be
+//! working on it); 429, 5xx and connect errors are retried with exponential backoff that
+//! honours `Retry-After`, only while the budget allows. At most `in_flight` requests go to
+//! the server at once; the wait for a slot counts against the budget. A call given up
+//! drops its connection, so the server stops working on it. The client does not log the
+//! API key and never puts it in an error.
 
 use super::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, ModelError, TokenUsage, ToolCall, ToolChoice,
@@ -33,6 +38,9 @@ pub struct OpenAiConfig {
     pub max_backoff: Duration,
     /// Send `tool_choice: "required"` as is (some servers reject it).
     pub supports_required_tool_choice: bool,
+    /// Requests in flight to this server at once (shared by the clients of one server;
+    /// `None`: no bound).
+    pub in_flight: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl OpenAiConfig {
@@ -46,6 +54,7 @@ impl OpenAiConfig {
             backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             supports_required_tool_choice: false,
+            in_flight: None,
         }
     }
 }
@@ -67,19 +76,27 @@ impl OpenAiClient {
         Ok(OpenAiClient { http, config, url })
     }
 
-    async fn attempt(&self, body: &WireRequest<'_>) -> Result<ChatResponse, Attempt> {
-        let mut request = self.http.post(&self.url).json(body);
+    /// One request, given up after `timeout` (a timeout is never retried: see the module).
+    async fn attempt(
+        &self,
+        body: &WireRequest<'_>,
+        timeout: Duration,
+        by_budget: bool,
+    ) -> Result<ChatResponse, Attempt> {
+        let mut request = self.http.post(&self.url).json(body).timeout(timeout);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
+        let timed_out = || {
+            if by_budget {
+                ModelError::BudgetSpent
+            } else {
+                ModelError::Timeout(timeout)
+            }
+        };
         let response = match request.send().await {
             Ok(r) => r,
-            Err(e) if e.is_timeout() => {
-                return Err(Attempt::Retry(
-                    ModelError::Timeout(self.config.timeout),
-                    None,
-                ));
-            }
+            Err(e) if e.is_timeout() => return Err(Attempt::Fatal(timed_out())),
             Err(e) => return Err(Attempt::Retry(ModelError::Connect(without_url(&e)), None)),
         };
         let status = response.status();
@@ -95,12 +112,7 @@ impl OpenAiClient {
         }
         let text = match response.text().await {
             Ok(t) => t,
-            Err(e) if e.is_timeout() => {
-                return Err(Attempt::Retry(
-                    ModelError::Timeout(self.config.timeout),
-                    None,
-                ));
-            }
+            Err(e) if e.is_timeout() => return Err(Attempt::Fatal(timed_out())),
             Err(e) => return Err(Attempt::Retry(ModelError::Connect(without_url(&e)), None)),
         };
         if status.is_server_error() {
@@ -136,9 +148,33 @@ impl ChatModel for OpenAiClient {
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let body = WireRequest::from_request(&self.config, &request);
+        // this call's time: its own timeout, within what is left of the turn's budget
+        // (the time, and whether the budget is what limits it)
+        let time_left = || match super::budget::remaining() {
+            Some(left) if left.is_zero() => Err(ModelError::BudgetSpent),
+            Some(left) if left < self.config.timeout => Ok((left, true)),
+            _ => Ok((self.config.timeout, false)),
+        };
         let mut attempt = 0u32;
         loop {
-            match self.attempt(&body).await {
+            let (timeout, by_budget) = time_left()?;
+            let started = tokio::time::Instant::now();
+            // a slot at the server; the wait counts against the budget
+            let slot = match &self.config.in_flight {
+                Some(slots) => {
+                    match tokio::time::timeout(timeout, slots.clone().acquire_owned()).await {
+                        Ok(Ok(slot)) => Some(slot),
+                        Ok(Err(_)) => None,
+                        Err(_) => return Err(ModelError::BudgetSpent),
+                    }
+                }
+                None => None,
+            };
+            let timeout = timeout.saturating_sub(started.elapsed());
+            if timeout.is_zero() {
+                return Err(ModelError::BudgetSpent);
+            }
+            match self.attempt(&body, timeout, by_budget).await {
                 Ok(response) => return Ok(response),
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(e, server_wait)) => {
@@ -151,7 +187,13 @@ impl ChatModel for OpenAiClient {
                         .saturating_mul(2u32.saturating_pow(attempt))
                         .min(self.config.max_backoff);
                     let wait = server_wait.map_or(backoff, |w| w.min(self.config.max_backoff));
+                    // a retry the budget cannot wait for is not made
+                    if super::budget::remaining().is_some_and(|left| left <= wait) {
+                        return Err(e);
+                    }
                     tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "model call failed; retrying");
+                    // the slot goes to another call while this one waits
+                    drop(slot);
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }

@@ -94,6 +94,8 @@ pub struct Orchestrator {
     max_waiting: usize,
     keep_submissions: bool,
     access: AdminAccess,
+    /// Time for a turn's model work (`None`: each call's own timeout only).
+    turn_budget: Option<Duration>,
     /// Places told of the current model outage.
     told: Mutex<(u64, std::collections::HashSet<SessionKey>)>,
     /// Sessions with a reply the platform did not take (in this process): the session's next
@@ -131,6 +133,7 @@ impl Orchestrator {
             max_waiting: DEFAULT_MAX_WAITING,
             keep_submissions: false,
             access: AdminAccess::default(),
+            turn_budget: None,
             told: Mutex::new((0, std::collections::HashSet::new())),
             unreached: Mutex::new(std::collections::HashSet::new()),
         }
@@ -151,6 +154,13 @@ impl Orchestrator {
     /// At most `max_waiting` messages wait behind a session's running turn; more are refused.
     pub fn with_max_waiting(mut self, max_waiting: usize) -> Self {
         self.max_waiting = max_waiting;
+        self
+    }
+
+    /// A turn's model work ends within `budget`: calls get what is left, then fail at once
+    /// and agents answer by their floors ([`crate::llm::budget`]).
+    pub fn with_turn_budget(mut self, budget: Duration) -> Self {
+        self.turn_budget = Some(budget);
         self
     }
 
@@ -318,6 +328,40 @@ impl Orchestrator {
         .await
     }
 
+    /// Runs a flow's turn within the turn budget, showing a sign of life while it works:
+    /// the platform's typing indicator again before the last one fades (Telegram shows it
+    /// for 5 s, Discord for 10 s).
+    async fn working<F: std::future::Future>(
+        &self,
+        key: &SessionKey,
+        outbox: &dyn Outbox,
+        work: F,
+    ) -> F::Output {
+        let budgeted = async {
+            match self.turn_budget {
+                Some(budget) => crate::llm::budget::within(budget, work).await,
+                None => work.await,
+            }
+        };
+        let every = match key.platform {
+            _ if self.models.is_empty() => return budgeted.await,
+            crate::message::Platform::Telegram => Duration::from_secs(4),
+            crate::message::Platform::Discord => Duration::from_secs(8),
+            _ => return budgeted.await,
+        };
+        tokio::pin!(budgeted);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                output = &mut budgeted => return output,
+                _ = tick.tick() => {
+                    // best effort, like the first
+                    let _ = outbox.deliver(key, &[Outgoing::Typing]).await;
+                }
+            }
+        }
+    }
+
     /// A message refused before its turn: answered with `notice` when `tell` (the first of
     /// a burst), else dropped without a word.
     async fn refuse(
@@ -433,10 +477,13 @@ impl Orchestrator {
             start_arg,
         };
         let is_command = matches!(input, TurnInput::Command { .. });
-        let result = match input {
-            TurnInput::Command { name, .. } if name == "end" => flow.end(ctx).await,
-            input => flow.turn(ctx, input).await,
+        let work = async {
+            match input {
+                TurnInput::Command { name, .. } if name == "end" => flow.end(ctx).await,
+                input => flow.turn(ctx, input).await,
+            }
         };
+        let result = self.working(&key, outbox, work).await;
         let mut output = match result {
             Ok(output) => output,
             Err(error) => {
