@@ -71,6 +71,10 @@ pub enum AgentError {
     },
     #[error("agent {agent} did not finish within {iterations} model calls")]
     MaxIterations { agent: String, iterations: usize },
+    /// The model answered without its tools twice in a row (once after a reminder): the
+    /// caller answers by its floor rather than asking again.
+    #[error("agent {agent}: the model answered without its tools after a reminder")]
+    NoToolCall { agent: String },
 }
 
 impl<S: Send> Agent<S> {
@@ -136,6 +140,8 @@ impl<S: Send> Agent<S> {
         let specs: Vec<_> = self.tools.iter().map(|t| t.spec()).collect();
         let mut usage = TokenUsage::default();
         let mut calls = Vec::new();
+        // a text-only answer with work remaining gets one reminder, not one per iteration
+        let mut reminded = false;
         for iteration in 0..self.max_iterations {
             let request = ChatRequest {
                 messages: messages.clone(),
@@ -175,6 +181,12 @@ impl<S: Send> Agent<S> {
                         messages,
                     });
                 }
+                if reminded {
+                    return Err(AgentError::NoToolCall {
+                        agent: self.name.clone(),
+                    });
+                }
+                reminded = true;
                 if !text.is_empty() {
                     messages.push(ChatMessage::assistant(text));
                 }
@@ -528,8 +540,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn max_iterations_ends_with_the_typed_error() {
+    async fn a_model_that_will_not_use_its_tools_gets_one_reminder() {
         let model = ScriptedModel::repeating(|_| ChatResponse::text("I refuse to use tools."));
+        let err = greeter()
+            .with_max_iterations(10)
+            .run(
+                &model,
+                vec![ChatMessage::system("greet")],
+                GreeterState::default(),
+                &LlmLedger::new(),
+            )
+            .await
+            .err();
+        assert!(
+            matches!(err, Some(AgentError::NoToolCall { .. })),
+            "{err:?}"
+        );
+        assert_eq!(model.requests().len(), 2, "the answer and one reminder");
+    }
+
+    #[tokio::test]
+    async fn max_iterations_ends_with_the_typed_error() {
+        // a model that keeps calling tools without finishing
+        let model = ScriptedModel::repeating(|_| {
+            ChatResponse::tool_call("set_language", json!({"language": "en"}))
+        });
         let err = greeter()
             .with_max_iterations(4)
             .run(

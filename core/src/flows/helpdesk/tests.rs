@@ -276,6 +276,20 @@ async fn without_a_model_the_floor_answers_from_the_knowledge_base_in_both_langu
 }
 
 #[tokio::test]
+async fn a_model_that_never_uses_its_tools_costs_few_calls_and_the_floor_answers() {
+    let model = Arc::new(crate::llm::scripted::ScriptedModel::repeating(|_| {
+        ChatResponse::text("Sure, happy to help!")
+    }));
+    let h = Harness::new(ModelRouter::new(Some(model.clone())), sample_kb()).await;
+    let answer = h.ask("How do I change an answer in a sign-up form?").await;
+    assert!(answer[0].contains("Changing an answer"), "{answer:?}");
+    let calls = model.requests().len();
+    // each step's agent asks once and reminds once, then the step falls to its floor (it
+    // was 11 calls when every step used up its own retries)
+    assert!(calls <= 7, "{calls} model calls");
+}
+
+#[tokio::test]
 async fn nothing_found_says_so_and_offers_a_human() {
     let h = Harness::new(ModelRouter::none(), sample_kb()).await;
     let reply = h.ask("zyxwv quantum flux capacitor").await;

@@ -101,8 +101,10 @@ pub async fn plan(
         ChatMessage::system(system),
         ChatMessage::user(format!("Form {:?} fields:\n{}", form.id, fields.join("\n"))),
     ];
+    // an empty or invalid plan is asked for once more, not three times: the form's order
+    // is a good plan too
     let agent = Agent::new(AGENT, vec![typed(CreatePlan(form.clone()))])
-        .with_max_iterations(4)
+        .with_max_iterations(2)
         .until_set("Create the plan with create_plan");
     match agent.run(model, messages, None, ledger).await {
         Ok(result) => result.state.unwrap_or(fallback),
