@@ -644,6 +644,7 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
             )
         }
         "deletewebhook"
+        | "sendmessagedraft"
         | "answercallbackquery"
         | "sendchataction"
         | "setmycommands"

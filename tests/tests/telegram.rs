@@ -569,10 +569,50 @@ async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
     }
     let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(words(&pieces.join("\n\n")), words(&long), "nothing lost");
+    // a sign of life while the model works: in a private chat the native "Thinking…" draft
+    let drafts = fake.calls_of("sendMessageDraft");
+    assert!(!drafts.is_empty(), "a draft while the model works");
     assert!(
-        !fake.calls_of("sendChatAction").is_empty(),
-        "typing while the model works"
+        drafts
+            .iter()
+            .all(|d| d.params["text"] == "" && d.params["draft_id"] != 0)
     );
+    assert!(
+        fake.calls_of("sendChatAction").is_empty(),
+        "no typing action where drafts work"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_api_server_without_drafts_gets_typing_instead() {
+    let model = FakeOpenAi::start([Reply::text("one"), Reply::text("two")])
+        .await
+        .expect("model");
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(
+        &fake,
+        &db,
+        "engineer",
+        ModelRouter::new(Some(Arc::new(client))),
+    )
+    .await;
+    let chat = Chat::private(1202);
+    fake.fail_next(
+        "sendMessageDraft",
+        Failure::BadRequest("Not Found: method not found"),
+    );
+    say(&fake, chat, 1202, "/chat").await;
+    say(&fake, chat, 1202, "hello").await;
+    say(&fake, chat, 1202, "again").await;
+    assert_eq!(
+        fake.calls_of("sendMessageDraft").len(),
+        0,
+        "refused once, not tried again"
+    );
+    assert!(fake.calls_of("sendChatAction").len() >= 2);
     bot.stop().await;
 }
 

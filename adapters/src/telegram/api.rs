@@ -74,6 +74,8 @@ pub struct TelegramApi {
     client: reqwest::Client,
     base: reqwest::Url,
     token: String,
+    /// The Bot API server refused `sendMessageDraft` (older than 9.5, or self-hosted).
+    no_drafts: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for TelegramApi {
@@ -102,7 +104,18 @@ impl TelegramApi {
             client,
             base,
             token: token.to_string(),
+            no_drafts: Default::default(),
         })
+    }
+
+    pub(super) fn drafts_unsupported(&self) -> bool {
+        self.no_drafts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(super) fn no_drafts(&self) {
+        tracing::info!("the Bot API server has no message drafts; showing typing instead");
+        self.no_drafts
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn url(&self, method: &str) -> reqwest::Url {

@@ -69,6 +69,32 @@ impl TelegramApi {
         Ok(())
     }
 
+    /// A sign of life while a turn works: in a private chat the native "Thinking…" draft
+    /// (`sendMessageDraft` with empty text, Bot API 9.5+; the final message replaces it),
+    /// elsewhere — or where the Bot API server has no drafts — the typing action.
+    pub(super) async fn working(&self, place: Place) -> Result<(), CallError> {
+        let private = place.chat.0 > 0 && place.topic.is_none();
+        if private && !self.drafts_unsupported() {
+            let request = serde_json::json!({
+                "chat_id": place.chat.0,
+                "draft_id": draft_id(place),
+                "text": "",
+            });
+            match self
+                .call::<IgnoredAny>("sendMessageDraft", &request, Repeat::Safe)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // an older or self-hosted Bot API server: typing from now on
+                Err(CallError::Api {
+                    status: 400 | 404, ..
+                }) => self.no_drafts(),
+                Err(e) => return Err(e),
+            }
+        }
+        self.typing(place).await
+    }
+
     pub(super) async fn typing(&self, place: Place) -> Result<(), CallError> {
         let mut request = serde_json::json!({"chat_id": place.chat.0, "action": "typing"});
         if let Some(topic) = place.topic {
@@ -157,6 +183,12 @@ impl TelegramApi {
     }
 }
 
+/// The draft id of a place's "Thinking…" placeholder: non-zero, the same for every renewal
+/// (renewals of one draft are animated, not stacked).
+fn draft_id(place: Place) -> i64 {
+    (place.chat.0.unsigned_abs() % 2_000_000_000) as i64 + 1
+}
+
 fn not_modified_is_ok(result: Result<IgnoredAny, CallError>) -> Result<(), CallError> {
     match result {
         Ok(_) => Ok(()),
@@ -221,7 +253,7 @@ impl Outbox for TelegramOutbox {
                         .send_text(place, &format!("— {title} —"), None)
                         .await
                 }
-                Outgoing::Typing => self.api.typing(place).await,
+                Outgoing::Typing => self.api.working(place).await,
             };
             sent.map_err(delivery_error)?;
         }
