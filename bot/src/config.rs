@@ -227,7 +227,9 @@ fn default_database_url() -> String {
 pub struct FlowSettings {
     /// The flow a new conversation starts with when its place names none.
     pub default: Option<String>,
-    /// Folder of interview forms (`<id>.toml`), relative to the working directory.
+    /// Folder of interview forms (`<id>.toml`). Paths in a configuration file are relative
+    /// to the file's folder (default there: `forms`, `kb`, `books.toml`); without a file,
+    /// `config/forms`, `config/kb` and `config/books.toml` under the working directory.
     #[serde(default = "default_forms_dir")]
     pub forms_dir: String,
     /// The form an interview uses when none is named.
@@ -346,8 +348,28 @@ impl Settings {
                 });
             }
         };
-        let settings: Settings = toml::from_str(&text)
+        let mut settings: Settings = toml::from_str(&text)
             .with_context(|| format!("invalid configuration in {}", path.display()))?;
+        // paths in the file are the file's: relative to its folder, whatever the working
+        // directory (and the folders a file leaves out are its own `forms`, `kb` and
+        // `books.toml`)
+        let base = path.parent().unwrap_or(Path::new("."));
+        let flows = settings.flows.clone();
+        let raw: toml::Value =
+            toml::from_str(&text).unwrap_or(toml::Value::Table(Default::default()));
+        let named = |key: &str| raw.get("flows").and_then(|f| f.get(key)).is_some();
+        let resolve = |key: &str, value: &str, default: &str| {
+            let value = if named(key) { value } else { default };
+            let p = Path::new(value);
+            if p.is_absolute() {
+                value.to_string()
+            } else {
+                base.join(p).to_string_lossy().into_owned()
+            }
+        };
+        settings.flows.forms_dir = resolve("forms_dir", &flows.forms_dir, "forms");
+        settings.flows.kb_dir = resolve("kb_dir", &flows.kb_dir, "kb");
+        settings.flows.books = resolve("books", &flows.books, "books.toml");
         settings.validate()?;
         Ok(settings)
     }

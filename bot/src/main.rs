@@ -355,8 +355,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if forms.is_empty() {
                 println!("forms: none in {}", settings.flows.forms_dir);
             }
+            // what the configuration names must be there
+            let mut missing = Vec::new();
+            for (what, path) in [
+                ("[flows] forms_dir", &settings.flows.forms_dir),
+                ("[flows] kb_dir", &settings.flows.kb_dir),
+                ("[flows] books", &settings.flows.books),
+            ] {
+                if !std::path::Path::new(path).exists() {
+                    println!("{what}: {path} does not exist");
+                    missing.push(what);
+                }
+            }
             if failed {
                 bail!("some forms are invalid");
+            }
+            if !missing.is_empty() {
+                bail!(
+                    "the configuration names what is not there: {}",
+                    missing.join(", ")
+                );
+            }
+            if forms.is_empty() {
+                bail!("no interview forms in {}", settings.flows.forms_dir);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -263,12 +263,68 @@ async fn check_says_when_no_configuration_file_was_found() {
         .await
         .expect("kaiwa runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    // nothing of what the defaults name is here: check fails, and says why
+    assert_ne!(output.status.code(), Some(0), "{stdout}");
     assert!(
         stdout.contains("configuration: none at config/kaiwa.toml (built-in defaults"),
         "{stdout}"
     );
+    assert!(stdout.contains("does not exist"), "{stdout}");
     assert!(!stdout.contains("configuration: ok"), "{stdout}");
+}
+
+#[tokio::test]
+async fn paths_in_the_config_file_are_the_files_own_wherever_kaiwa_starts() {
+    let home = tempfile::tempdir().expect("config home");
+    let elsewhere = tempfile::tempdir().expect("another working directory");
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    std::fs::create_dir_all(home.path().join("forms")).expect("forms");
+    std::fs::create_dir_all(home.path().join("kb")).expect("kb");
+    std::fs::copy(
+        format!("{repo}/forms/engineer.toml"),
+        home.path().join("forms/engineer.toml"),
+    )
+    .expect("form copied");
+    std::fs::copy(format!("{repo}/books.toml"), home.path().join("books.toml")).expect("books");
+    std::fs::write(
+        home.path().join("kb/faq.md"),
+        "# Parking\nBicycles go behind the building.\n",
+    )
+    .expect("kb");
+    // relative paths, and the defaults (kb, books.toml) beside the file
+    let config = home.path().join("kaiwa.toml");
+    std::fs::write(
+        &config,
+        "[flows]\nforms_dir = \"forms\"\ndefault_form = \"engineer\"\n",
+    )
+    .expect("config");
+    let check = |dir: std::path::PathBuf| {
+        let config = config.clone();
+        let db = format!("sqlite://{}/kaiwa.db", home.path().display());
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+                .arg("--config")
+                .arg(&config)
+                .arg("check")
+                .current_dir(dir)
+                .env("KAIWA_DATABASE_URL", db)
+                .env_remove("RUST_LOG")
+                .output()
+                .await
+                .expect("kaiwa runs")
+        }
+    };
+    let output = check(elsewhere.path().to_path_buf()).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("form engineer: ok"), "{stdout}");
+    assert!(stdout.contains("knowledge base: 1 files"), "{stdout}");
+    // a folder it names that is not there fails the check
+    std::fs::remove_dir_all(home.path().join("kb")).expect("kb removed");
+    let output = check(elsewhere.path().to_path_buf()).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_ne!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("[flows] kb_dir"), "{stdout}");
 }
 
 #[tokio::test]
@@ -280,9 +336,9 @@ async fn migrate_creates_the_database() {
 }
 
 fn forms_config() -> String {
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
     format!(
-        "[flows]\nforms_dir = \"{}/../config/forms\"\n",
-        env!("CARGO_MANIFEST_DIR")
+        "[flows]\nforms_dir = \"{repo}/forms\"\nkb_dir = \"{repo}/kb\"\nbooks = \"{repo}/books.toml\"\n"
     )
 }
 
