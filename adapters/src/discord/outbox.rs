@@ -133,7 +133,7 @@ pub fn notice_embed(notice: &AdminNotice) -> CreateEmbed {
         _ if notice
             .fields
             .iter()
-            .any(|(k, v)| k == "Audit" && v != "passed") =>
+            .any(|(k, v)| k == "Audit" && v == "FAILED") =>
         {
             0xC0392B
         }

@@ -41,6 +41,25 @@ pub struct AuditResult {
     pub summary: String,
 }
 
+impl AuditResult {
+    /// The verdict as the findings say it: `FAILED` with an error, `passed with warnings`
+    /// with warnings only, `passed` with none.
+    pub fn verdict(&self) -> &'static str {
+        if !self.passed
+            || self
+                .violations
+                .iter()
+                .any(|v| v.severity == Severity::Error)
+        {
+            "FAILED"
+        } else if self.violations.is_empty() {
+            "passed"
+        } else {
+            "passed with warnings"
+        }
+    }
+}
+
 /// Findings the code can establish by itself.
 pub fn deterministic(form: &Form, state: &InterviewState) -> Vec<AuditViolation> {
     let mut out = Vec::new();
@@ -183,10 +202,52 @@ pub async fn audit(
             Err(e) => tracing::warn!(error = %e, "model audit failed; using the template audit"),
         }
     }
-    let passed = model_passed && !violations.iter().any(|v| v.severity == Severity::Error);
+    // a verdict agrees with its findings: a model that fails the interview without saying
+    // why is a finding too
+    if !model_passed && !violations.iter().any(|v| v.severity == Severity::Error) {
+        violations.push(AuditViolation {
+            kind: "model_verdict".into(),
+            message: "the model's audit did not pass this interview (see the summary)".into(),
+            severity: Severity::Error,
+        });
+    }
+    let passed = !violations.iter().any(|v| v.severity == Severity::Error);
     AuditResult {
         passed,
         violations,
         summary,
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+
+    fn finding(severity: Severity) -> AuditViolation {
+        AuditViolation {
+            kind: "incomplete_field".into(),
+            message: "x".into(),
+            severity,
+        }
+    }
+
+    #[test]
+    fn the_verdict_agrees_with_the_findings() {
+        let clean = AuditResult {
+            passed: true,
+            violations: vec![],
+            summary: String::new(),
+        };
+        assert_eq!(clean.verdict(), "passed");
+        let warned = AuditResult {
+            violations: vec![finding(Severity::Warning), finding(Severity::Warning)],
+            ..clean.clone()
+        };
+        assert_eq!(warned.verdict(), "passed with warnings");
+        let failed = AuditResult {
+            violations: vec![finding(Severity::Warning), finding(Severity::Error)],
+            ..clean.clone()
+        };
+        assert_eq!(failed.verdict(), "FAILED");
     }
 }

@@ -69,6 +69,28 @@ fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
 }
 
 /// Checks and normalises `answer` for `field`; the error is a message for the applicant.
+static DATE_EXAMPLE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\d{4}-\d{2}-\d{2}").ok());
+
+/// The date a date field's error message shows: the one its question gives as an example
+/// (so the two agree), else the first of the month after next.
+pub fn date_example(field: &FormField, lang: &str) -> String {
+    let from_question = field
+        .question
+        .as_ref()
+        .map(|q| q.get(lang))
+        .and_then(|q| find(&DATE_EXAMPLE, &q));
+    from_question.unwrap_or_else(|| {
+        let today = chrono::Utc::now().date_naive();
+        today
+            .checked_add_months(chrono::Months::new(2))
+            .and_then(|d| chrono::Datelike::with_day(&d, 1))
+            .unwrap_or(today)
+            .format("%Y-%m-%d")
+            .to_string()
+    })
+}
+
 pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, String> {
     let answer = answer.trim();
     if answer.is_empty() {
@@ -125,10 +147,11 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
         FieldType::Date => parse_date(answer)
             .map(|d| d.format("%Y-%m-%d").to_string())
             .ok_or_else(|| {
+                let example = date_example(field, lang);
                 pick(
                     lang,
-                    "Please give a date like 2025-04-01.",
-                    "2025-04-01 のような形式で日付を入力してください。",
+                    &format!("Please give a date like {example}."),
+                    &format!("{example} のような形式で日付を入力してください。"),
                 )
             })?,
         FieldType::Choice => option_of(field, answer).ok_or_else(|| {
@@ -366,6 +389,28 @@ mod tests {
              [[fields.options]]\nvalue = \"office\"\nlabel = {{ en = \"Office\", ja = \"出社\" }}\n"
         );
         Form::parse("t", &text).expect("form").fields.remove(0)
+    }
+
+    #[test]
+    fn a_date_error_gives_the_example_its_question_gives() {
+        let text = "title = \"t\"\nvariant = \"plain\"\n[[fields]]\nid = \"start\"\nlabel = \"Start\"\n\
+                    type = \"date\"\nquestion = { en = \"When (for example 2027-04-01)?\", ja = \"いつ（例: 2027-04-01）\" }\n";
+        let field = Form::parse("t", text).expect("form").fields.remove(0);
+        for lang in ["en", "ja"] {
+            let error = validate(&field, "soon", lang).expect_err("not a date");
+            assert!(error.contains("2027-04-01"), "{error}");
+        }
+        // without an example in the question: a date ahead of today
+        let plain = field_without_example();
+        let error = validate(&plain, "soon", "en").expect_err("not a date");
+        let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+        let example = date_example(&plain, "en");
+        assert!(error.contains(&example) && example > today, "{error}");
+    }
+
+    fn field_without_example() -> FormField {
+        let text = "title = \"t\"\nvariant = \"plain\"\n[[fields]]\nid = \"start\"\nlabel = \"Start\"\ntype = \"date\"\n";
+        Form::parse("t", text).expect("form").fields.remove(0)
     }
 
     #[test]

@@ -75,14 +75,7 @@ impl InterviewFlow {
                 fields: vec![
                     ("Applicant".into(), ctx.user.display_name.clone()),
                     ("Form".into(), form.id.clone()),
-                    (
-                        "Audit".into(),
-                        if audit.passed {
-                            "passed".into()
-                        } else {
-                            "FAILED".into()
-                        },
-                    ),
+                    ("Audit".into(), audit.verdict().into()),
                     ("Status".into(), status.as_str().into()),
                     (
                         "Violations".into(),
