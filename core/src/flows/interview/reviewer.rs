@@ -79,7 +79,7 @@ pub fn date_example(field: &FormField, lang: &str) -> String {
         .question
         .as_ref()
         .map(|q| q.get(lang))
-        .and_then(|q| find(&DATE_EXAMPLE, &q));
+        .and_then(|q| find(&DATE_EXAMPLE, q));
     from_question.unwrap_or_else(|| {
         let today = chrono::Utc::now().date_naive();
         today
