@@ -144,6 +144,41 @@ async fn the_log_goes_to_a_file_never_into_the_conversation() {
 }
 
 #[tokio::test]
+async fn lang_switches_every_reply_and_new_conversations_keep_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "assistant", "--user", "mei"],
+        "/lang fr\n/lang ja\n/help\n/end\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("/lang ja"),
+        "usage for an unknown language: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("これからは日本語でお返事します"),
+        "confirmed in the new language: {}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("使えるコマンド:"), "{}", run.stdout);
+    // a new conversation, another day: still Japanese
+    let run = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "assistant", "--user", "mei"],
+        "/start\n/help\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(run.stdout.contains("使えるコマンド:"), "{}", run.stdout);
+    assert!(!run.stdout.contains("Commands:"), "{}", run.stdout);
+}
+
+#[tokio::test]
 async fn a_second_run_resumes_the_same_session() {
     let dir = tempfile::tempdir().expect("tempdir");
     let first = kaiwa(

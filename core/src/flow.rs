@@ -142,7 +142,7 @@ pub struct CommandInfo {
 }
 
 /// The commands every flow answers (handled by the orchestrator).
-pub const GENERIC_COMMANDS: [CommandInfo; 5] = [
+pub const GENERIC_COMMANDS: [CommandInfo; 6] = [
     CommandInfo {
         name: "start",
         description_en: "start the conversation over",
@@ -167,6 +167,11 @@ pub const GENERIC_COMMANDS: [CommandInfo; 5] = [
         name: "forget",
         description_en: "delete everything stored about you",
         description_ja: "あなたのデータをすべて削除する",
+    },
+    CommandInfo {
+        name: "lang",
+        description_en: "reply in English or Japanese (/lang en, /lang ja)",
+        description_ja: "返信の言語を変える（/lang ja、/lang en）",
     },
 ];
 

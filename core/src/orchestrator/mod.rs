@@ -433,6 +433,12 @@ impl Orchestrator {
         if let Some(report) = self.privacy(&incoming, &key, &active, outbox).await? {
             return Ok(report);
         }
+        if let Some(report) = self
+            .language_command(&incoming, &key, &active, outbox)
+            .await?
+        {
+            return Ok(report);
+        }
         let plan = self.plan(&incoming, active)?;
         let (session, finish_session, input) = match plan {
             Plan::Reply { session, text } => {
@@ -449,6 +455,11 @@ impl Orchestrator {
             (Body::Command { args, .. }, true) if !args.is_empty() => Some(args.as_str()),
             (_, true) => incoming.flow_arg.as_deref(),
         };
+        // a new conversation speaks the language the user chose with /lang
+        let mut session = session;
+        if session.is_new() && session.language.is_none() {
+            session.language = self.profile_language(&key).await;
+        }
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
             let text = format!(
                 "This conversation uses the flow {:?}, which is not enabled here.",

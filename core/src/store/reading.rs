@@ -28,7 +28,7 @@ text_enum!(ReadingStatus { NotStarted = "not_started", Reading = "reading", Comp
 text_enum!(InteractionMode { Freeform = "freeform", Guided = "guided" });
 text_enum!(InsightKind { Learning = "learning", Impression = "impression", Question = "question", Connection = "connection" });
 text_enum!(MoodPhase { Before = "before", After = "after" });
-text_enum!(ProfileKind { Goal = "goal", Interest = "interest", BookWish = "book_wish", Other = "other" });
+text_enum!(ProfileKind { Goal = "goal", Interest = "interest", BookWish = "book_wish", Other = "other", Language = "language" });
 text_enum!(FeedbackType { Weekly = "weekly", Monthly = "monthly" });
 
 /// What a reading turn changes, for the session's user.

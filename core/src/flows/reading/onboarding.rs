@@ -40,7 +40,8 @@ fn question(kind: ProfileKind, lang: &str) -> String {
             "Is there a book you've been wanting to read?",
             "読みたいと思っている本はありますか？",
         ),
-        ProfileKind::Other => pick(
+        // (not a step of onboarding: /lang sets it)
+        ProfileKind::Other | ProfileKind::Language => pick(
             lang,
             "Anything else I should know?",
             "ほかに知っておいてほしいことはありますか？",
@@ -105,6 +106,7 @@ impl Flow for OnboardingFlow {
         let entries = ctx.store.profile_entries(key.platform, &key.user).await?;
         let known = entries
             .iter()
+            .filter(|e| e.kind != ProfileKind::Language)
             .map(|e| format!("- {}: {}", e.kind.as_str(), e.text))
             .collect::<Vec<_>>()
             .join("\n");

@@ -3,4 +3,5 @@
 
 pub mod admin;
 mod help;
+mod language;
 mod privacy;
