@@ -471,6 +471,46 @@ async fn a_whole_interview_runs_through_a_pipe_without_a_model_and_exports() {
 }
 
 #[tokio::test]
+async fn optional_questions_are_skipped_with_a_word_or_the_skip_button() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // the start date skipped in Japanese, the portfolio with "skip"
+    let answers = "1\nJapan\nHanako Yamada\nhanako@example.com\n7\nRust, Go and PostgreSQL\n\
+                   I love building tools for people\n1\n特になし\nskip\n";
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &[
+            "chat",
+            "interview",
+            "--form",
+            "engineer",
+            "--user",
+            "hanako",
+        ],
+        answers,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    // an optional question comes with a Skip button; a required one does not
+    let start_date = out
+        .find("From which date could you start")
+        .expect("the start date is asked");
+    assert!(out[start_date..].contains("  1. Skip"), "{out}");
+    assert_eq!(
+        out.matches("From which date could you start").count(),
+        1,
+        "asked once, not four times: {out}"
+    );
+    assert!(!out.contains("Full name?\n  1. Skip"), "{out}");
+    assert!(out.contains("Your answers have been submitted"), "{out}");
+    // the audit (the admins' notice, on stderr here) has nothing to say about them
+    let admin = &run.stderr;
+    assert!(admin.contains("Audit: passed\n"), "{admin}");
+    assert!(admin.contains("Earliest start date: (skipped)"), "{admin}");
+}
+
+#[tokio::test]
 async fn check_validates_the_forms() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = kaiwa(dir.path(), &forms_config(), &["check"], "").await;

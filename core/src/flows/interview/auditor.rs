@@ -126,6 +126,7 @@ pub fn template_summary(form: &Form, state: &InterviewState) -> String {
         let value = match p.status {
             FieldStatus::Done => p.value.clone().unwrap_or_default(),
             FieldStatus::Incomplete => format!("(incomplete) {}", state.answers_of(id).join(" / ")),
+            FieldStatus::Skipped => "(skipped)".into(),
             _ => "(not asked)".into(),
         };
         out.push_str(&format!("- {}: {}\n", field.label.get("en"), value));

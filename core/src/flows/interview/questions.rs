@@ -115,16 +115,24 @@ impl InterviewFlow {
         let lang = lang_of(st);
         let kind = field.kind();
         let choice = matches!(kind, form::FieldType::Choice | form::FieldType::MultiChoice);
+        // an optional question can be skipped with a button (not a number's: on the
+        // console a typed number picks an option)
+        let skip = (!field.required && kind != form::FieldType::Number)
+            .then(|| OptionItem::new(reviewer::SKIP, pick(&lang, "Skip", "スキップ")));
         if choice && purpose == Purpose::First {
+            let mut options: Vec<OptionItem> = field
+                .options
+                .iter()
+                .map(|o| OptionItem::new(o.value.clone(), o.label.get(&lang)))
+                .collect();
+            options.extend(skip.filter(|_| kind == form::FieldType::Choice));
             out.options(
                 drafted.question,
-                field
-                    .options
-                    .iter()
-                    .map(|o| OptionItem::new(o.value.clone(), o.label.get(&lang)))
-                    .collect(),
+                options,
                 kind == form::FieldType::MultiChoice,
             );
+        } else if let Some(skip) = skip.filter(|_| !choice) {
+            out.options(drafted.question, vec![skip], false);
         } else {
             out.say(drafted.question);
         }
@@ -245,6 +253,13 @@ impl InterviewFlow {
         let Some(field) = form.field(&id) else {
             return self.advance(ctx, form, st, out).await;
         };
+        if !field.required && reviewer::is_skip(text) {
+            // an optional question skipped: closed without a value, never asked again
+            st.record_answer(&id, text);
+            st.field_mut(&id).status = FieldStatus::Skipped;
+            st.current = None;
+            return self.advance(ctx, form, st, out).await;
+        }
         if self.review_answer(ctx, form, st, &id, text, true).await? {
             return self.advance(ctx, form, st, out).await;
         }

@@ -69,6 +69,38 @@ fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
 }
 
 /// Checks and normalises `answer` for `field`; the error is a message for the applicant.
+/// The value of the Skip button shown with optional questions.
+pub const SKIP: &str = "__skip__";
+
+/// Whether `answer` skips an optional question: the Skip button, or "none", "skip", "n/a",
+/// 特になし, なし, ありません and the like.
+pub fn is_skip(answer: &str) -> bool {
+    let a = answer
+        .trim()
+        .trim_end_matches(['.', '。', '!', '！'])
+        .trim()
+        .to_lowercase();
+    matches!(
+        a.as_str(),
+        SKIP | "skip"
+            | "none"
+            | "n/a"
+            | "na"
+            | "nothing"
+            | "no answer"
+            | "pass"
+            | "特になし"
+            | "とくになし"
+            | "特にない"
+            | "特にありません"
+            | "なし"
+            | "ない"
+            | "ありません"
+            | "スキップ"
+            | "パス"
+    )
+}
+
 static DATE_EXAMPLE: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"\d{4}-\d{2}-\d{2}").ok());
 

@@ -31,11 +31,16 @@ pub enum FieldStatus {
     Done,
     /// Follow-ups exhausted without a passed review; flagged for the Auditor.
     Incomplete,
+    /// An optional field the applicant chose to skip ("none", 特になし, the Skip button).
+    Skipped,
 }
 
 impl FieldStatus {
     pub fn is_closed(self) -> bool {
-        matches!(self, FieldStatus::Done | FieldStatus::Incomplete)
+        matches!(
+            self,
+            FieldStatus::Done | FieldStatus::Incomplete | FieldStatus::Skipped
+        )
     }
 }
 
