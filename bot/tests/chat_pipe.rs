@@ -736,6 +736,32 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate_or_a_
 }
 
 #[tokio::test]
+async fn a_greeting_is_not_a_book_title() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        "",
+        &["chat", "reading", "--user", "sora"],
+        "こんにちは\nこころ\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(!run.stdout.contains("こんにちは»"), "{}", run.stdout);
+    assert!(!run.stdout.contains("『こんにちは"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("どの本を読んでいますか"),
+        "{}",
+        run.stdout
+    );
+    // the title that follows is taken
+    assert!(
+        run.stdout.contains("«こころ»") || run.stdout.contains("『こころ』"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
 async fn the_reading_companion_runs_through_a_pipe_without_a_model() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = format!(

@@ -495,7 +495,23 @@ impl Flow for ReadingFlow {
                 }
             }
             TurnInput::Text(text) => {
-                if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
+                if (st.title.is_none() || st.awaiting == Some(Awaiting::Title))
+                    && is_greeting(&text)
+                {
+                    // a greeting is not a book title: greet back (in the language it came
+                    // in) and ask for the book
+                    let lang = if has_japanese(&text) {
+                        "ja"
+                    } else {
+                        lang.as_str()
+                    };
+                    st.awaiting = Some(Awaiting::Title);
+                    out.say(pick(
+                        lang,
+                        "Hello! Which book are you reading? Send its title.",
+                        "こんにちは！どの本を読んでいますか？書名を送ってください。",
+                    ));
+                } else if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
                     self.open(&ctx, &mut st, &text, &mut out).await?;
                 } else if ctx.models.for_agent(reading_agent::AGENT).is_some() {
                     self.run_agent(&ctx, &mut st, &text, &mut out).await?;
@@ -593,3 +609,65 @@ impl Flow for ReadingFlow {
 
 #[cfg(test)]
 mod tests;
+
+/// A greeting, which must not be taken for a book title.
+fn is_greeting(text: &str) -> bool {
+    let t = text
+        .trim()
+        .trim_end_matches(['。', '！', '!', '.', '~', '〜', 'ー', '?', '？'])
+        .trim()
+        .to_lowercase();
+    matches!(
+        t.as_str(),
+        "こんにちは"
+            | "こんにちわ"
+            | "こんばんは"
+            | "おはよう"
+            | "おはようございます"
+            | "はじめまして"
+            | "やあ"
+            | "どうも"
+            | "hello"
+            | "hi"
+            | "hey"
+            | "hiya"
+            | "good morning"
+            | "good afternoon"
+            | "good evening"
+            | "hello there"
+            | "hi there"
+    )
+}
+
+/// Whether `text` is (partly) Japanese: kana or kanji.
+fn has_japanese(text: &str) -> bool {
+    text.chars()
+        .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
+}
+
+#[cfg(test)]
+mod greeting_tests {
+    use super::*;
+
+    #[test]
+    fn greetings_are_not_titles() {
+        for g in [
+            "こんにちは",
+            "こんにちは。",
+            "Hello!",
+            "hi",
+            "おはようございます！",
+        ] {
+            assert!(is_greeting(g), "{g}");
+        }
+        for title in [
+            "こころ",
+            "Hello World programming",
+            "Kokoro",
+            "ハローワーク",
+        ] {
+            assert!(!is_greeting(title), "{title}");
+        }
+        assert!(has_japanese("こんにちは") && !has_japanese("hello"));
+    }
+}
