@@ -511,6 +511,43 @@ async fn optional_questions_are_skipped_with_a_word_or_the_skip_button() {
 }
 
 #[tokio::test]
+async fn an_unknown_country_is_asked_again_with_suggestions_and_a_zone_is_never_assumed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Atlantis, then a suggestion by its number
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["chat", "interview", "--form", "engineer", "--user", "kai"],
+        "1\nAtlantis\n1\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(out.contains("I don't know the country «Atlantis»"), "{out}");
+    assert!(
+        out.contains("  1. Japan\n"),
+        "suggestions as options: {out}"
+    );
+    assert!(
+        out.contains("May I have your full name"),
+        "Japan taken: {out}"
+    );
+    // a second country we do not know is taken as typed, and its time zone is asked
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["chat", "interview", "--form", "engineer", "--user", "kai"],
+        "1\nAtlantis\nNew Atlantis\nEurope/Lisbon\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(out.contains("Which time zone are you in?"), "{out}");
+    assert!(out.contains("May I have your full name"), "{out}");
+}
+
+#[tokio::test]
 async fn check_validates_the_forms() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = kaiwa(dir.path(), &forms_config(), &["check"], "").await;

@@ -79,13 +79,13 @@ pub fn render(item: &Outgoing) -> Option<String> {
 impl<W: AsyncWrite + Send + Unpin> Outbox for ConsoleOutbox<W> {
     async fn deliver(&self, _key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
         let mut out = self.out.lock().await;
-        if items.iter().any(|o| !matches!(o, Outgoing::Typing)) {
-            // numbers answer the options of the latest reply only; after that they are text
-            let latest = items.iter().rev().find_map(|o| match o {
-                Outgoing::Options(req) => Some(req.clone()),
-                _ => None,
-            });
-            *self.last_options.lock().unwrap_or_else(|p| p.into_inner()) = latest;
+        // numbers answer the options of the latest reply only (cleared when the next line
+        // is read; a reply may come item by item, options before a closing line)
+        if let Some(latest) = items.iter().rev().find_map(|o| match o {
+            Outgoing::Options(req) => Some(req.clone()),
+            _ => None,
+        }) {
+            *self.last_options.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest);
         }
         for item in items {
             if let Some(text) = render(item) {
@@ -179,6 +179,11 @@ where
             Some((request_id, values)) => Body::Choice { request_id, values },
             None => Body::from_text(line),
         };
+        // the options answered (or not) now belong to the past
+        *outbox
+            .last_options
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         let report = orchestrator.handle(next(body), &outbox).await?;
         if report.finished {
             return Ok(ConsoleExit::FlowEnded);

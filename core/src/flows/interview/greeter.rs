@@ -177,6 +177,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("大韓民国", "KR"),
 ];
 
+/// Countries offered when a typed one is not known.
+pub const SUGGESTED_COUNTRIES: [&str; 6] = ["JP", "US", "GB", "DE", "KR", "IN"];
+
 /// Resolves a country name (English, Japanese) or ISO code to its code.
 pub fn resolve_country(input: &str) -> Option<&'static str> {
     let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
@@ -289,12 +292,13 @@ impl TypedTool<GreeterWork> for SetCountryTool {
         "Set the country the applicant lives in.".into()
     }
     async fn run(&self, w: &mut GreeterWork, args: SetCountry) -> Result<ToolOutput, ToolError> {
-        let code = resolve_country(&args.country)
-            .map(str::to_string)
-            .unwrap_or_else(|| args.country.trim().to_string());
-        if code.is_empty() {
-            return Err(ToolError::InvalidArguments("country is empty".into()));
-        }
+        let Some(code) = resolve_country(&args.country).map(str::to_string) else {
+            // never stored as typed: the applicant is asked again
+            return Err(ToolError::InvalidArguments(format!(
+                "unknown country {:?}; ask the applicant again which country they live in",
+                args.country
+            )));
+        };
         w.state.country = Some(code.clone());
         Ok(ToolOutput::ok(format!(
             "country set to {code}; now call set_timezone"

@@ -25,11 +25,18 @@ impl InterviewFlow {
                 false
             }
             Section::Country => {
-                out.say(pick(
-                    &lang,
-                    "Which country do you live in?",
-                    "お住まいの国を教えてください。",
-                ));
+                // (not again right after the suggestions for a country we did not know)
+                if !out
+                    .outgoing
+                    .iter()
+                    .any(|o| matches!(o, crate::message::Outgoing::Options(_)))
+                {
+                    out.say(pick(
+                        &lang,
+                        "Which country do you live in?",
+                        "お住まいの国を教えてください。",
+                    ));
+                }
                 false
             }
             Section::Timezone => {
@@ -49,10 +56,22 @@ impl InterviewFlow {
                         false,
                     );
                     false
-                } else {
-                    let zone = zones.first().copied().unwrap_or(greeter::FALLBACK_TIMEZONE);
+                } else if let Some(zone) = zones.first() {
                     self.set_timezone(st, out, zone);
                     let _ = form;
+                    true
+                } else if !st.zone_asked {
+                    // a country whose zones we do not know: asked, never assumed
+                    st.zone_asked = true;
+                    out.say(pick(
+                        &lang,
+                        "Which time zone are you in? Please write it like Europe/Berlin or America/New_York.",
+                        "どのタイムゾーンにお住まいですか？ Europe/Berlin や America/New_York のように書いてください。",
+                    ));
+                    false
+                } else {
+                    // the seed's last fallback, after asking
+                    self.set_timezone(st, out, greeter::FALLBACK_TIMEZONE);
                     true
                 }
             }
@@ -160,12 +179,34 @@ impl InterviewFlow {
         text: &str,
     ) {
         match section {
-            Section::Country => {
-                let code = greeter::resolve_country(text)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| text.trim().to_string());
-                self.set_country(st, out, &code);
-            }
+            Section::Country => match greeter::resolve_country(text) {
+                Some(code) => self.set_country(st, out, code),
+                None if !st.country_asked_again => {
+                    // not stored as typed: asked again, with suggestions
+                    st.country_asked_again = true;
+                    let lang = lang_of(st);
+                    out.options(
+                        pick(
+                            &lang,
+                            &format!(
+                                "I don't know the country «{}». Which country do you live in? Pick one, or type its name again.",
+                                text.trim()
+                            ),
+                            &format!(
+                                "「{}」という国が見つかりませんでした。お住まいの国を選ぶか、もう一度国名を入力してください。",
+                                text.trim()
+                            ),
+                        ),
+                        greeter::SUGGESTED_COUNTRIES
+                            .iter()
+                            .map(|code| OptionItem::new(*code, greeter::country_name(code, &lang)))
+                            .collect(),
+                        false,
+                    );
+                }
+                // a second try we do not know either: taken as typed (its zone is asked)
+                None => self.set_country(st, out, text.trim()),
+            },
             Section::Timezone => {
                 let wanted = text.trim().to_lowercase().replace(' ', "_");
                 let found = st

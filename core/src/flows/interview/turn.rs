@@ -125,6 +125,11 @@ impl Flow for InterviewFlow {
                             Section::Timezone if st.zone_choices.contains(&value) => {
                                 self.set_timezone(&mut st, &mut out, &value)
                             }
+                            Section::Country => {
+                                if let Some(code) = greeter::resolve_country(&value) {
+                                    self.set_country(&mut st, &mut out, code)
+                                }
+                            }
                             _ => {}
                         }
                         self.advance(&ctx, &form, &mut st, &mut out).await?;
