@@ -18,6 +18,7 @@ pub mod console;
 pub mod discord;
 pub mod interaction;
 pub mod lanes;
+pub mod markup;
 pub mod split;
 pub mod telegram;
 

@@ -826,9 +826,15 @@ async fn the_reading_companion_runs_through_a_pipe_without_a_model() {
         "{}",
         run.stdout
     );
+    // the insights as plain text on the console, not Markdown marks
     assert!(
         run.stdout
-            .contains("## Kokoro\n- **learning** I learned a lot about the Meiji era."),
+            .contains("Kokoro\n- learning I learned a lot about the Meiji era."),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("**") && !run.stdout.contains("## "),
         "{}",
         run.stdout
     );

@@ -57,7 +57,12 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
         ],
         default_form: Some("engineer".into()),
         kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
-        catalogue: None,
+        catalogue: Some(Arc::new(
+            kaiwa_core::flows::reading::catalogue::Catalogue::parse(include_str!(
+                "../../config/books.toml"
+            ))
+            .expect("catalogue"),
+        )),
     };
     let flows = FlowRegistry::new(builtin(&config)).expect("flows");
     let access = AdminAccess {
@@ -937,6 +942,33 @@ async fn a_model_that_never_answers_costs_the_turn_budget_with_signs_of_life() {
     for gap in typing.windows(2).map(|w| w[1].duration_since(w[0])) {
         assert!(gap <= Duration::from_secs(5), "a silent gap of {gap:?}");
     }
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insights_are_rendered_as_telegram_html_not_markdown() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let chat = Chat::private(1261);
+    say(&fake, chat, 1261, "/reading start Kokoro").await;
+    say(&fake, chat, 1261, "I learned a lot about the Meiji era.").await;
+    let before = fake.calls_of("sendMessage").len();
+    say(&fake, chat, 1261, "/insights").await;
+    let sent = fake.calls_of("sendMessage");
+    let html = sent[before..]
+        .iter()
+        .map(|c| c.text().to_string())
+        .find(|t| t.contains("Kokoro"))
+        .unwrap_or_else(|| panic!("the insights: {sent:?}"));
+    assert!(html.starts_with("<b>Kokoro</b>"), "{html}");
+    assert!(html.contains("<b>"), "{html}");
+    assert!(!html.contains("**") && !html.contains("## "), "{html}");
+    assert!(
+        sent[before..]
+            .iter()
+            .all(|c| c.params["parse_mode"] == "HTML")
+    );
     bot.stop().await;
 }
 

@@ -57,7 +57,7 @@ impl<W: AsyncWrite + Send + Unpin> ConsoleOutbox<W> {
 /// Renders one outgoing item as terminal text (`None` for items with nothing to show).
 pub fn render(item: &Outgoing) -> Option<String> {
     match item {
-        Outgoing::Text { text } => Some(format!("{text}\n")),
+        Outgoing::Text { text } => Some(format!("{}\n", crate::markup::plain(text))),
         Outgoing::Options(req) => {
             let mut s = format!("{}\n", req.prompt);
             for (i, option) in req.options.iter().enumerate() {

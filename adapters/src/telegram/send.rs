@@ -47,7 +47,7 @@ impl TelegramApi {
         let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, html_cost);
         let last = pieces.len().saturating_sub(1);
         for (i, piece) in pieces.iter().enumerate() {
-            let html = escape_html(piece);
+            let html = crate::markup::telegram_html(piece);
             let request = SendMessage {
                 chat_id: place.chat.0,
                 text: &html,
