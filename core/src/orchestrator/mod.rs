@@ -372,7 +372,15 @@ impl Orchestrator {
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
         if tell {
-            return self.reply_only(incoming, None, notice.into(), outbox).await;
+            // in the user's language when it is known (the conversation's, else the one
+            // chosen with /lang); both otherwise
+            let key = incoming.key();
+            let lang = match self.store.active_session(&key).await {
+                Ok(Some(session)) if session.language.is_some() => session.language,
+                _ => self.profile_language(&key).await,
+            };
+            let text = notices::in_language(notice, lang.as_deref());
+            return self.reply_only(incoming, None, text, outbox).await;
         }
         Ok(TurnReport {
             session_id: 0,

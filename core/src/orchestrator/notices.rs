@@ -10,6 +10,14 @@ pub(super) const RATE_LIMITED: &str = "You are sending messages faster than I ca
 /// A session whose queue of waiting messages is full.
 pub const QUEUE_FULL: &str = "I am still working on your earlier messages. Please wait for my answer, then send that again. / 前のメッセージを処理中です。返事を待ってからもう一度送ってください。";
 
+/// A bilingual notice ("English / 日本語") in one language when `lang` is known.
+pub(super) fn in_language(notice: &str, lang: Option<&str>) -> String {
+    match (notice.split_once(" / "), lang) {
+        (Some((en, ja)), Some(lang)) => crate::i18n::pick(lang, en, ja),
+        _ => notice.to_string(),
+    }
+}
+
 /// A message over the length limit (refused before anything is stored).
 pub(super) fn too_long(length: usize, max: usize) -> String {
     format!(

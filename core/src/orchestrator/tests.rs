@@ -535,6 +535,40 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
     assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
 }
 
+#[tokio::test]
+async fn a_japanese_speaker_is_told_to_slow_down_in_japanese_only() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, _store) = setup(probe.clone()).await;
+    let orchestrator = orchestrator.with_rate_limit(2);
+    let outbox = Collect::default();
+    orchestrator
+        .handle(
+            msg(
+                "c",
+                "m0",
+                Body::Command {
+                    name: "lang".into(),
+                    args: "ja".into(),
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("lang");
+    for i in 1..4 {
+        orchestrator
+            .handle(text("c", &format!("m{i}"), "はい"), &outbox)
+            .await
+            .expect("handled");
+    }
+    let texts = outbox.texts();
+    let notice = texts
+        .iter()
+        .find(|t| t.contains("メッセージが速すぎます"))
+        .unwrap_or_else(|| panic!("{texts:?}"));
+    assert!(!notice.contains("faster than"), "{notice}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_session_queue_refuses_more_messages_at_once() {
     // the first turn waits at the barrier, the rest pile up behind it
