@@ -13,10 +13,10 @@ pub fn telegram_html(text: &str) -> String {
         match heading(line) {
             Some(title) => {
                 out.push_str("<b>");
-                out.push_str(&bold(&escape(title), "<b>", "</b>"));
+                out.push_str(&bold(&escape_html(title), "<b>", "</b>"));
                 out.push_str("</b>");
             }
-            None => out.push_str(&bold(&escape(line), "<b>", "</b>")),
+            None => out.push_str(&bold(&escape_html(line), "<b>", "</b>")),
         }
     }
     out
@@ -59,7 +59,8 @@ fn bold(line: &str, open: &str, close: &str) -> String {
     out
 }
 
-fn escape(text: &str) -> String {
+/// Escapes text for HTML (Telegram's HTML parse mode).
+pub fn escape_html(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -4,6 +4,7 @@
 
 use super::Place;
 use super::api::{CallError, Repeat, TelegramApi};
+pub use crate::markup::escape_html;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
@@ -203,20 +204,6 @@ pub(super) fn delivery_error(e: CallError) -> DeliveryError {
         CallError::Refused(e) | CallError::Unknown(e) => DeliveryError::Disconnected(e),
         other => DeliveryError::Rejected(other.to_string()),
     }
-}
-
-/// Escapes text for Telegram's HTML parse mode.
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Telegram counts the text after entity parsing, in UTF-16 units.

@@ -197,21 +197,10 @@ impl Orchestrator {
         incoming: Incoming,
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
-        let (platform, chat, id) = (
-            incoming.platform,
-            incoming.chat.clone(),
-            incoming.message_id.clone(),
-        );
         if let Err(e) = self.store.inbox_put(&incoming).await {
             tracing::warn!(error = %e, "could not keep the message in the inbox");
         }
-        let result = self.handle(incoming, outbox).await;
-        if result.is_ok()
-            && let Err(e) = self.store.inbox_done(platform, &chat, &id).await
-        {
-            tracing::warn!(error = %e, "could not clear the inbox");
-        }
-        result
+        self.handle_kept(incoming, outbox).await
     }
 
     /// [`Self::handle`] for a message the adapter already kept in the inbox (and confirmed
