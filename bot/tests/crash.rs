@@ -5,12 +5,13 @@
 //! that was being sent when the process died (Telegram has no idempotent send: see the
 //! README's guarantees).
 
+mod common;
+
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, Role, Store};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "777001:CRASH-secret-token";
@@ -46,21 +47,7 @@ poll_timeout_secs = 1
 }
 
 fn spawn_run(dir: &std::path::Path) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .arg("run")
-        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.display()),
-        )
-        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
-        .env_remove("KAIWA_TEST_DISCORD_TOKEN")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kaiwa starts")
+    common::spawn_run(dir, TOKEN).0
 }
 
 /// Waits until `count` stops changing for `quiet` (or `limit` passes); returns it.

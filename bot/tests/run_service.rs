@@ -1,6 +1,8 @@
 //! `kaiwa run` as a process: refuses to idle without a platform token, serves Telegram and
 //! Discord (the fakes on 127.0.0.1), `/healthz` and `/metrics`, and stops cleanly on SIGTERM.
 
+mod common;
+
 use kaiwa_tests::fake_discord::FakeDiscord;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::process::Stdio;
@@ -182,34 +184,7 @@ async fn it_serves_telegram_and_discord_health_and_metrics_and_stops_on_sigterm(
 
 /// Starts `kaiwa run` on `dir`'s config and database; its log is collected.
 fn spawn_run(dir: &std::path::Path) -> (tokio::process::Child, Arc<Mutex<String>>) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .arg("run")
-        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.display()),
-        )
-        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
-        .env_remove("KAIWA_TEST_DISCORD_TOKEN")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kaiwa starts");
-    let log = Arc::new(Mutex::new(String::new()));
-    if let Some(stderr) = child.stderr.take() {
-        let collected = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-    }
-    (child, log)
+    common::spawn_run(dir, TOKEN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -146,6 +146,15 @@ fn message_json(id: u64, channel: u64, guild: Option<u64>, author: Value, conten
     message
 }
 
+/// Discord's 429 for a route, with its `retry_after`.
+fn rate_limited(retry_after: Duration) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({"message": "You are being rate limited.", "retry_after": retry_after.as_secs_f64(), "global": false})),
+    )
+        .into_response()
+}
+
 /// The DM channel the fake opens for `user`.
 pub fn dm_channel_of(user: u64) -> u64 {
     700_000 + user
@@ -633,11 +642,7 @@ async fn rest(
             if let Some(left) = left {
                 // too early: another 429, with what is left of the wait
                 record(&shared, json!({"_rate_limited": true}));
-                return (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    Json(json!({"message": "You are being rate limited.", "retry_after": left.as_secs_f64(), "global": false})),
-                )
-                    .into_response();
+                return rate_limited(left);
             }
             match failure {
                 Some(MessageFailure::RateLimited) | Some(MessageFailure::RateLimitedFor(_)) => {
@@ -652,11 +657,7 @@ async fn rest(
                             .insert(path.clone(), Instant::now() + Duration::from_millis(ms));
                     }
                     record(&shared, json!({"_rate_limited": true}));
-                    return (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        Json(json!({"message": "You are being rate limited.", "retry_after": ms as f64 / 1000.0, "global": false})),
-                    )
-                        .into_response();
+                    return rate_limited(Duration::from_millis(ms));
                 }
                 Some(MessageFailure::ServerError) => {
                     record(&shared, json!({"_server_error": true}));
@@ -694,14 +695,7 @@ async fn rest(
                     .insert((path.clone(), nonce), message.clone());
             }
             if failure == Some(MessageFailure::AnswerLost) {
-                let broken = futures::stream::once(async {
-                    Err::<axum::body::Bytes, _>(std::io::Error::other("connection lost"))
-                });
-                return axum::response::Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .body(axum::body::Body::from_stream(broken))
-                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+                return crate::answer_lost();
             }
             message
         }

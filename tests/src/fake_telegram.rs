@@ -539,14 +539,7 @@ async fn handle(
         Some(Failure::AnswerLost) => {
             // carried out as usual, then the answer breaks off
             let _ = answer(&shared, method, params);
-            let broken = futures::stream::once(async {
-                Err::<axum::body::Bytes, _>(std::io::Error::other("connection lost"))
-            });
-            return Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from_stream(broken))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            return crate::answer_lost();
         }
         Some(Failure::ServerError) => {
             shared.lock().calls.push(Call {

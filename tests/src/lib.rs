@@ -55,3 +55,37 @@ pub async fn once_quiet(texts: impl Fn() -> Vec<String>, before: usize) -> Vec<S
         .map(<[String]>::to_vec)
         .unwrap_or_default()
 }
+
+/// The texts of the active session of `key` (user and bot, oldest first, the last 100);
+/// panics when there is none.
+pub async fn session_texts(
+    store: &dyn kaiwa_core::store::Reads,
+    key: &kaiwa_core::message::SessionKey,
+) -> Vec<String> {
+    let session = store
+        .active_session(key)
+        .await
+        .expect("the store answers")
+        .expect("an active session");
+    store
+        .recent_messages(session.id, 100)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect()
+}
+
+/// A 200 whose body breaks off after the status line: the call was carried out and its
+/// answer lost on the way (the fakes' "answer lost" failure).
+pub fn answer_lost() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let broken = futures::stream::once(async {
+        Err::<axum::body::Bytes, _>(std::io::Error::other("connection lost"))
+    });
+    axum::response::Response::builder()
+        .status(axum::http::StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(broken))
+        .unwrap_or_else(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

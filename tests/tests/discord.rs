@@ -447,25 +447,13 @@ async fn a_message_sent_while_the_bot_was_down_is_answered_when_it_starts() {
     let bot = start_on(&fake, "engineer", ModelRouter::none(), dir).await;
     let answer = replies(&fake, DM, before).await;
     assert!(!answer.is_empty(), "answered after the start");
-    let session = bot
-        .store
-        .active_session(&kaiwa_core::message::SessionKey {
-            platform: Platform::Discord,
-            chat: DM.to_string(),
-            thread: String::new(),
-            user: "97".into(),
-        })
-        .await
-        .expect("store")
-        .expect("the session");
-    let said: Vec<String> = bot
-        .store
-        .recent_messages(session.id, 50)
-        .await
-        .expect("messages")
-        .into_iter()
-        .map(|m| m.text)
-        .collect();
+    let key = kaiwa_core::message::SessionKey {
+        platform: Platform::Discord,
+        chat: DM.to_string(),
+        thread: String::new(),
+        user: "97".into(),
+    };
+    let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
     assert_eq!(
         said.iter().filter(|t| *t == "Japan").count(),
         1,

@@ -98,6 +98,18 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
     }
 }
 
+/// [`start`] with a fake model server that plays `replies`.
+async fn start_with_model(
+    fake: &FakeTelegram,
+    db: &str,
+    replies: impl IntoIterator<Item = Reply>,
+) -> (Bot, FakeOpenAi) {
+    let model = FakeOpenAi::start(replies).await.expect("model");
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
+    let models = ModelRouter::new(Some(Arc::new(client)));
+    (start(fake, db, "engineer", models).await, model)
+}
+
 /// Waits for the bot's reply to whatever was just sent: at least one new message, then
 /// quiet for a moment. Returns the new texts.
 async fn replies(fake: &FakeTelegram, chat: Chat, before: usize) -> Vec<String> {
@@ -541,19 +553,9 @@ async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
     let long: Vec<String> = (0..10).map(paragraph).collect();
     let long = long.join("\n\n");
     assert!(long.chars().count() > 9_000);
-    let model = FakeOpenAi::start([Reply::text(&long)])
-        .await
-        .expect("model");
-    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();
-    let bot = start(
-        &fake,
-        &db,
-        "engineer",
-        ModelRouter::new(Some(Arc::new(client))),
-    )
-    .await;
+    let (bot, _model) = start_with_model(&fake, &db, [Reply::text(&long)]).await;
     let chat = Chat::private(1201);
     say(&fake, chat, 1201, "/chat").await;
     let before = fake.texts_in(chat).len();
@@ -591,19 +593,10 @@ async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_api_server_without_drafts_gets_typing_instead() {
-    let model = FakeOpenAi::start([Reply::text("one"), Reply::text("two")])
-        .await
-        .expect("model");
-    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client");
     let fake = FakeTelegram::start(TOKEN).await;
     let (_dir, db) = temp_db();
-    let bot = start(
-        &fake,
-        &db,
-        "engineer",
-        ModelRouter::new(Some(Arc::new(client))),
-    )
-    .await;
+    let (bot, _model) =
+        start_with_model(&fake, &db, [Reply::text("one"), Reply::text("two")]).await;
     let chat = Chat::private(1202);
     fake.fail_next(
         "sendMessageDraft",
@@ -711,20 +704,8 @@ async fn a_corpus_of_bad_input_gets_clear_replies_and_loses_nothing() {
         thread: String::new(),
         user: "1401".into(),
     };
-    let session = bot
-        .store
-        .active_session(&key)
-        .await
-        .expect("the store still works")
-        .expect("the interview goes on");
-    let said: Vec<String> = bot
-        .store
-        .recent_messages(session.id, 100)
-        .await
-        .expect("messages")
-        .into_iter()
-        .map(|m| m.text)
-        .collect();
+    // the store still works, and the interview goes on
+    let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
     for text in &corpus[1..6] {
         assert!(
             said.iter().any(|s| s == text),
@@ -810,25 +791,13 @@ async fn a_text_cut_inside_an_emoji_is_answered_and_polling_goes_on() {
     // and the next message too: polling moved past it
     let next = say(&fake, chat, 1231, "Hanako Yamada").await;
     assert!(!next.is_empty());
-    let session = bot
-        .store
-        .active_session(&kaiwa_core::message::SessionKey {
-            platform: Platform::Telegram,
-            chat: "1231".into(),
-            thread: String::new(),
-            user: "1231".into(),
-        })
-        .await
-        .expect("store")
-        .expect("a session");
-    let said: Vec<String> = bot
-        .store
-        .recent_messages(session.id, 50)
-        .await
-        .expect("messages")
-        .into_iter()
-        .map(|m| m.text)
-        .collect();
+    let key = kaiwa_core::message::SessionKey {
+        platform: Platform::Telegram,
+        chat: "1231".into(),
+        thread: String::new(),
+        user: "1231".into(),
+    };
+    let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
     assert!(said.iter().any(|t| t == "Japan \u{fffd}"), "{said:#?}");
     bot.stop().await;
 }
