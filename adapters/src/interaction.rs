@@ -9,6 +9,10 @@ use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError};
 
 /// A press on buttons that are no longer (or never were) the user's.
 pub const STALE_NOTICE: &str = "This button is no longer active. / このボタンはもう使えません。";
+
+/// A Stop pressed after its reply was complete.
+pub const ALREADY_COMPLETE: &str =
+    "This answer is already complete. / この回答はもう完了しています。";
 /// "Done" on a multi-select keyboard with nothing selected.
 pub const PICK_ONE: &str =
     "Choose at least one option, then press Done. / 一つ以上選んでから「決定」を押してください。";

@@ -20,6 +20,7 @@ pub mod interaction;
 pub mod lanes;
 pub mod markup;
 pub mod split;
+pub mod streaming;
 pub mod telegram;
 
 use std::collections::{HashSet, VecDeque};

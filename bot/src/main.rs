@@ -255,6 +255,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 user,
                 flow: Some(flow),
                 flow_arg: form,
+                live: std::io::IsTerminal::is_terminal(&std::io::stdout()),
             };
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             let result = console::run(&app.orchestrator, stdin, tokio::io::stdout(), options).await;

@@ -389,7 +389,8 @@ impl FakeDiscord {
         self.shared.lock().requests.clone()
     }
 
-    /// The bodies the bot posted as messages to `channel`, in order (429s and 5xx excluded).
+    /// The bodies the bot posted as messages to `channel`, in order (429s and 5xx excluded),
+    /// as they are now: edits applied (`_edits` counts them), deleted ones marked `_deleted`.
     pub fn messages_in(&self, channel: u64) -> Vec<Value> {
         let path = format!("/channels/{channel}/messages");
         self.requests()
@@ -402,10 +403,11 @@ impl FakeDiscord {
             .collect()
     }
 
-    /// The message texts posted to `channel`.
+    /// The message texts in `channel` as they are now (deleted ones left out).
     pub fn texts_in(&self, channel: u64) -> Vec<String> {
         self.messages_in(channel)
             .iter()
+            .filter(|b| b.get("_deleted").is_none())
             .map(|b| b["content"].as_str().unwrap_or_default().to_string())
             .collect()
     }
@@ -463,14 +465,23 @@ impl FakeDiscord {
     }
 
     /// Waits until `channel` holds at least `n` bot messages; returns their texts.
+    /// Waits until the bot has posted `n` messages to `channel` and none is still being
+    /// streamed (carries the Stop button); returns the texts.
     pub async fn wait_texts(&self, channel: u64, n: usize) -> Vec<String> {
         self.wait_for(
             &format!("{n} messages in {channel}"),
             Duration::from_secs(20),
-            |f| f.messages_in(channel).len() >= n,
+            |f| f.messages_in(channel).len() >= n && !f.streaming_in(channel),
         )
         .await;
         self.texts_in(channel)
+    }
+
+    /// A message in `channel` is being streamed: it carries the Stop button.
+    pub fn streaming_in(&self, channel: u64) -> bool {
+        self.messages_in(channel).iter().any(|m| {
+            m.get("_deleted").is_none() && m["components"].to_string().contains("kaiwa|stop")
+        })
     }
 
     /// Waits for the first Identify and the command registration.
@@ -698,6 +709,55 @@ async fn rest(
                 return crate::answer_lost();
             }
             message
+        }
+        ("PATCH", ["channels", _, "messages", _]) => {
+            let message = id(3);
+            let content = body["content"].as_str().map(str::to_string);
+            let body_components = body.get("components").cloned();
+            record(&shared, body);
+            let mut inner = shared.lock();
+            let posted = format!("/channels/{}/messages", id(1));
+            let Some(original) = inner.requests.iter_mut().find(|r| {
+                r.method == "POST" && r.path == posted && r.body["_fake_id"] == json!(message)
+            }) else {
+                drop(inner);
+                return (
+                    StatusCode::NOT_FOUND,
+                    Json(json!({"message": "Unknown Message", "code": 10008})),
+                )
+                    .into_response();
+            };
+            if let Some(components) = body_components {
+                original.body["components"] = components;
+            }
+            if let Some(content) = &content {
+                original.body["content"] = json!(content);
+                original.body["_edits"] = json!(original.body["_edits"].as_u64().unwrap_or(0) + 1);
+            }
+            let content = original.body["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            drop(inner);
+            message_json(
+                message,
+                id(1),
+                Some(GUILD),
+                user_json(BOT_ID, true),
+                &content,
+            )
+        }
+        ("DELETE", ["channels", _, "messages", _]) => {
+            let message = id(3);
+            record(&shared, body);
+            let mut inner = shared.lock();
+            let posted = format!("/channels/{}/messages", id(1));
+            if let Some(original) = inner.requests.iter_mut().find(|r| {
+                r.method == "POST" && r.path == posted && r.body["_fake_id"] == json!(message)
+            }) {
+                original.body["_deleted"] = json!(true);
+            }
+            return StatusCode::NO_CONTENT.into_response();
         }
         ("POST", ["channels", _, "messages", _, "threads"]) => {
             let thread = shared.next_id();

@@ -86,6 +86,10 @@ struct Shared {
     max_in_flight: usize,
     /// Requests whose client went away before the answer (the connection dropped).
     abandoned: usize,
+    /// A streamed answer sends a piece (a word) this often.
+    pace: std::time::Duration,
+    /// Requests with `stream: true` are refused with 400 (a server that cannot stream).
+    refuse_streams: bool,
 }
 
 /// Counts a request in flight until it is answered or its client goes away.
@@ -169,6 +173,16 @@ impl FakeOpenAi {
         self.lock().abandoned
     }
 
+    /// A streamed answer (`stream: true`) sends one word per `pace`.
+    pub fn set_stream_pace(&self, pace: std::time::Duration) {
+        self.lock().pace = pace;
+    }
+
+    /// Answers 400 to requests that ask for a stream.
+    pub fn refuse_streams(&self) {
+        self.lock().refuse_streams = true;
+    }
+
     pub fn remaining(&self) -> usize {
         self.lock().replies.len()
     }
@@ -189,11 +203,11 @@ async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (reply, delay, mut in_flight) = {
+    let (reply, delay, mut in_flight, pace) = {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         s.in_flight += 1;
         s.max_in_flight = s.max_in_flight.max(s.in_flight);
-        let in_flight = InFlight {
+        let mut in_flight = InFlight {
             shared: shared.clone(),
             answered: false,
         };
@@ -209,11 +223,30 @@ async fn completions(
             .replies
             .pop_front()
             .or_else(|| s.handler.as_ref().map(|h| h(&value)));
+        let streamed = value.get("stream") == Some(&Value::Bool(true));
         s.requests.push(value);
-        (reply, s.delay, in_flight)
+        if streamed && s.refuse_streams {
+            // the scripted reply stays for the request made without a stream
+            if let Some(reply) = reply {
+                s.replies.push_front(reply);
+            }
+            in_flight.answered = true;
+            // (the guard goes before `in_flight`, whose drop takes the lock)
+            drop(s);
+            return (
+                StatusCode::BAD_REQUEST,
+                r#"{"error":{"message":"streaming is not supported with tools"}}"#,
+            )
+                .into_response();
+        }
+        let pace = streamed.then_some(s.pace);
+        (reply, s.delay, in_flight, pace)
     };
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    if let (Some(pace), Some(Reply::Json(v))) = (pace, &reply) {
+        return stream(v, pace, in_flight);
     }
     if !matches!(reply, Some(Reply::Hang)) {
         in_flight.answered = true;
@@ -244,4 +277,65 @@ async fn completions(
         )
             .into_response(),
     }
+}
+
+/// A completion sent as Server-Sent Events: its text a word per `pace`, its tool calls in
+/// one chunk, then usage and `[DONE]`. The request counts as abandoned if the client goes
+/// away before the end.
+fn stream(completion: &Value, pace: std::time::Duration, in_flight: InFlight) -> Response {
+    let message = &completion["choices"][0]["message"];
+    let mut chunks: Vec<Value> = Vec::new();
+    if let Some(text) = message["content"].as_str() {
+        let mut piece = String::new();
+        for c in text.chars() {
+            piece.push(c);
+            if c == ' ' {
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"content": piece}}]}));
+                piece = String::new();
+            }
+        }
+        if !piece.is_empty() {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"content": piece}}]}));
+        }
+    }
+    if let Some(calls) = message["tool_calls"].as_array() {
+        let deltas: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut c = c.clone();
+                c["index"] = json!(i);
+                c
+            })
+            .collect();
+        chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": deltas}}]}));
+    }
+    chunks.push(json!({"choices": [], "usage": completion["usage"].clone()}));
+    let mut lines: VecDeque<String> = chunks
+        .into_iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect();
+    lines.push_back("data: [DONE]\n\n".to_string());
+    let body = futures::stream::unfold(
+        (lines, in_flight, true),
+        move |(mut lines, mut in_flight, first)| async move {
+            let line = lines.pop_front()?;
+            if !first {
+                tokio::time::sleep(pace).await;
+            }
+            if lines.is_empty() {
+                in_flight.answered = true;
+            }
+            Some((
+                Ok::<_, std::io::Error>(Bytes::from(line)),
+                (lines, in_flight, false),
+            ))
+        },
+    );
+    let mut response = axum::body::Body::from_stream(body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
 }

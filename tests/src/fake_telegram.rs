@@ -272,6 +272,18 @@ impl FakeTelegram {
         })
     }
 
+    /// A user presses Stop under the streamed draft `draft_id` in `chat` (Bot API 10.3's
+    /// `stopped_message_generation` update).
+    pub fn stop_generation(&self, chat: Chat, draft_id: i64) -> i64 {
+        self.push(|id, _| {
+            let mut stopped = json!({"chat": chat.json(), "draft_id": draft_id});
+            if let Some(topic) = chat.topic {
+                stopped["message_thread_id"] = json!(topic);
+            }
+            json!({"update_id": id, "stopped_message_generation": stopped})
+        })
+    }
+
     /// A user presses the button with `data` under the bot's message `message_id`.
     pub fn press(&self, chat: Chat, user: i64, message_id: i64, data: &str) -> i64 {
         self.push(|id, inner| {
@@ -369,6 +381,22 @@ impl FakeTelegram {
             .filter(|c| c.chat_id() == Some(chat.id) && c.thread_id() == chat.topic)
             .map(|c| c.text().to_string())
             .collect()
+    }
+
+    /// The bot's messages in `chat` (its topic, if any) as they are now: edits applied,
+    /// deleted ones left out, in order.
+    pub fn shown_in(&self, chat: Chat) -> Vec<String> {
+        let inner = self.shared.lock();
+        let mut shown: Vec<(i64, String)> = inner
+            .bot_messages
+            .iter()
+            .filter(|((c, _), m)| {
+                *c == chat.id && m.get("message_thread_id").and_then(Value::as_i64) == chat.topic
+            })
+            .map(|((_, id), m)| (*id, m["text"].as_str().unwrap_or_default().to_string()))
+            .collect();
+        shown.sort();
+        shown.into_iter().map(|(_, t)| t).collect()
     }
 
     /// How many times the bot long-polled.
@@ -628,6 +656,21 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
                 }
             }
             (message.clone(), Some(id))
+        }
+        "deletemessage" => {
+            let id = params
+                .get("message_id")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if inner.bot_messages.remove(&(chat_id, id)).is_none() {
+                drop(inner);
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: message to delete not found"})),
+                )
+                    .into_response();
+            }
+            (json!(true), Some(id))
         }
         "createforumtopic" => {
             inner.next_message += 1;

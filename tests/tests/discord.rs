@@ -616,7 +616,15 @@ async fn a_thirteen_thousand_character_reply_is_three_messages_cut_with_a_mark()
     let long = long_story(28);
     assert!(long.chars().count() > 12_800);
     let (pieces, _fake, bot) = model_reply_in_dm(&long).await;
-    assert_eq!(pieces.len(), 3, "not 7 messages");
+    assert_eq!(
+        pieces.len(),
+        3,
+        "not 7 messages: {:?}",
+        pieces
+            .iter()
+            .map(|p| (p.chars().count(), p.chars().take(20).collect::<String>()))
+            .collect::<Vec<_>>()
+    );
     assert!(pieces.iter().all(|p| p.chars().count() <= 2000));
     assert!(
         pieces[2].ends_with(kaiwa_adapters::split::CUT_MARK),
@@ -696,5 +704,125 @@ async fn admin_commands_work_only_for_admins_in_the_admin_channel() {
     fake.user_message(ADMIN, Some(GUILD), ADMIN_USER, "hello team");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fake.texts_in(ADMIN).len(), 2);
+    bot.stop().await;
+}
+
+/// The message in `channel` that carries the Stop button (being streamed), if any.
+fn streaming_message(fake: &FakeDiscord, channel: u64) -> Option<u64> {
+    fake.messages_in(channel)
+        .into_iter()
+        .find(|m| {
+            m["components"]
+                .to_string()
+                .contains(kaiwa_adapters::discord::STOP_ID)
+        })
+        .and_then(|m| m["_fake_id"].as_u64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_help_desk_answer_streams_with_a_stop_button_that_ends_the_request() {
+    let answer = "To stop a conversation, send /end. What you said is kept. \
+         Start again whenever you like. See the guide [1].";
+    let long = "Exports come as CSV. Each row is one submission and each column one field, \
+         with dates in ISO form, and the file can be opened in any spreadsheet program you like.";
+    let model = FakeOpenAi::start([Reply::text(answer), Reply::text(long)])
+        .await
+        .expect("model");
+    model.set_stream_pace(Duration::from_millis(150));
+    let client: Arc<dyn kaiwa_core::llm::ChatModel> =
+        Arc::new(OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client"));
+    let fake = FakeDiscord::start().await;
+    let bot = start(
+        &fake,
+        "engineer",
+        ModelRouter::none().with_agent("helpdesk_answer", client),
+    )
+    .await;
+    fake.user_message(HELPDESK, Some(GUILD), 45, "How do I stop a conversation?");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, _, _) = fake.threads()[0].clone();
+    fake.wait_for("the streamed answer", Duration::from_secs(20), |f| {
+        streaming_message(f, thread).is_some()
+    })
+    .await;
+    let streamed = streaming_message(&fake, thread).expect("streamed");
+    let texts = replies(&fake, thread, 0).await;
+    let first = fake
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| m["_fake_id"].as_u64() == Some(streamed))
+        .expect("the streamed message");
+    assert!(first["_edits"].as_u64().unwrap_or(0) >= 2, "{first}");
+    assert_eq!(
+        first["components"],
+        serde_json::json!([]),
+        "Stop removed: {first}"
+    );
+    assert!(
+        texts[0].starts_with("To stop a conversation") && texts[0].contains("Sources:"),
+        "the final answer replaced the stream: {texts:?}"
+    );
+    let edits: Vec<std::time::Instant> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/messages/{streamed}")))
+        .map(|r| r.at)
+        .collect();
+    for pair in edits.windows(2).take(edits.len().saturating_sub(2)) {
+        assert!(pair[1].duration_since(pair[0]) >= Duration::from_millis(900));
+    }
+
+    // a follow-up, stopped while it is written
+    let before = fake.messages_in(thread).len();
+    fake.user_message(thread, Some(GUILD), 45, "How do I export submissions?");
+    fake.wait_for("the second streamed answer", Duration::from_secs(20), |f| {
+        streaming_message(f, thread).is_some_and(|id| id != streamed)
+    })
+    .await;
+    let second = streaming_message(&fake, thread).expect("streamed");
+    let press = fake.press(
+        thread,
+        Some(GUILD),
+        45,
+        second,
+        kaiwa_adapters::discord::STOP_ID,
+    );
+    fake.wait_for("the Stop acknowledged", Duration::from_secs(10), |f| {
+        f.callbacks()
+            .iter()
+            .any(|(id, kind, _)| *id == press && *kind == 6)
+    })
+    .await;
+    let texts = replies(&fake, thread, before).await;
+    assert!(texts[0].starts_with("Exports come as CSV."), "{texts:?}");
+    assert!(texts[0].contains("(stopped)"), "{texts:?}");
+    assert!(
+        !texts[0].contains("spreadsheet"),
+        "the rest was not written: {texts:?}"
+    );
+    for _ in 0..50 {
+        if model.abandoned() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(model.abandoned(), 1, "the model request was cancelled");
+    // a Stop on a finished answer: a notice, nothing else
+    let late = fake.press(
+        thread,
+        Some(GUILD),
+        45,
+        second,
+        kaiwa_adapters::discord::STOP_ID,
+    );
+    fake.wait_for("the late Stop answered", Duration::from_secs(10), |f| {
+        f.callbacks()
+            .iter()
+            .any(|(id, kind, _)| *id == late && *kind == 4)
+    })
+    .await;
     bot.stop().await;
 }

@@ -4,6 +4,7 @@
 use kaiwa_core::agent::tool::parse_arguments;
 use kaiwa_core::llm::budget;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::llm::stream::Tap;
 use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelError, ToolCall, ToolSpec};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use serde::Deserialize;
@@ -306,4 +307,120 @@ async fn a_503_with_retry_after_is_waited_out_too() {
         "waited {:?}",
         started.elapsed()
     );
+}
+
+const STORY: &str = "One two three four five six seven eight nine ten eleven twelve.";
+
+fn plain_request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![ChatMessage::user("Tell me a story")],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_answer_grows_in_the_tap_and_equals_the_whole_one() {
+    let server = FakeOpenAi::start([Reply::text(STORY), Reply::text(STORY)])
+        .await
+        .expect("server");
+    server.set_stream_pace(Duration::from_millis(20));
+    let model = client(&server, Duration::from_secs(5), 0);
+    let whole = model.chat(plain_request()).await.expect("whole");
+    let tap = Tap::new();
+    let mut seen = tap.watch();
+    let lengths = tokio::spawn(async move {
+        let mut lengths = Vec::new();
+        while seen.changed().await.is_ok() {
+            lengths.push(seen.borrow_and_update().len());
+        }
+        lengths
+    });
+    let streamed = model
+        .chat_streaming(plain_request(), &tap)
+        .await
+        .expect("streamed");
+    assert_eq!(streamed.text, whole.text, "the same answer either way");
+    assert_eq!(tap.text(), STORY);
+    assert_eq!(
+        streamed.usage.completion_tokens, 3,
+        "usage from the last chunk"
+    );
+    drop(tap);
+    let lengths = lengths.await.expect("watcher");
+    assert!(
+        lengths.len() >= 3,
+        "the text grew piece by piece: {lengths:?}"
+    );
+    assert!(lengths.windows(2).all(|w| w[0] <= w[1]), "{lengths:?}");
+    let requests = server.requests();
+    assert_eq!(requests[1]["stream"], true);
+    assert!(requests[0].get("stream").is_none());
+}
+
+#[tokio::test]
+async fn a_stop_ends_the_request_and_keeps_the_text_so_far() {
+    let server = FakeOpenAi::start([Reply::text(STORY)])
+        .await
+        .expect("server");
+    server.set_stream_pace(Duration::from_millis(100));
+    let model = client(&server, Duration::from_secs(5), 0);
+    let tap = Tap::new();
+    let stopper = {
+        let tap = tap.clone();
+        tokio::spawn(async move {
+            let mut seen = tap.watch();
+            let _ = seen.wait_for(|t| t.split_whitespace().count() >= 3).await;
+            tap.stop();
+        })
+    };
+    let started = Instant::now();
+    let answer = model
+        .chat_streaming(plain_request(), &tap)
+        .await
+        .expect("the text so far");
+    stopper.await.expect("stopper");
+    let text = answer.text.unwrap_or_default();
+    assert!(text.starts_with("One two three"), "{text}");
+    assert!(text.len() < STORY.len(), "stopped early: {text}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    // the server sees the connection go
+    for _ in 0..50 {
+        if server.abandoned() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        server.abandoned(),
+        1,
+        "the request was cancelled on the server"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_will_not_stream_is_asked_again_without() {
+    let server = FakeOpenAi::start([Reply::text(STORY)])
+        .await
+        .expect("server");
+    server.refuse_streams();
+    let model = client(&server, Duration::from_secs(5), 0);
+    let tap = Tap::new();
+    let answer = model
+        .chat_streaming(plain_request(), &tap)
+        .await
+        .expect("one answer");
+    assert_eq!(answer.text.as_deref(), Some(STORY));
+    assert_eq!(
+        tap.text(),
+        "",
+        "nothing streamed: the reply goes as one message"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0]["stream"], true);
+    assert!(requests[1].get("stream").is_none());
 }

@@ -577,12 +577,15 @@ async fn a_ten_thousand_character_reply_is_split_on_paragraphs() {
     let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(words(&pieces.join("\n\n")), words(&long), "nothing lost");
     // a sign of life while the model works: in a private chat the native "Thinking…" draft
+    // (empty text), then the streamed answer in the same draft
     let drafts = fake.calls_of("sendMessageDraft");
     assert!(!drafts.is_empty(), "a draft while the model works");
+    assert_eq!(drafts[0].params["text"], "", "the placeholder comes first");
     assert!(
         drafts
             .iter()
-            .all(|d| d.params["text"] == "" && d.params["draft_id"] != 0)
+            .all(|d| d.params["draft_id"] == drafts[0].params["draft_id"]
+                && d.params["draft_id"] != 0)
     );
     assert!(
         fake.calls_of("sendChatAction").is_empty(),
@@ -982,5 +985,165 @@ async fn a_reply_telegram_refused_goes_out_with_the_next_one() {
         !after.iter().any(|t| t.contains("did not reach")),
         "{after:?}"
     );
+    bot.stop().await;
+}
+
+/// A bot whose help-desk answers with the model (the other steps use their floors) and
+/// whose model streams a word every `pace`.
+async fn start_streaming(
+    fake: &FakeTelegram,
+    db: &str,
+    replies: impl IntoIterator<Item = Reply>,
+    pace: Duration,
+) -> (Bot, FakeOpenAi) {
+    let model = FakeOpenAi::start(replies).await.expect("model");
+    model.set_stream_pace(pace);
+    let client: Arc<dyn kaiwa_core::llm::ChatModel> =
+        Arc::new(OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client"));
+    let models = ModelRouter::none()
+        .with_agent("helpdesk_answer", client.clone())
+        .with_agent("assistant", client);
+    (start(fake, db, "engineer", models).await, model)
+}
+
+const ANSWER: &str = "To stop an interview halfway, send /end. What you answered is kept. \
+     Come back later with /interview and it goes on where it stopped. See the guide [1].";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_help_desk_answer_streams_into_one_group_message_edited_at_most_once_a_second() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    // the same answer from a server that cannot stream, then from one that streams
+    let (bot, model) = start_streaming(
+        &fake,
+        &db,
+        [Reply::text(ANSWER), Reply::text(ANSWER)],
+        Duration::from_millis(150),
+    )
+    .await;
+    let question = "How do I stop the interview halfway?";
+    let whole = Chat::topic(-100_700, 3);
+    model.refuse_streams();
+    say(&fake, whole, 701, question).await;
+    assert!(
+        fake.calls_of("editMessageText").is_empty(),
+        "no stream: one message"
+    );
+    bot.stop().await;
+    let (bot, model) = start_streaming(
+        &fake,
+        &db,
+        [Reply::text(ANSWER)],
+        Duration::from_millis(150),
+    )
+    .await;
+    let streamed = Chat::topic(-100_700, 4);
+    let before = fake.calls().len();
+    fake.send_text(streamed, 702, question);
+    // the answer and the feedback buttons, the answer no longer growing
+    fake.wait_for("the feedback buttons", Duration::from_secs(20), |calls| {
+        calls.iter().any(|c| {
+            c.method == "sendmessage" && c.thread_id() == Some(4) && !c.buttons().is_empty()
+        })
+    })
+    .await;
+    let calls: Vec<Call> = fake.calls()[before..].to_vec();
+    let sent: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.method == "sendmessage" && c.thread_id() == Some(4))
+        .collect();
+    assert_eq!(
+        sent.len(),
+        2,
+        "the answer's message and the buttons: {sent:?}"
+    );
+    assert!(
+        sent[0].text().ends_with('.') && ANSWER.starts_with(sent[0].text()),
+        "the first sentence or more went out first: {:?}",
+        sent[0].text()
+    );
+    let answer_id = sent[0].message_id.expect("id");
+    let edits: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.method == "editmessagetext" && c.params["message_id"] == answer_id)
+        .collect();
+    assert!(
+        edits.len() >= 2,
+        "edited as it grew, then the final: {edits:?}"
+    );
+    for pair in edits.windows(2).take(edits.len().saturating_sub(2)) {
+        // intermediate edits at most about once a second (the final one comes when ready)
+        assert!(
+            pair[1].at.duration_since(pair[0].at) >= Duration::from_millis(900),
+            "{:?}",
+            pair[1].at.duration_since(pair[0].at)
+        );
+    }
+    assert_eq!(model.requests()[0]["stream"], true);
+    // the final text equals the answer that was not streamed
+    let shown_whole = fake.shown_in(whole);
+    let shown_streamed = fake.shown_in(streamed);
+    assert_eq!(shown_streamed[0], shown_whole[0]);
+    assert!(shown_streamed[0].contains("Sources:"), "{shown_streamed:?}");
+    assert!(
+        fake.calls_of("sendMessageDraft").is_empty(),
+        "no drafts in groups"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_chat_sees_drafts_then_one_message_and_stop_ends_the_request() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let long = "Once upon a time there was a bot that told very long stories to everyone \
+         who asked, and it went on and on about rivers, mountains, trains and tea.";
+    let (bot, model) = start_streaming(
+        &fake,
+        &db,
+        [Reply::text(long), Reply::text("A short one.")],
+        Duration::from_millis(200),
+    )
+    .await;
+    let chat = Chat::private(1301);
+    say(&fake, chat, 1301, "/chat").await;
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 1301, "tell me a story");
+    // the draft grows; the user presses Stop after a few words
+    fake.wait_for("a draft with words", Duration::from_secs(10), |calls| {
+        calls.iter().any(|c| {
+            c.method == "sendmessagedraft"
+                && c.params["text"]
+                    .as_str()
+                    .is_some_and(|t| t.split_whitespace().count() >= 4)
+        })
+    })
+    .await;
+    let draft = fake.calls_of("sendMessageDraft");
+    let draft_id = draft[0].params["draft_id"].as_i64().expect("draft id");
+    assert!(
+        draft
+            .iter()
+            .all(|d| d.params["can_stop"] == true || d.params["text"] == "")
+    );
+    fake.stop_generation(chat, draft_id);
+    let reply = replies(&fake, chat, before).await;
+    assert_eq!(reply.len(), 1, "one final message: {reply:?}");
+    assert!(reply[0].starts_with("Once upon a time"), "{reply:?}");
+    assert!(reply[0].contains("(stopped)"), "{reply:?}");
+    assert!(
+        !reply[0].contains("tea"),
+        "the rest was not written: {reply:?}"
+    );
+    for _ in 0..50 {
+        if model.abandoned() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(model.abandoned(), 1, "the model request was cancelled");
+    // the next message is a new turn as usual
+    let next = say(&fake, chat, 1301, "another one").await;
+    assert_eq!(next, vec!["A short one.".to_string()]);
     bot.stop().await;
 }

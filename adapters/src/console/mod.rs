@@ -6,6 +6,10 @@
 //! non-empty line; it returns when the flow ends the session or the input closes. Admin
 //! notices go to stderr through [`StderrAdminSink`]. It keeps only the last options shown,
 //! to map a number back to a choice; the conversation itself lives in the store.
+//!
+//! On a terminal ([`ConsoleOptions::live`]) a one-line spinner turns while the bot works
+//! and a reply that may stream is printed as it is written; through a pipe neither (the
+//! output is the conversation and nothing else).
 
 use crate::AdapterError;
 use async_trait::async_trait;
@@ -13,8 +17,8 @@ use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::message::{
     Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
 };
-use kaiwa_core::orchestrator::{Orchestrator, Outbox};
-use std::sync::Mutex;
+use kaiwa_core::orchestrator::{Orchestrator, Outbox, Streamer};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Who is talking and what to start.
@@ -26,6 +30,8 @@ pub struct ConsoleOptions {
     pub flow: Option<String>,
     /// Its start argument (e.g. a form id).
     pub flow_arg: Option<String>,
+    /// The output is a terminal: a spinner while the bot works, replies streamed.
+    pub live: bool,
 }
 
 /// Why [`run`] returned.
@@ -41,8 +47,78 @@ pub enum ConsoleExit {
 pub const CONSOLE_CHAT: &str = "console";
 
 struct ConsoleOutbox<W> {
-    out: tokio::sync::Mutex<W>,
+    out: Arc<tokio::sync::Mutex<W>>,
     last_options: Mutex<Option<OptionsRequest>>,
+    live: bool,
+    screen: Arc<Mutex<Screen>>,
+}
+
+/// What the terminal's last line holds besides the conversation.
+#[derive(Default)]
+struct Screen {
+    /// A spinner frame is on it.
+    spinner: bool,
+    /// The reply being streamed, as printed so far.
+    streamed: Option<String>,
+}
+
+fn screen(screen: &Mutex<Screen>) -> std::sync::MutexGuard<'_, Screen> {
+    screen.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Wipes a spinner frame off the line.
+const WIPE: &str = "\r    \r";
+
+/// The spinner's frames (ASCII: any terminal shows them).
+const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+
+/// Prints a streamed reply as it grows (a terminal only).
+struct ConsoleStreamer<W> {
+    out: Arc<tokio::sync::Mutex<W>>,
+    screen: Arc<Mutex<Screen>>,
+}
+
+#[async_trait]
+impl<W: AsyncWrite + Send + Unpin + 'static> Streamer for ConsoleStreamer<W> {
+    fn interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(50)
+    }
+
+    async fn show(&mut self, text: &str) -> Result<bool, DeliveryError> {
+        let text = crate::markup::plain(text);
+        let mut out = self.out.lock().await;
+        let write = {
+            let mut screen = screen(&self.screen);
+            let mut write = String::new();
+            if std::mem::take(&mut screen.spinner) {
+                write.push_str(WIPE);
+            }
+            match screen.streamed.as_deref() {
+                Some(printed) if text.starts_with(printed) => {
+                    write.push_str(&text[printed.len()..]);
+                }
+                // the model started again: a new line
+                Some(_) => {
+                    write.push('\n');
+                    write.push_str(&text);
+                }
+                None => write.push_str(&text),
+            }
+            screen.streamed = Some(text);
+            write
+        };
+        out.write_all(write.as_bytes())
+            .await
+            .map_err(|e| DeliveryError::Disconnected(e.to_string()))?;
+        out.flush()
+            .await
+            .map_err(|e| DeliveryError::Disconnected(e.to_string()))?;
+        Ok(true)
+    }
+
+    async fn finish(self: Box<Self>) {
+        screen(&self.screen).streamed = None;
+    }
 }
 
 impl<W: AsyncWrite + Send + Unpin> ConsoleOutbox<W> {
@@ -76,9 +152,18 @@ pub fn render(item: &Outgoing) -> Option<String> {
 }
 
 #[async_trait]
-impl<W: AsyncWrite + Send + Unpin> Outbox for ConsoleOutbox<W> {
+impl<W: AsyncWrite + Send + Unpin + 'static> Outbox for ConsoleOutbox<W> {
     async fn deliver(&self, _key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
         let mut out = self.out.lock().await;
+        let (spinner, mut streamed) = {
+            let mut screen = screen(&self.screen);
+            (std::mem::take(&mut screen.spinner), screen.streamed.take())
+        };
+        if spinner {
+            out.write_all(WIPE.as_bytes())
+                .await
+                .map_err(|e| DeliveryError::Disconnected(e.to_string()))?;
+        }
         // numbers answer the options of the latest reply only (cleared when the next line
         // is read; a reply may come item by item, options before a closing line)
         if let Some(latest) = items.iter().rev().find_map(|o| match o {
@@ -88,15 +173,94 @@ impl<W: AsyncWrite + Send + Unpin> Outbox for ConsoleOutbox<W> {
             *self.last_options.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest);
         }
         for item in items {
-            if let Some(text) = render(item) {
+            let rendered = match (item, streamed.take()) {
+                // the reply was streamed: what it printed is not printed again
+                (Outgoing::Text { .. }, Some(printed)) => {
+                    render(item).map(|text| match text.strip_prefix(printed.as_str()) {
+                        Some(rest) => rest.to_string(),
+                        None => format!("\n{text}"),
+                    })
+                }
+                (_, printed) => {
+                    streamed = printed;
+                    render(item)
+                }
+            };
+            if let Some(text) = rendered {
                 out.write_all(text.as_bytes())
                     .await
                     .map_err(|e| DeliveryError::Disconnected(e.to_string()))?;
             }
         }
+        if streamed.is_some() {
+            // not replaced yet (a reply item by item): the next text does
+            screen(&self.screen).streamed = streamed;
+        }
         out.flush()
             .await
             .map_err(|e| DeliveryError::Disconnected(e.to_string()))
+    }
+
+    fn streamer(
+        &self,
+        _key: &SessionKey,
+        _tap: &Arc<kaiwa_core::llm::stream::Tap>,
+    ) -> Option<Box<dyn Streamer>> {
+        self.live.then(|| {
+            Box::new(ConsoleStreamer {
+                out: self.out.clone(),
+                screen: self.screen.clone(),
+            }) as Box<dyn Streamer>
+        })
+    }
+}
+
+impl<W: AsyncWrite + Send + Unpin + 'static> ConsoleOutbox<W> {
+    /// A turn, with the spinner turning (on a terminal) until something is printed.
+    async fn handle(
+        &self,
+        orchestrator: &Orchestrator,
+        incoming: Incoming,
+    ) -> Result<kaiwa_core::orchestrator::TurnReport, kaiwa_core::orchestrator::OrchestratorError>
+    {
+        let turn = orchestrator.handle(incoming, self);
+        if !self.live {
+            return turn.await;
+        }
+        tokio::pin!(turn);
+        // a quick turn shows no spinner
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + std::time::Duration::from_millis(300),
+            std::time::Duration::from_millis(120),
+        );
+        let mut frame = 0usize;
+        let report = loop {
+            tokio::select! {
+                report = &mut turn => break report,
+                _ = tick.tick() => {
+                    let mut out = self.out.lock().await;
+                    let draw = {
+                        let mut screen = screen(&self.screen);
+                        let draw = screen.streamed.is_none();
+                        screen.spinner |= draw;
+                        draw
+                    };
+                    if draw {
+                        frame += 1;
+                        let text = format!("\r{} ", FRAMES[frame % FRAMES.len()]);
+                        let _ = out.write_all(text.as_bytes()).await;
+                        let _ = out.flush().await;
+                    }
+                }
+            }
+        };
+        let mut out = self.out.lock().await;
+        let spinner = std::mem::take(&mut screen(&self.screen).spinner);
+        if spinner {
+            let _ = out.write_all(WIPE.as_bytes()).await;
+            let _ = out.flush().await;
+        }
+        report
     }
 }
 
@@ -129,11 +293,13 @@ pub async fn run<R, W>(
 ) -> Result<ConsoleExit, AdapterError>
 where
     R: AsyncBufRead + Unpin,
-    W: AsyncWrite + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
 {
     let outbox = ConsoleOutbox {
-        out: tokio::sync::Mutex::new(output),
+        out: Arc::new(tokio::sync::Mutex::new(output)),
         last_options: Mutex::new(None),
+        live: options.live,
+        screen: Default::default(),
     };
     let run_id = kaiwa_core::message::new_request_id();
     let mut counter = 0u64;
@@ -154,7 +320,7 @@ where
             shared: false,
         }
     };
-    let report = orchestrator.handle(next(Body::Open), &outbox).await?;
+    let report = outbox.handle(orchestrator, next(Body::Open)).await?;
     if report.finished {
         return Ok(ConsoleExit::FlowEnded);
     }
@@ -184,7 +350,7 @@ where
             .last_options
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
-        let report = orchestrator.handle(next(body), &outbox).await?;
+        let report = outbox.handle(orchestrator, next(body)).await?;
         if report.finished {
             return Ok(ConsoleExit::FlowEnded);
         }

@@ -283,6 +283,22 @@ impl Handler {
             return;
         }
         self.health.ok();
+        if component.data.custom_id == super::stream::STOP_ID {
+            // outside the session's queue: the turn writing the reply holds it
+            let stopped = self
+                .turns
+                .outbox
+                .streams()
+                .stop(component.channel_id.get(), component.message.id.get());
+            if !stopped {
+                return self.ephemeral(ctx, &component, ALREADY_COMPLETE).await;
+            }
+            let acknowledge = CreateInteractionResponse::Acknowledge;
+            if let Err(e) = component.create_response(&ctx.http, acknowledge).await {
+                tracing::warn!(error = %e, "could not acknowledge a Stop");
+            }
+            return;
+        }
         let press = Press::decode(&component.data.custom_id);
         let dm = component.guild_id.is_none();
         let place = self.place_of(component.channel_id, dm).await;

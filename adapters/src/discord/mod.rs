@@ -14,11 +14,14 @@
 //!   deferred while the turn runs.
 //! - REST calls that hit a 429 are waited out and sent again ([`DiscordApi`]); with the
 //!   built-in rate limiter on (production, no `api_proxy`) serenity already does this.
+//! - Replies that need no vetting stream while the model writes them (`stream.rs`): one
+//!   message with a Stop button, edited about once a second; the final reply is edited in.
 //! - A message is processed once: recent ids are remembered in memory and every turn is
 //!   deduplicated by the store.
 
 use crate::interaction::{
-    SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
+    ALREADY_COMPLETE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request,
+    shown_choice,
 };
 use crate::lanes::{Lanes, Pushed};
 use crate::split::{MAX_PIECES, split_capped, truncate};
@@ -49,10 +52,12 @@ mod components;
 mod events;
 mod outbox;
 mod places;
+mod stream;
 
 pub use api::DiscordApi;
 pub use components::{Press, components};
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
+pub use stream::STOP_ID;
 
 use api::*;
 use events::*;

@@ -39,11 +39,66 @@ pub(super) fn target(key: &SessionKey) -> Result<ChannelId, DeliveryError> {
 /// Renders replies in a channel or thread.
 pub struct DiscordOutbox {
     api: DiscordApi,
+    streams: Arc<crate::streaming::Streams>,
 }
 
 impl DiscordOutbox {
     pub fn new(api: DiscordApi) -> Self {
-        DiscordOutbox { api }
+        DiscordOutbox {
+            api,
+            streams: Default::default(),
+        }
+    }
+
+    /// The replies being streamed (a Stop press is given to them).
+    pub fn streams(&self) -> &Arc<crate::streaming::Streams> {
+        &self.streams
+    }
+
+    /// A reply's text: edited into the message that showed it being written (its Stop
+    /// button removed), if there is one; else sent.
+    async fn send_reply(
+        &self,
+        key: &SessionKey,
+        channel: ChannelId,
+        text: &str,
+    ) -> Result<Option<Message>, serenity::Error> {
+        let Some(message) = self
+            .streams
+            .take_shown(key)
+            .and_then(|m| m.parse::<u64>().ok())
+            .filter(|m| *m != 0)
+        else {
+            return self.api.send_text(channel, text, Vec::new()).await;
+        };
+        let message = serenity::all::MessageId::new(message);
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
+        let (first, rest) = pieces
+            .split_first()
+            .map_or((String::new(), &[][..]), |(f, r)| (f.clone(), r));
+        let edited = self
+            .api
+            .call("editMessage", |http| {
+                let edit = serenity::all::EditMessage::new()
+                    .content(first.clone())
+                    .components(Vec::new());
+                async move { channel.edit_message(&http, message, edit).await }
+            })
+            .await;
+        let mut last = match edited {
+            Ok(m) => Some(m),
+            // the streamed message is gone (deleted by someone): the reply goes anew
+            Err(e) if is_refused(&e) => return self.api.send_text(channel, text, Vec::new()).await,
+            Err(e) => return Err(e),
+        };
+        for piece in rest {
+            last = self
+                .api
+                .send_text(channel, piece, Vec::new())
+                .await?
+                .or(last);
+        }
+        Ok(last)
     }
 }
 
@@ -53,7 +108,7 @@ impl Outbox for DiscordOutbox {
         let channel = target(key)?;
         for item in items {
             let sent = match item {
-                Outgoing::Text { text } => self.api.send_text(channel, text, Vec::new()).await,
+                Outgoing::Text { text } => self.send_reply(key, channel, text).await,
                 Outgoing::Options(request) => {
                     self.api
                         .send_text(channel, &request.prompt, components(request, false))
@@ -103,6 +158,22 @@ impl Outbox for DiscordOutbox {
             }
         }
         Ok(true)
+    }
+
+    fn streamer(
+        &self,
+        key: &SessionKey,
+        tap: &Arc<kaiwa_core::llm::stream::Tap>,
+    ) -> Option<Box<dyn kaiwa_core::orchestrator::Streamer>> {
+        let channel = target(key).ok()?;
+        Some(Box::new(super::stream::DiscordStreamer {
+            api: self.api.clone(),
+            streams: self.streams.clone(),
+            key: key.clone(),
+            channel,
+            tap: tap.clone(),
+            message: None,
+        }))
     }
 }
 

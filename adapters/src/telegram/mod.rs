@@ -17,6 +17,10 @@
 //! - Options become inline keyboards whose buttons carry the request's short id and an index
 //!   ([`mod@keyboard`]); a press is answered (best effort), the message is edited to show the
 //!   choice and loses its keyboard; a press on a stale or foreign keyboard gets a notice.
+//! - Replies that need no vetting stream while the model writes them (`stream.rs`): a
+//!   private chat sees the native draft grow (with a Stop button; the
+//!   `stopped_message_generation` update ends the model's request), a group or topic one
+//!   message edited about once a second; the final reply replaces either.
 //! - An update is processed once: recent update ids are remembered in memory, and every turn
 //!   is deduplicated by the store (`telegram` + chat + update id), which survives restarts.
 
@@ -24,6 +28,7 @@ mod api;
 pub mod keyboard;
 mod polling;
 mod send;
+mod stream;
 mod updates;
 
 pub use api::{CallError, TelegramApi};
@@ -262,6 +267,12 @@ impl TelegramAdapter {
                 }
             };
             health.ok();
+            // a Stop goes to its reply at once: the turn writing it holds the session's lane
+            for (chat, draft) in &batch.stops {
+                if !ctx.outbox.streams().stop(chat, draft) {
+                    tracing::debug!("a Stop for a reply no longer being written");
+                }
+            }
             if failures > 0 {
                 tracing::info!(failures, "Telegram long polling works again");
                 failures = 0;

@@ -14,6 +14,9 @@ use teloxide::types::Update;
 /// whole batch (those skipped too).
 pub(super) struct Batch {
     pub(super) updates: Vec<Update>,
+    /// Stops of streamed replies (`stopped_message_generation`, Bot API 10.3, which
+    /// teloxide does not know): chat and draft id.
+    pub(super) stops: Vec<(i64, i64)>,
     pub(super) next_offset: Option<i64>,
 }
 
@@ -25,7 +28,7 @@ pub(super) async fn poll(
 ) -> Result<Batch, CallError> {
     let mut params = serde_json::json!({
         "timeout": timeout.as_secs(),
-        "allowed_updates": ["message", "callback_query"],
+        "allowed_updates": ["message", "callback_query", "stopped_message_generation"],
     });
     if let Some(offset) = offset {
         params["offset"] = offset.into();
@@ -56,8 +59,25 @@ struct UpdateId {
     update_id: i64,
 }
 
+#[derive(Deserialize)]
+struct StopUpdate {
+    stopped_message_generation: Stopped,
+}
+
+#[derive(Deserialize)]
+struct Stopped {
+    chat: StoppedChat,
+    draft_id: i64,
+}
+
+#[derive(Deserialize)]
+struct StoppedChat {
+    id: i64,
+}
+
 pub(super) fn read_batch(raw: &[Box<RawValue>]) -> Batch {
     let mut updates = Vec::with_capacity(raw.len());
+    let mut stops = Vec::new();
     let mut last = None;
     for value in raw {
         let text = value.get();
@@ -65,6 +85,11 @@ pub(super) fn read_batch(raw: &[Box<RawValue>]) -> Batch {
             .ok()
             .map(|u| u.update_id);
         last = last.max(id);
+        if let Ok(stop) = serde_json::from_str::<StopUpdate>(text) {
+            let s = stop.stopped_message_generation;
+            stops.push((s.chat.id, s.draft_id));
+            continue;
+        }
         let parsed = serde_json::from_str::<Update>(text).or_else(|first| {
             let repaired = repair_surrogates(text);
             if repaired == text {
@@ -89,6 +114,7 @@ pub(super) fn read_batch(raw: &[Box<RawValue>]) -> Batch {
     }
     Batch {
         updates,
+        stops,
         next_offset: last.map(|id| id + 1),
     }
 }

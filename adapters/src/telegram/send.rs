@@ -186,7 +186,7 @@ impl TelegramApi {
 
 /// The draft id of a place's "Thinking…" placeholder: non-zero, the same for every renewal
 /// (renewals of one draft are animated, not stacked).
-fn draft_id(place: Place) -> i64 {
+pub(super) fn draft_id(place: Place) -> i64 {
     (place.chat.0.unsigned_abs() % 2_000_000_000) as i64 + 1
 }
 
@@ -214,11 +214,61 @@ fn html_cost(c: char) -> usize {
 /// Renders replies in a chat.
 pub struct TelegramOutbox {
     api: TelegramApi,
+    streams: std::sync::Arc<crate::streaming::Streams>,
 }
 
 impl TelegramOutbox {
     pub fn new(api: TelegramApi) -> Self {
-        TelegramOutbox { api }
+        TelegramOutbox {
+            api,
+            streams: Default::default(),
+        }
+    }
+
+    /// The replies being streamed (a Stop update is given to them).
+    pub fn streams(&self) -> &std::sync::Arc<crate::streaming::Streams> {
+        &self.streams
+    }
+
+    /// A reply's text: in place of the message that showed it being written, if there is
+    /// one (its first piece edited in; the rest sent), else sent.
+    async fn send_reply(
+        &self,
+        key: &SessionKey,
+        place: Place,
+        text: &str,
+    ) -> Result<(), CallError> {
+        let Some(message) = self
+            .streams
+            .take_shown(key)
+            .and_then(|m| m.parse::<i32>().ok())
+        else {
+            return self.api.send_text(place, text, None).await;
+        };
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, html_cost);
+        let (first, rest) = pieces
+            .split_first()
+            .map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
+        let request = serde_json::json!({
+            "chat_id": place.chat.0,
+            "message_id": message,
+            "text": crate::markup::telegram_html(first),
+            "parse_mode": "HTML",
+        });
+        match not_modified_is_ok(
+            self.api
+                .call::<IgnoredAny>("editMessageText", &request, Repeat::Safe)
+                .await,
+        ) {
+            Ok(()) => {}
+            // the streamed message is gone (deleted by someone): the reply goes anew
+            Err(CallError::Api { .. }) => return self.api.send_text(place, text, None).await,
+            Err(e) => return Err(e),
+        }
+        for piece in rest {
+            self.api.send_text(place, piece, None).await?;
+        }
+        Ok(())
     }
 }
 
@@ -228,7 +278,7 @@ impl Outbox for TelegramOutbox {
         let place = Place::from_key(key)?;
         for item in items {
             let sent = match item {
-                Outgoing::Text { text } => self.api.send_text(place, text, None).await,
+                Outgoing::Text { text } => self.send_reply(key, place, text).await,
                 Outgoing::Options(request) => {
                     let markup = super::keyboard::keyboard(request, 0);
                     self.api
@@ -271,6 +321,21 @@ impl Outbox for TelegramOutbox {
             }
         }
         Ok(true)
+    }
+
+    fn streamer(
+        &self,
+        key: &SessionKey,
+        tap: &std::sync::Arc<kaiwa_core::llm::stream::Tap>,
+    ) -> Option<Box<dyn kaiwa_core::orchestrator::Streamer>> {
+        let place = Place::from_key(key).ok()?;
+        Some(Box::new(super::stream::TelegramStreamer::new(
+            self.api.clone(),
+            self.streams.clone(),
+            key,
+            place,
+            tap,
+        )))
     }
 }
 

@@ -35,6 +35,8 @@ pub struct Agent<S> {
     pub max_iterations: usize,
     pub tool_choice: ToolChoice,
     remaining_tasks: RemainingTasks<S>,
+    /// Its text answer may be shown as it is written ([`crate::llm::stream`]).
+    streams: bool,
 }
 
 /// One tool call the loop made and what came of it.
@@ -85,7 +87,16 @@ impl<S: Send> Agent<S> {
             max_iterations: DEFAULT_MAX_ITERATIONS,
             tool_choice: ToolChoice::Auto,
             remaining_tasks: Box::new(|_| Vec::new()),
+            streams: false,
         }
+    }
+
+    /// Lets the agent's text answer stream to the user while it is written, when the turn
+    /// has a [`crate::llm::stream::Tap`]. Only for answers that need no vetting: never an
+    /// interview question.
+    pub fn streaming(mut self) -> Self {
+        self.streams = true;
+        self
     }
 
     /// What the agent must still do, injected when the model answers without tools.
@@ -142,6 +153,7 @@ impl<S: Send> Agent<S> {
         let mut calls = Vec::new();
         // a text-only answer with work remaining gets one reminder, not one per iteration
         let mut reminded = false;
+        let tap = self.streams.then(crate::llm::stream::current).flatten();
         for iteration in 0..self.max_iterations {
             let request = ChatRequest {
                 messages: messages.clone(),
@@ -154,13 +166,34 @@ impl<S: Send> Agent<S> {
                 ..Default::default()
             };
             let started = Instant::now();
-            let response = model.chat(request).await;
+            let response = match &tap {
+                Some(tap) => model.chat_streaming(request, tap).await,
+                None => model.chat(request).await,
+            };
             ledger.record(&self.name, model.name(), started, &response);
             let response = response.map_err(|source| AgentError::Model {
                 agent: self.name.clone(),
                 source,
             })?;
             usage.add(response.usage);
+            if let Some(tap) = &tap {
+                if tap.was_stopped() {
+                    // the user stopped the answer: what was shown is the answer
+                    let text = tap.text();
+                    messages.push(ChatMessage::assistant(text.clone()));
+                    return Ok(AgentLoopResult {
+                        response_text: text,
+                        tool_calls: calls,
+                        awaiting_user_response: true,
+                        state,
+                        usage,
+                        messages,
+                    });
+                }
+                if !response.tool_calls.is_empty() {
+                    tap.reset();
+                }
+            }
             tracing::debug!(
                 iteration,
                 tools = response.tool_calls.len(),

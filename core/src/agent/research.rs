@@ -513,8 +513,9 @@ impl PlanExecuteReflect for Research<'_> {
                     "{previous}Question: {}\n\n{subs}\n\nSources:\n{numbered}",
                     self.question
                 );
-                let agent: Agent<()> =
-                    Agent::new(self.library.answerer.clone(), Vec::new()).with_max_iterations(1);
+                let agent: Agent<()> = Agent::new(self.library.answerer.clone(), Vec::new())
+                    .with_max_iterations(1)
+                    .streaming();
                 match agent
                     .run(
                         model.as_ref(),

@@ -61,7 +61,7 @@ impl AssistantFlow {
             });
         }
         messages.push(ChatMessage::user(text));
-        let agent: Agent<()> = Agent::new(ID, Vec::new());
+        let agent: Agent<()> = Agent::new(ID, Vec::new()).streaming();
         match agent.run(model.as_ref(), messages, (), ctx.ledger).await {
             Ok(result) if !result.response_text.trim().is_empty() => {
                 out.say(result.response_text);

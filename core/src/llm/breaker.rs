@@ -119,12 +119,31 @@ impl ChatModel for BreakerModel {
             return Err(ModelError::CircuitOpen);
         }
         let result = self.inner.chat(request).await;
-        match &result {
+        self.record(&result);
+        result
+    }
+
+    async fn chat_streaming(
+        &self,
+        request: ChatRequest,
+        tap: &super::stream::Tap,
+    ) -> Result<ChatResponse, ModelError> {
+        if !self.breaker.admit() {
+            return Err(ModelError::CircuitOpen);
+        }
+        let result = self.inner.chat_streaming(request, tap).await;
+        self.record(&result);
+        result
+    }
+}
+
+impl BreakerModel {
+    fn record(&self, result: &Result<ChatResponse, ModelError>) {
+        match result {
             Ok(_) => self.breaker.record(true),
             Err(e) if counts(e) => self.breaker.record(false),
             Err(_) => {}
         }
-        result
     }
 }
 

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod openai;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod scripted;
+pub mod stream;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -198,6 +199,19 @@ pub trait ChatModel: Send + Sync {
     /// The model's name as recorded in the ledger.
     fn name(&self) -> &str;
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
+
+    /// Like [`ChatModel::chat`], and the answer's text is appended to `tap` as it arrives;
+    /// a Stop on the tap ends the request and the text so far is the answer. A model or
+    /// server that cannot stream answers in one piece (the default): the reply then goes
+    /// out as one message.
+    async fn chat_streaming(
+        &self,
+        request: ChatRequest,
+        tap: &stream::Tap,
+    ) -> Result<ChatResponse, ModelError> {
+        let _ = tap;
+        self.chat(request).await
+    }
 }
 
 /// Which model each agent uses. Empty means "no model": agents use their rule-based floor.

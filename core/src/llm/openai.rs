@@ -12,7 +12,13 @@
 //! the server at once; the wait for a slot counts against the budget. A call given up
 //! drops its connection, so the server stops working on it. The client does not log the
 //! API key and never puts it in an error.
+//!
+//! [`ChatModel::chat_streaming`] asks for `stream: true` and reads the Server-Sent Events
+//! answer chunk by chunk, text to the turn's [`Tap`]; a Stop drops the connection. A server
+//! that answers with one JSON body is read as usual, and one that refuses to stream (4xx)
+//! is asked again without.
 
+use super::stream::Tap;
 use super::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, ModelError, TokenUsage, ToolCall, ToolChoice,
 };
@@ -77,11 +83,13 @@ impl OpenAiClient {
     }
 
     /// One request, given up after `timeout` (a timeout is never retried: see the module).
+    /// With a `tap` the answer is asked for as a stream and its text goes to the tap.
     async fn attempt(
         &self,
         body: &WireRequest<'_>,
         timeout: Duration,
         by_budget: bool,
+        tap: Option<&Tap>,
     ) -> Result<ChatResponse, Attempt> {
         let mut request = self.http.post(&self.url).json(body).timeout(timeout);
         if let Some(key) = &self.config.api_key {
@@ -110,6 +118,19 @@ impl OpenAiClient {
                 server_wait,
             ));
         }
+        let streamed = status.is_success()
+            && response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+        if let (true, Some(tap)) = (streamed, tap) {
+            return read_stream(response, tap).await.map_err(|e| match e {
+                StreamEnd::TimedOut => Attempt::Fatal(timed_out()),
+                StreamEnd::Lost(e) => Attempt::Retry(e, None),
+                StreamEnd::Bad(e) => Attempt::Fatal(e),
+            });
+        }
         let text = match response.text().await {
             Ok(t) => t,
             Err(e) if e.is_timeout() => return Err(Attempt::Fatal(timed_out())),
@@ -132,22 +153,20 @@ impl OpenAiClient {
         }
         parse_response(&text).map_err(Attempt::Fatal)
     }
-}
 
-enum Attempt {
-    /// Worth another try, after the given wait if the server named one.
-    Retry(ModelError, Option<Duration>),
-    Fatal(ModelError),
-}
-
-#[async_trait]
-impl ChatModel for OpenAiClient {
-    fn name(&self) -> &str {
-        &self.config.model
-    }
-
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let body = WireRequest::from_request(&self.config, &request);
+    /// The call with its retries (see the module); `tap`: streamed.
+    async fn call(
+        &self,
+        request: &ChatRequest,
+        tap: Option<&Tap>,
+    ) -> Result<ChatResponse, ModelError> {
+        let mut body = WireRequest::from_request(&self.config, request);
+        if tap.is_some() {
+            body.stream = true;
+            body.stream_options = Some(StreamOptions {
+                include_usage: true,
+            });
+        }
         // this call's time: its own timeout, within what is left of the turn's budget
         // (the time, and whether the budget is what limits it)
         let time_left = || match super::budget::remaining() {
@@ -174,7 +193,11 @@ impl ChatModel for OpenAiClient {
             if timeout.is_zero() {
                 return Err(ModelError::BudgetSpent);
             }
-            match self.attempt(&body, timeout, by_budget).await {
+            if let Some(tap) = tap {
+                // a try again starts the text again
+                tap.reset();
+            }
+            match self.attempt(&body, timeout, by_budget, tap).await {
                 Ok(response) => return Ok(response),
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(e, server_wait)) => {
@@ -198,6 +221,176 @@ impl ChatModel for OpenAiClient {
                     attempt += 1;
                 }
             }
+        }
+    }
+}
+
+/// How a stream ended when it did not end well.
+enum StreamEnd {
+    TimedOut,
+    /// The connection broke before the answer was complete (worth another try).
+    Lost(ModelError),
+    /// The server sent something that is not a chat completion chunk.
+    Bad(ModelError),
+}
+
+/// Reads a Server-Sent Events answer (`data: {chunk}` lines, `data: [DONE]` at the end),
+/// pushing its text to `tap`; a Stop drops the connection and keeps the text so far.
+async fn read_stream(
+    mut response: reqwest::Response,
+    tap: &Tap,
+) -> Result<ChatResponse, StreamEnd> {
+    let mut answer = StreamedAnswer::default();
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            chunk = response.chunk() => chunk,
+            _ = tap.stopped() => {
+                // dropping the response closes the connection: the server stops generating
+                drop(response);
+                tracing::info!("the user stopped the answer");
+                return answer.finish();
+            }
+        };
+        let bytes = match chunk {
+            Ok(Some(bytes)) => bytes,
+            // the server closed the stream (some send no [DONE])
+            Ok(None) => return answer.finish(),
+            Err(e) if e.is_timeout() => return Err(StreamEnd::TimedOut),
+            Err(e) => return Err(StreamEnd::Lost(ModelError::Connect(without_url(&e)))),
+        };
+        pending.extend_from_slice(&bytes);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let Some(data) = line.trim_end().strip_prefix("data:") else {
+                // comments (`: keep-alive`), `event:` and blank separators
+                continue;
+            };
+            let data = data.trim();
+            if data == "[DONE]" {
+                return answer.finish();
+            }
+            answer.add(data, tap).map_err(StreamEnd::Bad)?;
+        }
+    }
+}
+
+/// A streamed answer put together from its chunks.
+#[derive(Default)]
+struct StreamedAnswer {
+    text: String,
+    /// By index: id, name, arguments.
+    calls: Vec<(Option<String>, String, String)>,
+    usage: TokenUsage,
+}
+
+impl StreamedAnswer {
+    fn add(&mut self, data: &str, tap: &Tap) -> Result<(), ModelError> {
+        let chunk: WireChunk = serde_json::from_str(data).map_err(|e| {
+            ModelError::Malformed(format!(
+                "{e} (stream chunk starts with {:?})",
+                truncate(data, 120)
+            ))
+        })?;
+        if let Some(error) = chunk.error {
+            return Err(ModelError::Malformed(format!(
+                "server reported an error: {}",
+                truncate(&error.to_string(), 300)
+            )));
+        }
+        if let Some(u) = chunk.usage {
+            self.usage = TokenUsage {
+                prompt_tokens: u.prompt_tokens.unwrap_or(0),
+                completion_tokens: u.completion_tokens.unwrap_or(0),
+            };
+        }
+        let Some(delta) = chunk.choices.into_iter().next().and_then(|c| c.delta) else {
+            return Ok(());
+        };
+        if let Some(text) = delta.content.as_ref().and_then(Value::as_str) {
+            self.text.push_str(text);
+            // text that comes with tool calls is not the reply
+            if self.calls.is_empty() {
+                tap.push(text);
+            }
+        }
+        for call in delta.tool_calls.unwrap_or_default() {
+            if self.calls.is_empty() {
+                tap.reset();
+            }
+            let index = call.index.unwrap_or(self.calls.len().saturating_sub(1));
+            if index >= self.calls.len() {
+                self.calls.resize_with(index + 1, Default::default);
+            }
+            let slot = &mut self.calls[index];
+            if let Some(id) = call.id.filter(|id| !id.is_empty()) {
+                slot.0 = Some(id);
+            }
+            if let Some(f) = call.function {
+                if let Some(name) = f.name {
+                    slot.1.push_str(&name);
+                }
+                match f.arguments {
+                    Some(Value::String(s)) => slot.2.push_str(&s),
+                    Some(Value::Null) | None => {}
+                    Some(other) => slot.2.push_str(&other.to_string()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ChatResponse, StreamEnd> {
+        let mut tool_calls = Vec::new();
+        for (index, (id, name, arguments)) in self.calls.into_iter().enumerate() {
+            let f = WireFunctionIn {
+                name: Some(name),
+                arguments: Some(Value::String(arguments)),
+            };
+            tool_calls.push(function_call(index, id, f).map_err(StreamEnd::Bad)?);
+        }
+        Ok(ChatResponse {
+            text: Some(self.text).filter(|t| !t.trim().is_empty()),
+            tool_calls,
+            usage: self.usage,
+        })
+    }
+}
+
+enum Attempt {
+    /// Worth another try, after the given wait if the server named one.
+    Retry(ModelError, Option<Duration>),
+    Fatal(ModelError),
+}
+
+#[async_trait]
+impl ChatModel for OpenAiClient {
+    fn name(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.call(&request, None).await
+    }
+
+    async fn chat_streaming(
+        &self,
+        request: ChatRequest,
+        tap: &Tap,
+    ) -> Result<ChatResponse, ModelError> {
+        match self.call(&request, Some(tap)).await {
+            // a server that will not stream this request (some refuse tools with a stream):
+            // one answer in one piece
+            Err(ModelError::Http { status, .. }) if (400..500).contains(&status) => {
+                tracing::debug!(
+                    status,
+                    "the model server refused to stream; asking again without"
+                );
+                tap.reset();
+                self.call(&request, None).await
+            }
+            other => other,
         }
     }
 }
@@ -254,6 +447,15 @@ struct WireRequest<'a> {
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 impl<'a> WireRequest<'a> {
@@ -286,6 +488,8 @@ impl<'a> WireRequest<'a> {
             tool_choice,
             temperature: request.temperature,
             max_tokens: request.max_tokens,
+            stream: false,
+            stream_options: None,
         }
     }
 }
@@ -418,6 +622,48 @@ struct WireFunctionIn {
 }
 
 #[derive(Deserialize)]
+struct WireChunk {
+    #[serde(default)]
+    choices: Vec<WireChunkChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireChunkChoice {
+    #[serde(default)]
+    delta: Option<WireDelta>,
+}
+
+#[derive(Deserialize)]
+struct WireDelta {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCallDelta {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct WireFunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Deserialize)]
 struct WireUsage {
     #[serde(default)]
     prompt_tokens: Option<u64>,
@@ -534,6 +780,37 @@ mod tests {
             .expect("parses");
         assert_eq!(r.text.as_deref(), Some("ab"));
         assert_eq!(r.usage.prompt_tokens, 3);
+    }
+
+    #[test]
+    fn a_stream_is_put_together_from_its_chunks() {
+        let tap = Tap::default();
+        let mut answer = StreamedAnswer::default();
+        for data in [
+            r#"{"choices":[{"delta":{"role":"assistant","content":"Hel"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
+        ] {
+            answer.add(data, &tap).expect("a chunk");
+        }
+        assert_eq!(tap.text(), "Hello");
+        let r = answer.finish().ok().expect("complete");
+        assert_eq!(r.text.as_deref(), Some("Hello"));
+        assert_eq!(r.usage.completion_tokens, 2);
+
+        // tool calls arrive in pieces by index; their text is not the reply
+        let mut answer = StreamedAnswer::default();
+        for data in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"search","arguments":"{\"q\""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":":\"x\"}"}}]}}]}"#,
+        ] {
+            answer.add(data, &tap).expect("a chunk");
+        }
+        assert_eq!(tap.text(), "");
+        let r = answer.finish().ok().expect("complete");
+        assert_eq!(r.tool_calls[0].name, "search");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"q":"x"}"#);
+        assert!(StreamedAnswer::default().add("<html>", &tap).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::admin::{AdminSink, DeliveryError};
 use crate::agent::LlmLedger;
 use crate::flow::{FlowError, FlowRegistry, TurnContext, TurnInput, TurnOutput};
 use crate::llm::ModelRouter;
+use crate::llm::stream::Tap;
 use crate::message::{Body, Incoming, OptionItem, OptionsRequest, Outgoing, SessionKey};
 use crate::metrics::{Metrics, kind};
 use crate::store::StateChange;
@@ -60,6 +61,78 @@ pub trait Outbox: Send + Sync {
     ) -> Result<bool, DeliveryError> {
         let _ = (key, items);
         Ok(false)
+    }
+
+    /// A live view of the reply being written for `key`, where the platform and the place
+    /// can show one (a Telegram draft or edited message, a Discord edited message, the
+    /// console); `None` elsewhere. `tap` is the reply's: a Stop the user gives goes to it.
+    /// The turn's reply itself still goes through [`Outbox::deliver`], which replaces what
+    /// was shown.
+    fn streamer(&self, key: &SessionKey, tap: &Arc<Tap>) -> Option<Box<dyn Streamer>> {
+        let _ = (key, tap);
+        None
+    }
+}
+
+/// Shows one reply while it is written (see [`Outbox::streamer`]).
+#[async_trait]
+pub trait Streamer: Send {
+    /// The least time between two [`Streamer::show`]s.
+    fn interval(&self) -> Duration;
+
+    /// Shows the reply so far; `Ok(true)` once something is on the user's screen (a
+    /// streamer may wait for a whole sentence). A platform's rate limit comes back as
+    /// [`DeliveryError::RateLimited`]: the texts until then are skipped, not queued. Any
+    /// other error ends the streaming of this reply (it is delivered whole at the end).
+    async fn show(&mut self, text: &str) -> Result<bool, DeliveryError>;
+
+    /// The turn's reply was delivered (or could not be): forget the reply, and remove what
+    /// was shown if the reply did not replace it.
+    async fn finish(self: Box<Self>);
+}
+
+/// What `working` leaves behind: the streamer to finish once the reply is delivered.
+struct Streaming {
+    streamer: Option<Box<dyn Streamer>>,
+    stopped: bool,
+}
+
+impl Streaming {
+    async fn finish(self) {
+        if let Some(streamer) = self.streamer {
+            streamer.finish().await;
+        }
+    }
+}
+
+/// Shows the tap's text at the streamer's pace until the turn is over (never returns).
+async fn pump(streamer: &mut dyn Streamer, tap: &Tap, shown: &std::sync::atomic::AtomicBool) {
+    let mut text = tap.watch();
+    let mut broken = false;
+    loop {
+        if text.changed().await.is_err() || broken {
+            return std::future::pending().await;
+        }
+        let now = text.borrow_and_update().clone();
+        if now.trim().is_empty() {
+            continue;
+        }
+        let pause = match streamer.show(&now).await {
+            Ok(visible) => {
+                if visible {
+                    shown.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                streamer.interval()
+            }
+            // the texts written meanwhile are skipped; the last one is shown after
+            Err(DeliveryError::RateLimited { retry_after }) => retry_after.max(streamer.interval()),
+            Err(e) => {
+                tracing::info!(error = %e, "streaming this reply stopped; it is sent whole");
+                broken = true;
+                Duration::ZERO
+            }
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -319,36 +392,73 @@ impl Orchestrator {
 
     /// Runs a flow's turn within the turn budget, showing a sign of life while it works:
     /// the platform's typing indicator again before the last one fades (Telegram shows it
-    /// for 5 s, Discord for 10 s).
+    /// for 5 s, Discord for 10 s), and — where the outbox can show one — the reply as it
+    /// is written, instead of typing once text is shown.
     async fn working<F: std::future::Future>(
         &self,
         key: &SessionKey,
         outbox: &dyn Outbox,
         work: F,
-    ) -> F::Output {
+    ) -> (F::Output, Streaming) {
+        let tap = Tap::new();
+        let mut streamer = if self.models.is_empty() {
+            None
+        } else {
+            outbox.streamer(key, &tap)
+        };
+        let streams = streamer.is_some();
         let budgeted = async {
-            match self.turn_budget {
-                Some(budget) => crate::llm::budget::within(budget, work).await,
-                None => work.await,
+            let work = async {
+                match self.turn_budget {
+                    Some(budget) => crate::llm::budget::within(budget, work).await,
+                    None => work.await,
+                }
+            };
+            if streams {
+                crate::llm::stream::within(tap.clone(), work).await
+            } else {
+                work.await
             }
         };
         let every = match key.platform {
-            _ if self.models.is_empty() => return budgeted.await,
-            crate::message::Platform::Telegram => Duration::from_secs(4),
-            crate::message::Platform::Discord => Duration::from_secs(8),
-            _ => return budgeted.await,
+            _ if self.models.is_empty() => None,
+            crate::message::Platform::Telegram => Some(Duration::from_secs(4)),
+            crate::message::Platform::Discord => Some(Duration::from_secs(8)),
+            _ => None,
         };
-        tokio::pin!(budgeted);
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            tokio::select! {
-                output = &mut budgeted => return output,
-                _ = tick.tick() => {
-                    // best effort, like the first
-                    let _ = outbox.deliver(key, &[Outgoing::Typing]).await;
+        let shown = std::sync::atomic::AtomicBool::new(false);
+        let output = {
+            let pump = async {
+                match streamer.as_deref_mut() {
+                    Some(streamer) => pump(streamer, &tap, &shown).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(budgeted, pump);
+            let mut tick = every
+                .map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+            loop {
+                tokio::select! {
+                    output = &mut budgeted => break output,
+                    () = &mut pump => {}
+                    _ = async {
+                        match tick.as_mut() {
+                            Some(tick) => tick.tick().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        // once text is shown it is the sign of life (a Telegram draft would
+                        // even be blanked by the "Thinking…" placeholder)
+                        if !shown.load(std::sync::atomic::Ordering::Relaxed) {
+                            // best effort, like the first
+                            let _ = outbox.deliver(key, &[Outgoing::Typing]).await;
+                        }
+                    }
                 }
             }
-        }
+        };
+        let stopped = tap.was_stopped();
+        (output, Streaming { streamer, stopped })
     }
 
     /// A message refused before its turn: answered with `notice` when `tell` (the first of
@@ -491,10 +601,11 @@ impl Orchestrator {
                 input => flow.turn(ctx, input).await,
             }
         };
-        let result = self.working(&key, outbox, work).await;
+        let (result, streaming) = self.working(&key, outbox, work).await;
         let mut output = match result {
             Ok(output) => output,
             Err(error) => {
+                streaming.finish().await;
                 tracing::error!(%error, flow = %session.flow, "turn failed");
                 self.metrics.error(kind::FLOW);
                 let calls = ledger.drain();
@@ -507,6 +618,17 @@ impl Orchestrator {
                 return self.reply_only(&incoming, session, text, outbox).await;
             }
         };
+        if streaming.stopped {
+            // stored and shown as stopped: the answer is what was written until then
+            tracing::info!("the user stopped the reply");
+            if let Some(Outgoing::Text { text }) = output
+                .outgoing
+                .iter_mut()
+                .find(|o| matches!(o, Outgoing::Text { .. }))
+            {
+                text.push_str(&pick(&session, " … (stopped)", " …（停止しました）"));
+            }
+        }
         if is_command && output.unknown_command {
             output
                 .outgoing
@@ -546,7 +668,9 @@ impl Orchestrator {
             ledger,
             replace_pending: true,
         };
-        let mut report = self.commit_and_deliver(&incoming, turn, outbox).await?;
+        let report = self.commit_and_deliver(&incoming, turn, outbox).await;
+        streaming.finish().await;
+        let mut report = report?;
         if kept {
             // the session it was to replace goes on
             report.finished = false;

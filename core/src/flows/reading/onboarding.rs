@@ -136,7 +136,8 @@ impl Flow for OnboardingFlow {
                         AGENT,
                         vec![typed(GetCurrentEntries), typed(SaveProfileEntry)],
                     )
-                    .with_max_iterations(6);
+                    .with_max_iterations(6)
+                    .streaming();
                     let system = format!(
                         "You are onboarding a reading-club member. Save what they tell you as profile entries (goal, interest, \
                          book_wish, other) with save_profile_entry, then ask one friendly follow-up question in {}.",

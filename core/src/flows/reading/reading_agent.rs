@@ -381,7 +381,7 @@ pub async fn run(
         },
         if lang == "ja" { "Japanese" } else { "English" },
     );
-    let agent = Agent::new(AGENT, tools).with_max_iterations(8);
+    let agent = Agent::new(AGENT, tools).with_max_iterations(8).streaming();
     agent
         .run(
             model,

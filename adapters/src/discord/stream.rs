@@ -1,0 +1,103 @@
+//! A reply shown while it is written ([`DiscordStreamer`]): its first sentence is posted
+//! with a Stop button, edited in at most once a second, and the final reply is edited into
+//! it with the button removed ([`DiscordOutbox`]'s delivery). A press of Stop ends the
+//! model's answer where it is. Intermediate posts and edits are one try each: a 429 skips
+//! them until its wait is over; the final edit is made with the usual retries.
+
+use super::*;
+use crate::streaming::{Streams, has_sentence};
+use kaiwa_core::llm::stream::Tap;
+use kaiwa_core::orchestrator::Streamer;
+use serenity::all::{EditMessage, MessageId};
+
+/// The Stop button's custom id.
+pub const STOP_ID: &str = "kaiwa|stop";
+
+/// Edits about once a second (Discord allows 5 per 5 s per channel).
+const EDIT_EVERY: Duration = Duration::from_secs(1);
+
+pub(super) struct DiscordStreamer {
+    pub(super) api: DiscordApi,
+    pub(super) streams: Arc<Streams>,
+    pub(super) key: SessionKey,
+    pub(super) channel: ChannelId,
+    pub(super) tap: Arc<Tap>,
+    pub(super) message: Option<MessageId>,
+}
+
+/// The Stop button under a reply being written.
+fn stop_row(lang_ja: bool) -> Vec<CreateActionRow> {
+    vec![CreateActionRow::Buttons(vec![
+        CreateButton::new(STOP_ID)
+            .label(if lang_ja { "停止" } else { "Stop" })
+            .style(ButtonStyle::Secondary),
+    ])]
+}
+
+fn has_japanese(text: &str) -> bool {
+    text.chars()
+        .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+#[async_trait]
+impl Streamer for DiscordStreamer {
+    fn interval(&self) -> Duration {
+        EDIT_EVERY
+    }
+
+    async fn show(&mut self, text: &str) -> Result<bool, DeliveryError> {
+        let content = truncate(text, MESSAGE_LIMIT);
+        let http = self.api.http.clone();
+        match self.message {
+            None => {
+                if !has_sentence(text) {
+                    return Ok(false);
+                }
+                let builder = CreateMessage::new()
+                    .content(content)
+                    .components(stop_row(has_japanese(text)));
+                let sent = self
+                    .channel
+                    .send_message(&http, builder)
+                    .await
+                    .map_err(delivery_error)?;
+                self.message = Some(sent.id);
+                self.streams.set_shown(&self.key, sent.id.get());
+                self.streams
+                    .watch_stop(self.channel.get(), sent.id.get(), &self.tap);
+                Ok(true)
+            }
+            Some(message) => {
+                self.channel
+                    .edit_message(&http, message, EditMessage::new().content(content))
+                    .await
+                    .map_err(delivery_error)?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn finish(self: Box<Self>) {
+        if let Some(message) = self.message {
+            self.streams.forget_stop(self.channel.get(), message.get());
+        }
+        // shown and not replaced by the reply (it was no text): removed
+        if let Some(message) = self
+            .streams
+            .take_shown(&self.key)
+            .and_then(|m| m.parse::<u64>().ok())
+            .filter(|m| *m != 0)
+        {
+            let channel = self.channel;
+            let deleted = self
+                .api
+                .call("deleteMessage", |http| async move {
+                    channel.delete_message(&http, MessageId::new(message)).await
+                })
+                .await;
+            if let Err(e) = deleted {
+                tracing::debug!(error = %e, "could not remove a streamed message");
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! A reply shown while it is written ([`TelegramStreamer`]). In a private chat it is the
+//! native draft: `sendMessageDraft` with the growing text under the same `draft_id` as the
+//! "Thinking…" placeholder, with a Stop button (`can_stop`); the final `sendMessage`
+//! replaces it (a draft is an ephemeral preview). In groups and forum topics — and where
+//! the Bot API server has no drafts — the first sentence is sent as a message, edited at
+//! most once a second, and the final text is edited into it ([`TelegramOutbox`]'s
+//! delivery). Intermediate updates are one try each: a 429 skips them until its wait is
+//! over; the final message is sent with the usual retries.
+//!
+//! [`TelegramOutbox`]: super::TelegramOutbox
+
+use super::Place;
+use super::api::{CallError, TelegramApi};
+use super::send::{MESSAGE_LIMIT, delivery_error, draft_id};
+use crate::markup::telegram_html;
+use crate::split::truncate;
+use crate::streaming::{Streams, has_sentence};
+use async_trait::async_trait;
+use kaiwa_core::admin::DeliveryError;
+use kaiwa_core::message::SessionKey;
+use kaiwa_core::orchestrator::Streamer;
+use serde::de::IgnoredAny;
+use std::sync::Arc;
+use std::time::Duration;
+use teloxide::types::Message;
+
+/// Draft updates: frequent (they animate in place and send no notification).
+const DRAFT_EVERY: Duration = Duration::from_millis(500);
+/// Message edits: about once a second, well under a group's limits.
+const EDIT_EVERY: Duration = Duration::from_secs(1);
+/// One try of an intermediate update waits this long at most.
+const UPDATE_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(super) struct TelegramStreamer {
+    pub(super) api: TelegramApi,
+    pub(super) streams: Arc<Streams>,
+    pub(super) key: SessionKey,
+    pub(super) place: Place,
+    /// In a private chat with drafts: the draft's id.
+    pub(super) draft: Option<i64>,
+    /// The message showing the reply (groups, topics, no drafts).
+    pub(super) message: Option<i32>,
+}
+
+impl TelegramStreamer {
+    pub(super) fn new(
+        api: TelegramApi,
+        streams: Arc<Streams>,
+        key: &SessionKey,
+        place: Place,
+        tap: &Arc<kaiwa_core::llm::stream::Tap>,
+    ) -> Self {
+        let private = place.chat.0 > 0 && place.topic.is_none();
+        let draft = (private && !api.drafts_unsupported()).then(|| draft_id(place));
+        if let Some(draft) = draft {
+            streams.watch_stop(place.chat.0, draft, tap);
+        }
+        TelegramStreamer {
+            api,
+            streams,
+            key: key.clone(),
+            place,
+            draft,
+            message: None,
+        }
+    }
+
+    fn text(text: &str) -> String {
+        telegram_html(&truncate(text.trim_end(), MESSAGE_LIMIT - 64))
+    }
+
+    async fn update(&self, method: &str, request: serde_json::Value) -> Result<(), CallError> {
+        match self
+            .api
+            .request::<IgnoredAny>(method, &request, Some(UPDATE_TIMEOUT))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_modified() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[async_trait]
+impl Streamer for TelegramStreamer {
+    fn interval(&self) -> Duration {
+        if self.draft.is_some() {
+            DRAFT_EVERY
+        } else {
+            EDIT_EVERY
+        }
+    }
+
+    async fn show(&mut self, text: &str) -> Result<bool, DeliveryError> {
+        let chat = self.place.chat.0;
+        if let Some(draft) = self.draft {
+            let request = serde_json::json!({
+                "chat_id": chat,
+                "draft_id": draft,
+                "text": Self::text(text),
+                "parse_mode": "HTML",
+                "can_stop": true,
+            });
+            return match self.update("sendMessageDraft", request).await {
+                Ok(()) => Ok(true),
+                Err(
+                    e @ CallError::Api {
+                        status: 400 | 404, ..
+                    },
+                ) => {
+                    // no drafts here after all: the reply goes whole at the end
+                    self.api.no_drafts();
+                    Err(delivery_error(e))
+                }
+                Err(e) => Err(delivery_error(e)),
+            };
+        }
+        match self.message {
+            None => {
+                if !has_sentence(text) {
+                    return Ok(false);
+                }
+                let mut request = serde_json::json!({
+                    "chat_id": chat,
+                    "text": Self::text(text),
+                    "parse_mode": "HTML",
+                });
+                if let Some(topic) = self.place.topic {
+                    request["message_thread_id"] = topic.0.0.into();
+                }
+                let sent: Message = self
+                    .api
+                    .request("sendMessage", &request, Some(UPDATE_TIMEOUT))
+                    .await
+                    .map_err(delivery_error)?;
+                self.message = Some(sent.id.0);
+                self.streams.set_shown(&self.key, sent.id.0);
+                Ok(true)
+            }
+            Some(message) => {
+                let request = serde_json::json!({
+                    "chat_id": chat,
+                    "message_id": message,
+                    "text": Self::text(text),
+                    "parse_mode": "HTML",
+                });
+                self.update("editMessageText", request)
+                    .await
+                    .map_err(delivery_error)?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn finish(self: Box<Self>) {
+        if let Some(draft) = self.draft {
+            self.streams.forget_stop(self.place.chat.0, draft);
+        }
+        // shown and not replaced by the reply (it was no text): removed
+        if let Some(message) = self.streams.take_shown(&self.key)
+            && let Ok(message) = message.parse::<i32>()
+        {
+            let request = serde_json::json!({"chat_id": self.place.chat.0, "message_id": message});
+            if let Err(e) = self
+                .api
+                .call::<IgnoredAny>("deleteMessage", &request, super::api::Repeat::Safe)
+                .await
+            {
+                tracing::debug!(error = %e, "could not remove a streamed message");
+            }
+        }
+    }
+}
