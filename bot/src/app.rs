@@ -10,6 +10,7 @@ use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
 use kaiwa_core::kb::KnowledgeBase;
 use kaiwa_core::llm::breaker::{Breaker, BreakerModel};
+use kaiwa_core::llm::budget::Capped;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
@@ -194,6 +195,10 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
             o.timeout_secs.unwrap_or(llm.timeout_secs),
         )
         .with_context(|| format!("[llm.agents.{agent}]"))?;
+        let model: Arc<dyn ChatModel> = match o.turn_budget_secs {
+            Some(secs) => Arc::new(Capped::new(model, Duration::from_secs(secs))),
+            None => model,
+        };
         router = router.with_agent(agent.clone(), model);
     }
     let breakers = breakers.into_inner().into_iter().map(|(_, b)| b).collect();

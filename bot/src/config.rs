@@ -307,6 +307,9 @@ pub struct AgentLlmSettings {
     pub model: Option<String>,
     pub api_key_env: Option<String>,
     pub timeout_secs: Option<u64>,
+    /// The most of a turn's budget one call of this agent may take (e.g. a quick check that
+    /// must leave time for the step after it).
+    pub turn_budget_secs: Option<u64>,
 }
 
 fn default_timeout() -> u64 {
@@ -401,6 +404,13 @@ impl Settings {
             if llm.timeout_secs == 0 {
                 bail!("[llm] timeout_secs must be at least 1");
             }
+            if let Some((agent, _)) = llm
+                .agents
+                .iter()
+                .find(|(_, a)| a.turn_budget_secs == Some(0))
+            {
+                bail!("[llm.agents.{agent}] turn_budget_secs must be at least 1");
+            }
             if llm.turn_budget_secs == 0 {
                 bail!("[llm] turn_budget_secs must be at least 1");
             }
@@ -446,12 +456,23 @@ mod tests {
             model = "big"
             [llm.agents.quick_check]
             model = "small"
+            turn_budget_secs = 4
             "#,
         )
         .expect("parses");
-        let llm = s.llm.expect("llm");
+        let llm = s.llm.clone().expect("llm");
         assert_eq!(llm.timeout_secs, 60);
         assert_eq!(llm.agents["quick_check"].model.as_deref(), Some("small"));
+        assert_eq!(llm.agents["quick_check"].turn_budget_secs, Some(4));
+        assert!(s.validate().is_ok());
+        let mut zero = s;
+        if let Some(llm) = zero.llm.as_mut()
+            && let Some(agent) = llm.agents.get_mut("quick_check")
+        {
+            agent.turn_budget_secs = Some(0);
+        }
+        let err = zero.validate().expect_err("a zero budget is refused");
+        assert!(err.to_string().contains("[llm.agents.quick_check]"), "{err}");
     }
 
     #[test]

@@ -424,3 +424,18 @@ async fn a_server_that_will_not_stream_is_asked_again_without() {
     assert_eq!(requests[0]["stream"], true);
     assert!(requests[1].get("stream").is_none());
 }
+
+#[tokio::test]
+async fn an_agent_cap_ends_its_call_before_the_turn_budget() {
+    let server = FakeOpenAi::start([Reply::Hang]).await.expect("server");
+    let model: std::sync::Arc<dyn ChatModel> =
+        std::sync::Arc::new(client(&server, Duration::from_secs(60), 3));
+    let capped = budget::Capped::new(model, Duration::from_millis(300));
+    let started = Instant::now();
+    let err = budget::within(Duration::from_secs(20), capped.chat(request()))
+        .await
+        .err();
+    assert!(matches!(err, Some(ModelError::BudgetSpent)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(server.requests().len(), 1, "not sent again");
+}
