@@ -472,7 +472,10 @@ mod tests {
             agent.turn_budget_secs = Some(0);
         }
         let err = zero.validate().expect_err("a zero budget is refused");
-        assert!(err.to_string().contains("[llm.agents.quick_check]"), "{err}");
+        assert!(
+            err.to_string().contains("[llm.agents.quick_check]"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -436,6 +436,10 @@ async fn an_agent_cap_ends_its_call_before_the_turn_budget() {
         .await
         .err();
     assert!(matches!(err, Some(ModelError::BudgetSpent)), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(server.requests().len(), 1, "not sent again");
 }

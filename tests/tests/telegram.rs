@@ -1147,3 +1147,110 @@ async fn a_private_chat_sees_drafts_then_one_message_and_stop_ends_the_request()
     assert_eq!(next, vec!["A short one.".to_string()]);
     bot.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_six_second_model_still_finishes_the_interview_with_every_turn_bounded_and_alive() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    // every call takes 6 s and answers without the tools the agents need; the turn budget is
+    // 10 s (`start`): at most one call and a half per turn, then the floors
+    let model = FakeOpenAi::serve(Arc::new(|_| Reply::text("Let me think about that.")))
+        .await
+        .expect("model");
+    model.set_delay(Duration::from_secs(6));
+    let client = OpenAiClient::new(OpenAiConfig::new(model.base_url(), "slow")).expect("client");
+    let bot = start(
+        &fake,
+        &db,
+        "engineer",
+        ModelRouter::new(Some(Arc::new(client))),
+    )
+    .await;
+    let chat = Chat::private(1401);
+    let mut slowest = Duration::ZERO;
+    let mut step = async |message: Option<&str>, press: Option<&str>| -> Vec<String> {
+        let before = fake.texts_in(chat).len();
+        let asked = std::time::Instant::now();
+        match (message, press) {
+            (Some(text), _) => {
+                fake.send_text(chat, 1401, text);
+            }
+            (None, Some(label)) => {
+                let (message, data) = button(&fake, chat, label);
+                fake.press(chat, 1401, message, &data);
+            }
+            (None, None) => unreachable!("a step sends something"),
+        }
+        let reply = replies(&fake, chat, before).await;
+        let calls = fake.calls();
+        let first_reply = calls
+            .iter()
+            .filter(|c| c.method == "sendmessage" && c.chat_id() == Some(chat.id) && c.at > asked)
+            .map(|c| c.at)
+            .min()
+            .expect("a reply");
+        let took = first_reply.duration_since(asked);
+        slowest = slowest.max(took);
+        assert!(took <= Duration::from_secs(12), "{message:?} took {took:?}");
+        // a sign of life within 1 s and then at least every 5 s until the reply
+        let mut signs: Vec<std::time::Instant> = calls
+            .iter()
+            .filter(|c| {
+                (c.method == "sendmessagedraft" || c.method == "sendchataction")
+                    && c.chat_id() == Some(chat.id)
+                    && c.at > asked
+                    && c.at < first_reply
+            })
+            .map(|c| c.at)
+            .collect();
+        if took > Duration::from_secs(1) {
+            assert!(
+                signs
+                    .first()
+                    .is_some_and(|s| s.duration_since(asked) <= Duration::from_secs(1)),
+                "{message:?}: no sign of life within 1 s"
+            );
+        }
+        signs.push(first_reply);
+        for gap in signs.windows(2).map(|w| w[1].duration_since(w[0])) {
+            assert!(
+                gap <= Duration::from_secs(5),
+                "{message:?}: silent for {gap:?}"
+            );
+        }
+        reply
+    };
+    step(Some("/start"), None).await;
+    step(None, Some("English")).await;
+    step(Some("Japan"), None).await;
+    step(
+        Some("Hanako Yamada, you can reach me at hanako@example.com"),
+        None,
+    )
+    .await;
+    step(Some("5"), None).await;
+    step(Some("Rust and Go"), None).await;
+    step(Some("I want to build developer tools"), None).await;
+    step(None, Some("Remote")).await;
+    step(Some("2026-04-01"), None).await;
+    let end = step(Some("https://github.com/hanako"), None).await;
+    assert!(end.iter().any(|t| t.contains("submitted")), "{end:?}");
+    eprintln!("the slowest turn took {slowest:?}");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs.len(), 1, "the interview completed");
+    for field in [
+        "full_name",
+        "email",
+        "experience_years",
+        "skills",
+        "motivation",
+        "work_style",
+    ] {
+        assert!(
+            subs[0].submission.values.get(field).is_some(),
+            "{field} missing: {:?}",
+            subs[0].submission.values
+        );
+    }
+    bot.stop().await;
+}
