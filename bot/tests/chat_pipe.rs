@@ -1018,3 +1018,35 @@ async fn bad_input_through_the_console_gets_clear_replies_and_no_crash() {
     assert_eq!(again.code, Some(0), "stderr: {}", again.stderr);
     assert!(!again.stdout.is_empty());
 }
+
+#[tokio::test]
+async fn end_then_a_second_run_resumes_the_interview_where_it_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = ["chat", "interview", "--form", "engineer", "--user", "kai"];
+    // English, Japan, a name, then /end
+    let first = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &args,
+        "1\nJapan\nKai Tanaka\n/end\n",
+    )
+    .await;
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    assert!(
+        first.stdout.contains("your answers are kept"),
+        "{}",
+        first.stdout
+    );
+    // later, another run: resume (option 1) and the next open question
+    let second = kaiwa(dir.path(), &forms_config(), &args, "1\n").await;
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+    let out = &second.stdout;
+    assert!(out.contains("with 1 of 8 questions answered"), "{out}");
+    assert!(out.contains("  1. Resume\n  2. Start over\n"), "{out}");
+    assert!(out.contains("Welcome back! Let's continue"), "{out}");
+    assert!(
+        !out.contains("May I have your full name"),
+        "not asked again: {out}"
+    );
+    assert!(out.contains("email"), "the next field: {out}");
+}

@@ -371,6 +371,13 @@ pub trait Reads: Send + Sync {
     /// The active session of a place, if any.
     async fn active_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError>;
     async fn session(&self, id: i64) -> Result<Option<SessionRecord>, StoreError>;
+    /// The place's most recent finished session of `flow` (e.g. an interview ended with
+    /// `/end`, which a new one may resume).
+    async fn last_finished_session(
+        &self,
+        key: &SessionKey,
+        flow: &str,
+    ) -> Result<Option<SessionRecord>, StoreError>;
     /// The most recently active sessions in progress (the admins' `/sessions`).
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError>;
     /// Sessions in progress (`/metrics`; also the database check of `/healthz`).

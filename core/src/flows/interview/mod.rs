@@ -23,6 +23,7 @@ pub mod state;
 mod confirmation;
 mod greeting;
 mod questions;
+mod resume;
 mod submission;
 mod turn;
 

@@ -292,9 +292,11 @@ impl InterviewFlow {
     }
 
     /// Repeats what the applicant was asked last (after a restart or a `/start` in a console).
+    /// "Welcome back" and the question the interview is waiting on (`pending`: the options
+    /// it showed).
     pub(super) fn repeat_last(
         &self,
-        ctx: &TurnContext<'_>,
+        pending: Option<&crate::message::OptionsRequest>,
         form: &Form,
         st: &mut InterviewState,
         out: &mut TurnOutput,
@@ -305,7 +307,7 @@ impl InterviewFlow {
             "Welcome back! Let's continue where we stopped.",
             "おかえりなさい。前回の続きから再開します。",
         ));
-        if let Some(options) = &ctx.session.pending_options {
+        if let Some(options) = pending {
             out.outgoing.push(Outgoing::Options(options.clone()));
             return;
         }

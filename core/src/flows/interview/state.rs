@@ -112,6 +112,10 @@ pub struct InterviewState {
     /// Drafts QuickCheck blocked (totals, for the audit).
     #[serde(default)]
     pub blocked_drafts: u32,
+    /// An earlier interview of this form, ended with `/end`, offered for resuming (its
+    /// session id) until the user answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_offer: Option<i64>,
 }
 
 impl InterviewState {

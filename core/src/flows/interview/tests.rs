@@ -659,3 +659,74 @@ async fn a_mistyped_form_mid_interview_leaves_the_interview_going() {
         "{resumed:?}"
     );
 }
+
+#[tokio::test]
+async fn end_keeps_the_answers_and_the_next_interview_offers_to_resume_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let h = Harness::new(&url, ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("ja").await;
+    h.say("日本").await;
+    h.say("山田 花子").await;
+    h.say("hanako@example.com").await;
+    let bye = h.say("/end").await;
+    assert!(last(&bye).contains("回答は保存されています"), "{bye:?}");
+    assert!(h.active().await.is_none(), "ended");
+
+    // coming back: the offer, in the language chosen before, with buttons
+    let offer = h.say("/interview").await;
+    assert!(offer[0].contains("8 問中 2 問に回答"), "{offer:?}");
+    let options = h.outbox.last_options().expect("resume / start over");
+    let values: Vec<&str> = options.options.iter().map(|o| o.value.as_str()).collect();
+    assert_eq!(values, ["resume", "restart"]);
+    // something else typed: the offer again, nothing lost
+    let again = h.say("えっと").await;
+    assert!(h.outbox.last_options().is_some(), "{again:?}");
+    let resumed = h.choose("resume").await;
+    assert_eq!(
+        resumed,
+        [
+            "おかえりなさい。前回の続きから再開します。",
+            "ソフトウェア開発の実務経験は何年ですか？"
+        ],
+        "the next open question, nothing answered asked again"
+    );
+    h.say("5").await;
+    h.say("Rust").await;
+    h.say("開発者ツールを作りたい").await;
+    h.choose("remote").await;
+    h.say("2026-04-01").await;
+    let end = h.say("https://example.com").await;
+    assert!(end.iter().any(|t| t.contains("送信")), "{end:?}");
+    let subs = h.store.submissions(None).await.expect("subs");
+    assert_eq!(subs.len(), 1);
+    let values = &subs[0].submission.values;
+    assert_eq!(values["full_name"], "山田 花子", "kept from before /end");
+    assert_eq!(values["email"], "hanako@example.com");
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Submitted);
+    let asked = h.state().await.asked;
+    assert_eq!(
+        asked.iter().filter(|a| a.field_id == "email").count(),
+        1,
+        "email asked once in all"
+    );
+
+    // a submitted interview is not offered again; a stopped one can be started over
+    let fresh = h.say("/interview").await;
+    assert!(
+        h.outbox
+            .last_options()
+            .is_some_and(|o| o.options.iter().any(|o| o.value == "ja")),
+        "{fresh:?}"
+    );
+    h.choose("en").await;
+    h.say("/end").await;
+    h.say("/interview").await;
+    let over = h.say("start over").await;
+    assert!(
+        over.iter().any(|t| t.contains("country")),
+        "the greeting again, in English: {over:?}"
+    );
+    assert!(h.state().await.field("full_name").value.is_none());
+}

@@ -32,8 +32,8 @@ impl Flow for InterviewFlow {
     fn farewell(&self, lang: &str) -> Option<String> {
         Some(pick(
             lang,
-            "The interview has been stopped. Send /interview to start again.",
-            "インタビューを中止しました。/interview で再開できます。",
+            "The interview has been stopped; your answers are kept. Send /interview to resume it or start over.",
+            "インタビューを中断しました。回答は保存されています。/interview で続きから再開するか、最初からやり直せます。",
         ))
     }
 
@@ -78,6 +78,15 @@ impl Flow for InterviewFlow {
             if let Some(lang) = ctx.session.language.clone() {
                 st.language = Some(lang);
             }
+            if let Some(form) = self.form(&st.form_id).cloned()
+                && let Some((old_id, old, _)) = self.resumable(&ctx, &form.id).await?
+            {
+                // the hello goes; the offer replaces it
+                out.outgoing.clear();
+                self.offer_resume(&form, &mut st, old_id, &old, &mut out);
+                out.set_state(&st)?;
+                return Ok(out);
+            }
         }
         let Some(form) = self.form(&st.form_id).cloned() else {
             out.say(format!("The form {:?} of this interview is no longer configured. Send /interview to start again.", st.form_id));
@@ -87,7 +96,34 @@ impl Flow for InterviewFlow {
         let lang = lang_of(&st);
         match input {
             TurnInput::Start => self.advance(&ctx, &form, &mut st, &mut out).await?,
-            TurnInput::Resume => self.repeat_last(&ctx, &form, &mut st, &mut out),
+            TurnInput::Resume if st.resume_offer.is_some() => {
+                self.show_resume_options(&lang, &mut out)
+            }
+            TurnInput::Resume => self.repeat_last(
+                ctx.session.pending_options.as_ref(),
+                &form,
+                &mut st,
+                &mut out,
+            ),
+            TurnInput::Choice { values, .. }
+                if st.resume_offer.is_some()
+                    && values
+                        .first()
+                        .is_some_and(|v| v == resume::RESUME || v == resume::RESTART) =>
+            {
+                let resume = values.first().is_some_and(|v| v == resume::RESUME);
+                self.answer_resume(&ctx, &form, &mut st, resume, &mut out)
+                    .await?;
+            }
+            TurnInput::Text(text) if st.resume_offer.is_some() => {
+                match resume::typed_answer(&text) {
+                    Some(resume) => {
+                        self.answer_resume(&ctx, &form, &mut st, resume, &mut out)
+                            .await?
+                    }
+                    None => self.show_resume_options(&lang, &mut out),
+                }
+            }
             TurnInput::Text(text) => match st.stage {
                 Stage::Greeting => {
                     self.greeting_text(&ctx, &form, &mut st, &text, &mut out)

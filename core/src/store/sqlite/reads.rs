@@ -35,6 +35,31 @@ impl Reads for SqliteStore {
         row.as_ref().map(session_from_row).transpose()
     }
 
+    async fn last_finished_session(
+        &self,
+        key: &SessionKey,
+        flow: &str,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        static SQL_ROW: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions \
+                 WHERE platform = ? AND user_id = ? AND chat = ? AND thread = ? AND flow = ? \
+                   AND status = 'finished' \
+                 ORDER BY updated_ms DESC, id DESC LIMIT 1"
+            )
+        });
+        let row = sqlx::query(SQL_ROW.as_str())
+            .bind(key.platform.as_str())
+            .bind(&key.user)
+            .bind(&key.chat)
+            .bind(&key.thread)
+            .bind(flow)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("loading the last finished session"))?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
         static SQL_ROWS: LazyLock<String> = LazyLock::new(|| {
             format!(
