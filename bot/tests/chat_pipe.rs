@@ -1050,3 +1050,64 @@ async fn end_then_a_second_run_resumes_the_interview_where_it_stopped() {
     );
     assert!(out.contains("email"), "the next field: {out}");
 }
+
+#[tokio::test]
+async fn without_a_model_the_assistant_says_what_works_and_takes_text_there() {
+    let args = ["chat", "assistant", "--user", "newcomer"];
+    // a Japanese greeting at the language question chooses Japanese; a question goes to
+    // the help-desk's answer with citations
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &args,
+        "こんにちは\nパスワードを忘れたときはどうすればいいですか？\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(
+        out.contains("Kaiwa です（言語モデルなしで動いています）。\n"),
+        "{out}"
+    );
+    assert!(out.contains("応募インタビュー"), "{out}");
+    assert!(!out.contains("I'm running without"), "no English: {out}");
+    assert!(out.contains("パスワード"), "{out}");
+    assert!(out.contains("ja/user-guide.md#"), "cited: {out}");
+    // English: "I want to apply" starts the interview, in English, past the language question
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &args,
+        "Hello\nI want to apply\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(
+        out.contains("I'm Kaiwa, running without a language model.\nI can "),
+        "{out}"
+    );
+    assert!(out.contains("country"), "the interview asks on: {out}");
+    assert_eq!(
+        out.matches("Which language").count(),
+        1,
+        "asked once: {out}"
+    );
+    // a book of the catalogue: the reading companion for it
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), &forms_config(), &args, "I'm reading Kokoro\n").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(run.stdout.contains("Kokoro"), "{}", run.stdout);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &args,
+        "「こころ」を読んでいます\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(run.stdout.contains("こころ"), "{}", run.stdout);
+}

@@ -79,6 +79,17 @@ pub struct TurnOutput {
     pub admin: Vec<AdminNotice>,
     /// The flow did not recognise the command it was given.
     pub unknown_command: bool,
+    /// The message is better served by another flow: the orchestrator handles it as this
+    /// command instead (the turn's other output is dropped). Honoured for a message that is
+    /// not itself a command, so a handoff never loops.
+    pub handoff: Option<Handoff>,
+}
+
+/// A command the user's message stands for (see [`TurnOutput::handoff`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    pub command: String,
+    pub args: String,
 }
 
 impl TurnOutput {
@@ -113,6 +124,15 @@ impl TurnOutput {
         self.changes
             .push(StateChange::SetFlowState { state: value });
         Ok(self)
+    }
+
+    /// Hands the message to the flow started by `/command args`.
+    pub fn hand_off(&mut self, command: &str, args: impl Into<String>) -> &mut Self {
+        self.handoff = Some(Handoff {
+            command: command.to_string(),
+            args: args.into(),
+        });
+        self
     }
 
     pub fn end(&mut self) -> &mut Self {

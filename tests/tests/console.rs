@@ -48,7 +48,7 @@ async fn conversation(live: bool) -> String {
     let models = ModelRouter::new(Some(Arc::new(SlowWriter)));
     let harness = FlowHarness::new(
         &url,
-        vec![Arc::new(AssistantFlow)],
+        vec![Arc::new(AssistantFlow::default())],
         models,
         Place::console("assistant"),
     )

@@ -25,7 +25,11 @@ pub struct FlowConfig {
 /// Every built-in flow, the default first.
 pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
     let mut flows: Vec<Arc<dyn Flow>> = vec![
-        Arc::new(assistant::AssistantFlow),
+        Arc::new(assistant::AssistantFlow::new(
+            !config.forms.is_empty(),
+            config.kb.is_some(),
+            config.catalogue.clone(),
+        )),
         Arc::new(interview::InterviewFlow::new(
             config.forms.clone(),
             config.default_form.clone(),

@@ -380,7 +380,7 @@ impl Orchestrator {
                 }
             };
             drop(waiting);
-            let result = self.handle_locked(incoming, key, outbox).await;
+            let result = self.handle_locked(incoming, key, outbox, None).await;
             if result.is_err() {
                 self.metrics.error(kind::STORE);
             }
@@ -489,11 +489,14 @@ impl Orchestrator {
         })
     }
 
+    /// One message, the session's lock held. `language`: the language of the conversation
+    /// that handed this message over (a new session speaks it).
     async fn handle_locked(
         &self,
         incoming: Incoming,
         key: SessionKey,
         outbox: &dyn Outbox,
+        language: Option<String>,
     ) -> Result<TurnReport, OrchestratorError> {
         // a command's arguments are stored and read like any text: the same limit
         let length = match &incoming.body {
@@ -565,7 +568,10 @@ impl Orchestrator {
         // a new conversation speaks the language the user chose with /lang
         let mut session = session;
         if session.is_new() && session.language.is_none() {
-            session.language = self.profile_language(&key).await;
+            session.language = match language {
+                Some(language) => Some(language),
+                None => self.profile_language(&key).await,
+            };
         }
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
             let text = format!(
@@ -628,6 +634,30 @@ impl Orchestrator {
             {
                 text.push_str(&pick(&session, " … (stopped)", " …（停止しました）"));
             }
+        }
+        if let Some(handoff) = output.handoff.take()
+            && !matches!(incoming.body, Body::Command { .. })
+        {
+            // the message stands for a command of another flow: handled as that command
+            tracing::info!(command = %handoff.command, "message handed to another flow");
+            streaming.finish().await;
+            let language = output
+                .changes
+                .iter()
+                .rev()
+                .find_map(|c| match c {
+                    StateChange::SetLanguage { language } => Some(language.clone()),
+                    _ => None,
+                })
+                .or(session.language.clone());
+            let incoming = Incoming {
+                body: Body::Command {
+                    name: handoff.command,
+                    args: handoff.args,
+                },
+                ..incoming
+            };
+            return Box::pin(self.handle_locked(incoming, key, outbox, language)).await;
         }
         if is_command && output.unknown_command {
             output

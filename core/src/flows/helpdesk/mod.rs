@@ -14,7 +14,7 @@ use crate::admin::AdminNotice;
 use crate::agent::research::{Library, Research};
 use crate::agent::workflow::run_workflow;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
-use crate::i18n::pick;
+use crate::i18n::{has_japanese, pick};
 use crate::kb::KnowledgeBase;
 use crate::message::OptionItem;
 use crate::store::StateChange;
@@ -48,11 +48,6 @@ struct DeskState {
     last_answer: Option<String>,
     /// The ticket whose feedback buttons are showing.
     rating: Option<i64>,
-}
-
-fn looks_japanese(text: &str) -> bool {
-    text.chars()
-        .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
 }
 
 /// The "Talk to a human" button alone.
@@ -90,7 +85,7 @@ impl HelpdeskFlow {
         if let Err(e) = self.kb.refresh_if_changed() {
             tracing::warn!(error = %e, "knowledge base refresh failed; searching the previous index");
         }
-        let lang = if looks_japanese(question) {
+        let lang = if has_japanese(question) {
             "ja"
         } else {
             ctx.language()
@@ -147,7 +142,7 @@ impl HelpdeskFlow {
         let lang = st
             .last_question
             .as_deref()
-            .filter(|q| looks_japanese(q))
+            .filter(|q| has_japanese(q))
             .map_or(ctx.language().to_string(), |_| "ja".into());
         let Some(ticket_no) = st.rating.take() else {
             return;

@@ -16,7 +16,7 @@ pub mod reading_agent;
 pub mod recommendation;
 
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
-use crate::i18n::pick;
+use crate::i18n::{has_japanese, is_greeting, pick};
 use crate::message::{OptionItem, Outgoing};
 use crate::store::StateChange;
 use crate::store::reading::{
@@ -142,9 +142,17 @@ impl ReadingFlow {
         Ok(())
     }
 
+    /// The book's title as the member reads it: the catalogue's Japanese title for `ja`.
+    fn shown_title(&self, title: &str, lang: &str) -> String {
+        match self.catalogue.find(title).and_then(|b| b.title_ja.clone()) {
+            Some(ja) if lang == "ja" => ja,
+            _ => title.to_string(),
+        }
+    }
+
     fn greet_by_rules(&self, ctx: &TurnContext<'_>, st: &mut ReadingState, out: &mut TurnOutput) {
         let lang = ctx.language().to_string();
-        let title = st.title.clone().unwrap_or_default();
+        let title = self.shown_title(st.title.as_deref().unwrap_or_default(), &lang);
         match st.status.unwrap_or(ReadingStatus::NotStarted) {
             ReadingStatus::NotStarted => {
                 out.say(pick(
@@ -609,41 +617,6 @@ impl Flow for ReadingFlow {
 
 #[cfg(test)]
 mod tests;
-
-/// A greeting, which must not be taken for a book title.
-fn is_greeting(text: &str) -> bool {
-    let t = text
-        .trim()
-        .trim_end_matches(['。', '！', '!', '.', '~', '〜', 'ー', '?', '？'])
-        .trim()
-        .to_lowercase();
-    matches!(
-        t.as_str(),
-        "こんにちは"
-            | "こんにちわ"
-            | "こんばんは"
-            | "おはよう"
-            | "おはようございます"
-            | "はじめまして"
-            | "やあ"
-            | "どうも"
-            | "hello"
-            | "hi"
-            | "hey"
-            | "hiya"
-            | "good morning"
-            | "good afternoon"
-            | "good evening"
-            | "hello there"
-            | "hi there"
-    )
-}
-
-/// Whether `text` is (partly) Japanese: kana or kanji.
-fn has_japanese(text: &str) -> bool {
-    text.chars()
-        .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
-}
 
 #[cfg(test)]
 mod greeting_tests {
