@@ -142,6 +142,35 @@ impl ReadingFlow {
         Ok(())
     }
 
+    /// Records the mood `value` of `phase` and says so.
+    fn record_mood(out: &mut TurnOutput, title: String, phase: MoodPhase, value: &str, lang: &str) {
+        let (label, score) = reading_agent::mood_options("en")
+            .into_iter()
+            .find(|(o, _)| o.value == value)
+            .map_or((value.to_string(), 3), |(o, s)| (o.value, s));
+        Self::change(
+            out,
+            ReadingChange::AddMood {
+                title,
+                phase,
+                label,
+                score,
+            },
+        );
+        out.say(match phase {
+            MoodPhase::Before => pick(
+                lang,
+                "Noted. Enjoy the book — tell me about it any time.",
+                "記録しました。読書を楽しんでください。いつでも感想を聞かせてください。",
+            ),
+            MoodPhase::After => pick(
+                lang,
+                "Noted. Thank you for reading with me!",
+                "記録しました。一緒に読んでくれてありがとう。",
+            ),
+        });
+    }
+
     /// The book's title as the member reads it: the catalogue's Japanese title for `ja`.
     fn shown_title(&self, title: &str, lang: &str) -> String {
         match self.catalogue.find(title).and_then(|b| b.title_ja.clone()) {
@@ -521,6 +550,34 @@ impl Flow for ReadingFlow {
                     ));
                 } else if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
                     self.open(&ctx, &mut st, &text, &mut out).await?;
+                } else if let Some(Awaiting::Mood { phase }) = st.awaiting {
+                    let title = st.title.clone().unwrap_or_default();
+                    match mood_from_text(&text) {
+                        // a mood typed (its label, or its number on a platform without the
+                        // console's numbered options)
+                        Some(value) => {
+                            st.awaiting = None;
+                            Self::record_mood(&mut out, title, phase, &value, &lang);
+                        }
+                        // something else: kept as a note, and the mood is asked again
+                        None => {
+                            let kind = reading_agent::floor_kind(&text);
+                            Self::change(&mut out, ReadingChange::AddInsight { title, kind, text });
+                            out.say(pick(
+                                &lang,
+                                &format!("Noted as {}.", kind_name(kind, &lang)),
+                                &format!("{}として記録しました。", kind_name(kind, &lang)),
+                            ));
+                            self.ask_mood(&mut st, phase, &lang, &mut out);
+                        }
+                    }
+                } else if is_bare_number(&text) {
+                    // an option number, its options gone: not a note
+                    out.say(pick(
+                        &lang,
+                        "Those options are no longer shown. Tell me in words what you meant.",
+                        "その選択肢はもう表示されていません。言葉で教えてください。",
+                    ));
                 } else if ctx.models.for_agent(reading_agent::AGENT).is_some() {
                     self.run_agent(&ctx, &mut st, &text, &mut out).await?;
                 } else {
@@ -533,23 +590,7 @@ impl Flow for ReadingFlow {
                 match st.awaiting.take() {
                     Some(Awaiting::Mood { phase }) => {
                         let value = values.first().cloned().unwrap_or_default();
-                        let (label, score) = reading_agent::mood_options("en")
-                            .into_iter()
-                            .find(|(o, _)| o.value == value)
-                            .map_or((value.clone(), 3), |(o, s)| (o.value, s));
-                        Self::change(
-                            &mut out,
-                            ReadingChange::AddMood {
-                                title,
-                                phase,
-                                label,
-                                score,
-                            },
-                        );
-                        out.say(match phase {
-                            MoodPhase::Before => pick(&lang, "Noted. Enjoy the book — tell me about it any time.", "記録しました。読書を楽しんでください。いつでも感想を聞かせてください。"),
-                            MoodPhase::After => pick(&lang, "Noted. Thank you for reading with me!", "記録しました。一緒に読んでくれてありがとう。"),
-                        });
+                        Self::record_mood(&mut out, title, phase, &value, &lang);
                     }
                     Some(Awaiting::InsightKind { text }) => {
                         let kind = values
@@ -617,6 +658,35 @@ impl Flow for ReadingFlow {
 
 #[cfg(test)]
 mod tests;
+
+/// The mood option `text` names: its number (1-based), its value, or its label in either
+/// language.
+fn mood_from_text(text: &str) -> Option<String> {
+    let t = text
+        .trim()
+        .trim_end_matches(['.', '。', '!', '！'])
+        .trim()
+        .to_lowercase();
+    let english = reading_agent::mood_options("en");
+    let japanese = reading_agent::mood_options("ja");
+    if let Ok(n) = t.parse::<usize>() {
+        return english.get(n.checked_sub(1)?).map(|(o, _)| o.value.clone());
+    }
+    english
+        .iter()
+        .zip(&japanese)
+        .find(|((en, _), (ja, _))| t == en.value || t == en.label.to_lowercase() || t == ja.label)
+        .map(|((en, _), _)| en.value.clone())
+}
+
+/// A number and nothing else ("2", "3."): an option number, not a note.
+fn is_bare_number(text: &str) -> bool {
+    let t = text.trim().trim_end_matches(['.', '。']);
+    !t.is_empty()
+        && t.len() <= 3
+        && t.chars()
+            .all(|c| c.is_ascii_digit() || ('０'..='９').contains(&c))
+}
 
 #[cfg(test)]
 mod greeting_tests {

@@ -731,3 +731,37 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
     let again = h.say("/reading start kokoro").await;
     assert!(again[0].contains("«Kokoro»"), "{again:?}");
 }
+
+#[tokio::test]
+async fn typing_at_the_mood_question_keeps_the_note_and_asks_the_mood_again() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/lang ja").await;
+    h.say("/reading start こころ").await;
+    // a thought typed instead of a mood: kept, and the mood asked again
+    let kept = h.say("先生の孤独が気になる").await;
+    assert!(kept[0].contains("として記録しました"), "{kept:?}");
+    assert_eq!(last(&kept), "今の気分は？", "{kept:?}");
+    let record = h.record().await;
+    let notes = h.store.insights(record.id).await.expect("insights");
+    assert_eq!(notes.len(), 1);
+    assert_eq!(notes[0].text, "先生の孤独が気になる");
+    // the mood typed by its label is the mood, not a note
+    let mood = h.say("わくわく").await;
+    assert!(
+        mood[0].starts_with("記録しました。読書を楽しんで"),
+        "{mood:?}"
+    );
+    let moods = h.store.moods(record.id).await.expect("moods");
+    assert_eq!(moods.len(), 1);
+    assert_eq!(moods[0].label, "excited");
+    // a bare option number after the options are gone: not a note
+    let number = h.say("2").await;
+    assert!(
+        number[0].contains("選択肢はもう表示されていません"),
+        "{number:?}"
+    );
+    assert_eq!(
+        h.store.insights(record.id).await.expect("insights").len(),
+        1
+    );
+}
