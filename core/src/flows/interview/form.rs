@@ -89,6 +89,11 @@ pub struct FactDefinition {
     pub done_criteria: String,
     #[serde(default)]
     pub questioning_hints: Option<LocalText>,
+    /// Words whose presence in an answer shows the fact (case-insensitive, whole words):
+    /// with them the rule-based floor, which cannot read an answer, asks one follow-up for
+    /// the fact when an answer has none of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

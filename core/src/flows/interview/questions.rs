@@ -183,8 +183,23 @@ impl InterviewFlow {
                     }
                     None => None,
                 };
-                let mut review =
-                    model_review.unwrap_or_else(|| reviewer::floor_review(field, &value));
+                let mut review = model_review.unwrap_or_else(|| {
+                    // this field's answers since it was last opened
+                    let mut answers: Vec<&str> = st
+                        .asked
+                        .iter()
+                        .filter(|a| a.field_id == id)
+                        .filter_map(|a| a.answer.as_deref())
+                        .collect();
+                    if !from_user {
+                        // a value found in an answer to another field
+                        answers.push(answer);
+                    }
+                    let from = answers
+                        .len()
+                        .saturating_sub(st.field(id).follow_ups as usize + 1);
+                    reviewer::floor_review(field, &value, &answers[from..], st.field(id).follow_ups)
+                });
                 // the model may normalise a text value, never replace a typed one by an invalid one
                 if review.passed {
                     let candidate = review.field_value.clone().unwrap_or_else(|| value.clone());

@@ -286,8 +286,58 @@ pub fn extract_for_other_fields(
     out
 }
 
-/// The rule-based review of a valid answer.
-pub fn floor_review(field: &FormField, value: &str) -> ReviewResult {
+/// Whether `answer` mentions one of `signals` (case-insensitive; a signal of letters and
+/// digits only as a whole word, so "Go" is not found in "good").
+pub fn mentions_any(answer: &str, signals: &[String]) -> bool {
+    let lower = answer.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '+' || c == '#'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    signals.iter().any(|signal| {
+        let s = signal.to_lowercase();
+        if s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '#')
+        {
+            words.contains(&s.as_str())
+        } else {
+            lower.contains(&s)
+        }
+    })
+}
+
+/// The rule-based review of a valid answer. `answers`: what the applicant said for this
+/// field so far, this answer last; `follow_ups`: follow-ups already asked for it. A fact
+/// with `signals` none of the answers shows is asked for once (seed 000's Reviewer); after
+/// that the field closes with the answers together.
+pub fn floor_review(
+    field: &FormField,
+    value: &str,
+    answers: &[&str],
+    follow_ups: u32,
+) -> ReviewResult {
+    let together = answers.join("\n");
+    let missing: Vec<String> = field
+        .facts
+        .iter()
+        .filter(|f| !f.signals.is_empty() && !mentions_any(&together, &f.signals))
+        .map(|f| f.key.clone())
+        .collect();
+    if !missing.is_empty() && follow_ups == 0 && field.max_follow_ups > 0 {
+        return ReviewResult {
+            passed: false,
+            feedback: None,
+            missing_facts: missing,
+            extracted_facts: Vec::new(),
+            field_value: None,
+        };
+    }
+    // a text answer completed by a follow-up is both answers
+    let value = if follow_ups > 0 && answers.len() > 1 && field.kind() == FieldType::Text {
+        answers.join("; ")
+    } else {
+        value.to_string()
+    };
     ReviewResult {
         passed: true,
         feedback: None,
@@ -298,10 +348,10 @@ pub fn floor_review(field: &FormField, value: &str) -> ReviewResult {
             .map(|f| ExtractedFact {
                 field_id: field.id.clone(),
                 fact_key: Some(f.key.clone()),
-                value: value.to_string(),
+                value: value.clone(),
             })
             .collect(),
-        field_value: Some(value.to_string()),
+        field_value: Some(value),
     }
 }
 

@@ -730,3 +730,77 @@ async fn end_keeps_the_answers_and_the_next_interview_offers_to_resume_them() {
     );
     assert!(h.state().await.field("full_name").value.is_none());
 }
+
+#[tokio::test]
+async fn the_floor_asks_once_for_a_missing_fact_then_moves_on() {
+    for (lang, vague, follow_up, named, next) in [
+        (
+            "en",
+            "Mostly backend systems and cloud infrastructure",
+            "Which programming languages do you use?",
+            "Rust and Go",
+            "What draws you to this position?",
+        ),
+        (
+            "ja",
+            "主にバックエンドとクラウド基盤です",
+            "どのプログラミング言語をお使いですか？",
+            "Python と SQL です",
+            "応募された理由",
+        ),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose(lang).await;
+        for answer in ["Japan", "Hanako Yamada", "hanako@example.com", "5"] {
+            h.say(answer).await;
+        }
+        let asked = h.say(vague).await;
+        assert!(last(&asked).contains(follow_up), "{lang}: {asked:?}");
+        let skills_question = if lang == "ja" {
+            "よく使うプログラミング言語や技術を教えてください。"
+        } else {
+            "Which programming languages and technologies do you use most?"
+        };
+        assert!(
+            !last(&asked).contains(skills_question),
+            "not the same question again"
+        );
+        let moved = h.say(named).await;
+        assert!(
+            last(&moved).contains(next) || moved.iter().any(|t| t.contains(next)),
+            "{lang}: {moved:?}"
+        );
+        let st = h.state().await;
+        assert_eq!(st.field("skills").status, FieldStatus::Done);
+        assert_eq!(
+            st.field("skills").value.as_deref(),
+            Some(format!("{vague}; {named}").as_str()),
+            "both answers kept"
+        );
+    }
+    // an answer that names a language goes straight on
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    for answer in ["Japan", "Hanako Yamada", "hanako@example.com", "5"] {
+        h.say(answer).await;
+    }
+    let next = h.say("Go, some C, and a lot of SQL").await;
+    assert!(
+        !last(&next).contains("Which programming languages do you use?"),
+        "{next:?}"
+    );
+}
+
+#[test]
+fn signals_are_whole_words() {
+    let signals: Vec<String> = ["Go", "C++", "C", "Visual Basic"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert!(reviewer::mentions_any("I write go daily", &signals));
+    assert!(reviewer::mentions_any("mostly C++", &signals));
+    assert!(reviewer::mentions_any("visual basic at school", &signals));
+    assert!(!reviewer::mentions_any("good cloud work", &signals));
+}
