@@ -1,10 +1,16 @@
 //! The knowledge base: Markdown and text files under a folder (`config/kb/**/*.md|*.txt`),
 //! split into passages by heading and indexed with tantivy (BM25) in memory.
 //!
-//! Two indexed fields: English text (lowercased, stop words removed, stemmed) and the CJK
-//! characters of the text as character bigrams, so Japanese questions find Japanese
-//! passages without a dictionary. Queries are built from the same analyzers as term queries
-//! (never parsed as query syntax, so user text cannot break them). [`KnowledgeBase::refresh_if_changed`]
+//! Indexed twice, the heading counting double: English text (lowercased, stop words —
+//! question words included — removed, stemmed) and the CJK characters as character bigrams,
+//! so Japanese questions find Japanese passages without a dictionary. Queries are built from
+//! the same analyzers as term queries (never parsed as query syntax, so user text cannot
+//! break them); Japanese grammar bigrams (「には」「ですか」) are left out, and a small table of
+//! help-desk synonyms in both languages (stop / end / やめる / 終える, export /
+//! エクスポート …) widens a question, at a lower weight. Passages in the question's language
+//! come first; the other language's only when the question's has none. Each passage found
+//! carries its [`Passage::coverage`]: how much of the question it matches, which tells a
+//! strong match from a weak one. [`KnowledgeBase::refresh_if_changed`]
 //! rebuilds the index when a file was added, removed or modified. Documents are read only
 //! from the indexed set: a path outside it is simply not found.
 
@@ -13,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::time::SystemTime;
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, PhraseQuery, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
 };
@@ -30,6 +36,9 @@ pub struct Passage {
     pub heading: String,
     pub text: String,
     pub score: f32,
+    /// The share of the question's words (or their synonyms) the passage contains, 0–1.
+    #[serde(default)]
+    pub coverage: f32,
 }
 
 impl Passage {
@@ -58,7 +67,193 @@ struct Fields {
     text: Field,
     en: Field,
     cjk: Field,
+    head_en: Field,
+    head_cjk: Field,
 }
+
+/// English words a question is made of that say nothing of its subject (tantivy's own list
+/// keeps "how", "do", "i", "my", "can" …, which then match every passage).
+const EN_STOP_WORDS: &[&str] = &[
+    "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "being", "but", "by", "can", "cannot", "could", "did", "do", "does", "doing",
+    "don't", "for", "from", "get", "got", "had", "has", "have", "having", "here", "how", "i",
+    "i'm", "if", "in", "into", "is", "it", "its", "it's", "just", "me", "might", "more", "most",
+    "must", "my", "myself", "no", "not", "now", "of", "on", "one", "only", "or", "our", "out",
+    "please", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then",
+    "there", "these", "they", "this", "those", "to", "too", "up", "us", "very", "want", "was",
+    "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with",
+    "would", "you", "your", "yours", "anymore", "still", "way", "ways", "thing", "things", "need",
+    "know", "tell", "kaiwa", "bot",
+];
+
+/// Japanese bigrams of grammar alone (particles, endings, question forms).
+const CJK_STOP_BIGRAMS: &[&str] = &[
+    "には",
+    "です",
+    "すか",
+    "ます",
+    "ませ",
+    "せん",
+    "して",
+    "した",
+    "って",
+    "った",
+    "ので",
+    "のは",
+    "とは",
+    "をし",
+    "たい",
+    "ない",
+    "いい",
+    "どう",
+    "うや",
+    "やっ",
+    "すれ",
+    "れば",
+    "ばい",
+    "いで",
+    "でき",
+    "きま",
+    "ると",
+    "るに",
+    "てい",
+    "いる",
+    "しょ",
+    "ょう",
+    "うか",
+    "さい",
+    "くだ",
+    "ださ",
+    "えて",
+    "教え",
+    "方法",
+    "ありま",
+    "あり",
+    "りま",
+    "ても",
+    "でも",
+    "けど",
+    "から",
+    "まし",
+    "しま",
+    "すると",
+    "とど",
+    "どの",
+    "この",
+    "その",
+    "なぜ",
+    "ぜで",
+    "がで",
+    "をも",
+    "もう",
+    "うい",
+    "った",
+    "えば",
+    "なり",
+    "りま",
+    "れま",
+    "ませ",
+    "ん？",
+];
+
+/// Help-desk words that mean the same thing, in both languages: a question with one of
+/// them also looks for the others (at a lower weight).
+const SYNONYMS: &[&[&str]] = &[
+    &[
+        "stop", "end", "quit", "cancel", "halfway", "pause", "leave", "exit", "やめ", "止め",
+        "終え", "終わ", "中止", "中断", "終了", "途中",
+    ],
+    &["start", "begin", "launch", "open", "開始", "始め", "はじめ"],
+    &[
+        "interview",
+        "apply",
+        "application",
+        "job",
+        "applying",
+        "面接",
+        "応募",
+        "求人",
+    ],
+    &[
+        "change", "edit", "fix", "correct", "modify", "mistake", "wrong", "修正", "変更", "直し",
+        "直せ", "間違", "訂正",
+    ],
+    &[
+        "export",
+        "download",
+        "csv",
+        "json",
+        "submissions",
+        "エクスポート",
+        "書き出",
+        "ダウンロード",
+        "出力",
+        "提出",
+    ],
+    &[
+        "password",
+        "login",
+        "log",
+        "sign",
+        "account",
+        "access",
+        "locked",
+        "パスワード",
+        "ログイン",
+        "アカウント",
+        "アクセス",
+    ],
+    &[
+        "button",
+        "option",
+        "options",
+        "choice",
+        "tap",
+        "press",
+        "select",
+        "pick",
+        "ボタン",
+        "選択肢",
+        "選ぶ",
+        "押し",
+        "番号",
+    ],
+    &[
+        "model",
+        "llm",
+        "openai",
+        "ollama",
+        "api",
+        "key",
+        "モデル",
+        "言語モデル",
+        "キー",
+    ],
+    &["command", "commands", "help", "コマンド", "一覧", "ヘルプ"],
+    &[
+        "resume", "continue", "later", "again", "再開", "続き", "後で",
+    ],
+    &[
+        "conversation",
+        "chat",
+        "talk",
+        "talking",
+        "会話",
+        "チャット",
+    ],
+    &["terminal", "console", "command line", "ターミナル"],
+    &["saved", "kept", "keep", "lose", "保存"],
+    &[
+        "configure",
+        "configuration",
+        "config",
+        "setting",
+        "settings",
+        "setup",
+        "設定",
+    ],
+    &["answer", "answers", "回答", "答え"],
+];
 
 struct Indexed {
     index: Index,
@@ -89,6 +284,132 @@ fn cjk_only(text: &str) -> String {
         }
     }
     out
+}
+
+/// A token of the CJK bigram analyzer (not an English word).
+fn is_cjk_token(token: &str) -> bool {
+    token.chars().any(is_cjk)
+}
+
+/// The search tokens of `text`: its English words (analysed) and its CJK bigrams less the
+/// grammar ones, each once.
+fn tokens(i: &Indexed, text: &str) -> Result<Vec<String>, KbError> {
+    let mut out = Vec::new();
+    for (field, input) in [
+        (i.fields.en, text.to_string()),
+        (i.fields.cjk, cjk_only(text)),
+    ] {
+        let mut analyzer = i.index.tokenizer_for_field(field)?;
+        let mut stream = analyzer.token_stream(&input);
+        while stream.advance() {
+            let token = stream.token().text.trim().to_string();
+            // a bigram with hiragana in it is grammar more often than meaning (「を始」「める」);
+            // the verbs that matter come back through the synonym groups
+            let grammar = token
+                .chars()
+                .any(|c| ('\u{3040}'..='\u{309f}').contains(&c));
+            if token.is_empty()
+                || grammar
+                || CJK_STOP_BIGRAMS.contains(&token.as_str())
+                || out.contains(&token)
+            {
+                continue;
+            }
+            out.push(token);
+        }
+    }
+    Ok(out)
+}
+
+/// A synonym group a question names: its words and their search tokens.
+struct Group {
+    members: &'static [&'static str],
+    tokens: Vec<String>,
+}
+
+/// A unit of a question's meaning: an English word (analysed), a run of kanji / katakana,
+/// or a synonym group.
+enum Unit {
+    Word(String),
+    Run(String),
+    Group(usize),
+}
+
+fn is_kana_or_kanji_word(c: char) -> bool {
+    matches!(c, '\u{30a0}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
+}
+
+/// The units of `query`: its English words and its kanji / katakana runs (hiragana is
+/// grammar), those a named synonym group covers counted once, as the group.
+fn units(i: &Indexed, query: &str, groups: &[Group]) -> Result<Vec<Unit>, KbError> {
+    let mut out: Vec<Unit> = (0..groups.len()).map(Unit::Group).collect();
+    let grouped = |token: &str| groups.iter().any(|g| g.tokens.iter().any(|t| t == token));
+    let mut analyzer = i.index.tokenizer_for_field(i.fields.en)?;
+    let mut stream = analyzer.token_stream(query);
+    let mut words: Vec<String> = Vec::new();
+    while stream.advance() {
+        let token = stream.token().text.clone();
+        if !token.chars().any(is_cjk) && !grouped(&token) && !words.contains(&token) {
+            words.push(token);
+        }
+    }
+    out.extend(words.into_iter().map(Unit::Word));
+    let mut run = String::new();
+    let mut runs = Vec::new();
+    for c in query.chars().chain(std::iter::once(' ')) {
+        if is_kana_or_kanji_word(c) {
+            run.push(c);
+        } else if !run.is_empty() {
+            runs.push(std::mem::take(&mut run));
+        }
+    }
+    for run in runs {
+        let in_group = groups.iter().any(|g| {
+            g.members
+                .iter()
+                .filter(|m| !m.is_ascii() && query.contains(*m))
+                .any(|m| m.contains(run.as_str()) || run.contains(*m))
+        });
+        // one character says little on its own (「使」「置」)
+        if !in_group && run.chars().count() > 1 {
+            out.push(Unit::Run(run));
+        }
+    }
+    Ok(out)
+}
+
+/// The share of the question's `units` a passage meets: a word among its `words`, a run in
+/// its `text`, a group by any of its words.
+fn coverage(units: &[Unit], groups: &[Group], words: &[String], text: &str) -> f32 {
+    if units.is_empty() {
+        return 0.0;
+    }
+    let met = units
+        .iter()
+        .filter(|unit| match unit {
+            Unit::Word(w) => words.contains(w),
+            Unit::Run(r) => text.contains(r.as_str()),
+            Unit::Group(g) => {
+                groups[*g].tokens.iter().any(|t| words.contains(t))
+                    || groups[*g]
+                        .members
+                        .iter()
+                        .any(|m| !m.is_ascii() && text.contains(*m))
+            }
+        })
+        .count();
+    met as f32 / units.len() as f32
+}
+
+/// Whether `heading` is the title (`#`) of its document: an overview, not a section.
+fn heading_level_one(path: &str, heading: &str, i: &Indexed) -> bool {
+    i.documents.get(path).is_some_and(|doc| {
+        doc.lines().any(|l| {
+            l.trim_start()
+                .strip_prefix("# ")
+                .is_some_and(|h| h.trim() == heading)
+        })
+    })
 }
 
 fn files(root: &Path) -> Result<Vec<PathBuf>, KbError> {
@@ -175,18 +496,18 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
         text: schema.add_text_field("text", STORED),
         en: schema.add_text_field("en", indexed("kb_en")),
         cjk: schema.add_text_field("cjk", indexed("kb_cjk")),
+        head_en: schema.add_text_field("head_en", indexed("kb_en")),
+        head_cjk: schema.add_text_field("head_cjk", indexed("kb_cjk")),
     };
     let index = Index::create_in_ram(schema.build());
-    let mut en = TextAnalyzer::builder(SimpleTokenizer::default())
+    let en = TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(LowerCaser)
-        .dynamic();
-    if let Some(stop) = StopWordFilter::new(Language::English) {
-        en = en.filter_dynamic(stop);
-    }
-    index.tokenizers().register(
-        "kb_en",
-        en.filter_dynamic(Stemmer::new(Language::English)).build(),
-    );
+        .filter(StopWordFilter::remove(
+            EN_STOP_WORDS.iter().map(|w| w.to_string()),
+        ))
+        .filter(Stemmer::new(Language::English))
+        .build();
+    index.tokenizers().register("kb_en", en);
     index.tokenizers().register(
         "kb_cjk",
         TextAnalyzer::builder(NgramTokenizer::new(2, 2, false)?).build(),
@@ -225,6 +546,8 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
             let searchable = format!("{heading}\n{text}");
             doc.add_text(fields.en, &searchable);
             doc.add_text(fields.cjk, cjk_only(&searchable));
+            doc.add_text(fields.head_en, &heading);
+            doc.add_text(fields.head_cjk, cjk_only(&heading));
             writer.add_document(doc)?;
             passages += 1;
         }
@@ -280,27 +603,89 @@ impl KnowledgeBase {
         (i.documents.len(), i.passages)
     }
 
-    /// The best `k` passages for `query` (English words and Japanese text alike).
+    /// The best `k` passages for `query` (English words and Japanese text alike), in the
+    /// question's language when it has any (see the module).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        for (field, text) in [
-            (i.fields.en, query.to_string()),
-            (i.fields.cjk, cjk_only(query)),
-        ] {
-            let mut analyzer = i.index.tokenizer_for_field(field)?;
-            let mut stream = analyzer.token_stream(&text);
-            let mut seen = std::collections::HashSet::new();
-            while stream.advance() {
-                let token = stream.token().text.clone();
-                if token.trim().is_empty() || !seen.insert(token.clone()) {
-                    continue;
+        let own = tokens(&i, query)?;
+        // the synonym groups the question names, with their words' tokens
+        let lower = query.to_lowercase();
+        let named = |w: &str| {
+            if w.is_ascii() {
+                lower
+                    .split(|c: char| !c.is_alphanumeric())
+                    .any(|word| word == w)
+            } else {
+                query.contains(w)
+            }
+        };
+        let mut groups: Vec<Group> = Vec::new();
+        for members in SYNONYMS {
+            if members.iter().any(|w| named(w)) {
+                let mut tokens_of = Vec::new();
+                for w in members.iter().filter(|w| w.is_ascii()) {
+                    tokens_of.extend(tokens(&i, w)?);
                 }
-                let term = Term::from_field_text(field, &token);
+                tokens_of.sort();
+                tokens_of.dedup();
+                groups.push(Group {
+                    members,
+                    tokens: tokens_of,
+                });
+            }
+        }
+        let units = units(&i, query, &groups)?;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let mut add = |token: &str, en: bool, weight: f32| {
+            let (body, head) = if en {
+                (i.fields.en, i.fields.head_en)
+            } else {
+                (i.fields.cjk, i.fields.head_cjk)
+            };
+            for (field, boost) in [(body, weight), (head, weight * 2.0)] {
+                let term = Term::from_field_text(field, token);
                 clauses.push((
                     Occur::Should,
-                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
+                    Box::new(BoostQuery::new(
+                        Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
+                        boost,
+                    )),
                 ));
+            }
+        };
+        for token in &own {
+            add(token, !is_cjk_token(token), 1.0);
+        }
+        for token in groups
+            .iter()
+            .flat_map(|g| &g.tokens)
+            .filter(|t| !own.contains(t))
+        {
+            add(token, true, 0.6);
+        }
+        // a Japanese synonym as a whole word: the phrase of its bigrams
+        for member in groups
+            .iter()
+            .flat_map(|g| g.members.iter())
+            .filter(|m| !m.is_ascii())
+        {
+            let chars: Vec<char> = member.chars().collect();
+            let bigrams: Vec<String> = chars.windows(2).map(|w| w.iter().collect()).collect();
+            for (field, boost) in [(i.fields.cjk, 0.6), (i.fields.head_cjk, 1.2)] {
+                let query: Box<dyn Query> = match bigrams.len() {
+                    0 => continue,
+                    1 => Box::new(TermQuery::new(
+                        Term::from_field_text(field, &bigrams[0]),
+                        IndexRecordOption::WithFreqs,
+                    )),
+                    _ => Box::new(PhraseQuery::new(
+                        bigrams
+                            .iter()
+                            .map(|b| Term::from_field_text(field, b))
+                            .collect(),
+                    )),
+                };
+                clauses.push((Occur::Should, Box::new(BoostQuery::new(query, boost))));
             }
         }
         if clauses.is_empty() {
@@ -309,9 +694,9 @@ impl KnowledgeBase {
         let searcher = i.reader.searcher();
         let top = searcher.search(
             &BooleanQuery::new(clauses),
-            &TopDocs::with_limit(k.clamp(1, 20)).order_by_score(),
+            &TopDocs::with_limit(20).order_by_score(),
         )?;
-        let mut out = Vec::new();
+        let mut found = Vec::new();
         for (score, address) in top {
             let doc: TantivyDocument = searcher.doc(address)?;
             let get = |f: Field| {
@@ -319,14 +704,42 @@ impl KnowledgeBase {
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default()
             };
-            out.push(Passage {
+            let (heading, text) = (get(i.fields.heading), get(i.fields.text));
+            let whole = format!("{heading}\n{text}");
+            let words = tokens(&i, &whole)?;
+            let overview = heading_level_one(&get(i.fields.path), &heading, &i);
+            found.push(Passage {
                 path: get(i.fields.path),
-                heading: get(i.fields.heading),
-                text: get(i.fields.text),
-                score,
+                coverage: coverage(&units, &groups, &words, &whole),
+                heading,
+                text,
+                // a document's overview ranks after a section that matches as well
+                score: if overview { score * 0.5 } else { score },
             });
         }
-        Ok(out)
+        // the better match of the question first; a passage that meets more of it before
+        // one that only scores higher
+        found.sort_by(|a, b| {
+            b.coverage
+                .total_cmp(&a.coverage)
+                .then(b.score.total_cmp(&a.score))
+        });
+        // the question's language; the other only when it has nothing that matches as well
+        let japanese = query.chars().any(is_cjk);
+        let in_language = |p: &Passage| p.text.chars().any(is_cjk) == japanese;
+        let best = |own: bool| {
+            found
+                .iter()
+                .filter(|p| in_language(p) == own)
+                .map(|p| p.coverage)
+                .fold(0.0f32, f32::max)
+        };
+        let (own_best, other_best) = (best(true), best(false));
+        let keep_own = found.iter().any(in_language) && own_best >= other_best;
+        found.retain(|p| in_language(p) == keep_own);
+        found.retain(|p| p.coverage > 0.0);
+        found.truncate(k.clamp(1, 20));
+        Ok(found)
     }
 
     /// A whole indexed document by its relative path.

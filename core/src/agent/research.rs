@@ -81,6 +81,16 @@ pub struct Research<'a> {
     pub models: &'a ModelRouter,
     pub ledger: &'a LlmLedger,
     pub lang: String,
+    /// Which passages may be sources (`None`: all): the BookGuide, asked about one book,
+    /// never cites another book's entry as this one's. Enforced on every source, whoever
+    /// found it (the model's tools or the floor).
+    pub sources_allowed: Option<&'a (dyn Fn(&Passage) -> bool + Send + Sync)>,
+}
+
+impl Research<'_> {
+    fn allowed(&self, p: &Passage) -> bool {
+        self.sources_allowed.is_none_or(|allowed| allowed(p))
+    }
 }
 
 /// The seed's `Plan`.
@@ -119,6 +129,43 @@ pub struct ResearchAnswer {
     pub plan: Vec<String>,
     pub sources: Vec<Passage>,
     pub sub_answers: Value,
+    /// The best source meets most of the question ([`STRONG_COVERAGE`]): an answer, not
+    /// "the closest I found".
+    pub confident: bool,
+}
+
+/// A passage meeting at least this share of a question answers it; below, it is only the
+/// closest match.
+pub const STRONG_COVERAGE: f32 = 0.5;
+
+/// A question that leans on the one before ("and on Mac?", 「それは CSV でも？」): the floor
+/// searches it together with that one.
+pub fn is_follow_up(question: &str) -> bool {
+    let t = question.trim().to_lowercase();
+    let en = [
+        "and ",
+        "and?",
+        "what about",
+        "how about",
+        "also ",
+        "or ",
+        "but ",
+    ];
+    let ja = [
+        "それ",
+        "では",
+        "じゃあ",
+        "あと",
+        "その",
+        "また",
+        "ちなみに",
+        "なら",
+    ];
+    en.iter().any(|p| t.starts_with(p))
+        || ja.iter().any(|p| t.starts_with(p))
+        || (t.chars().count() <= 12
+            && crate::i18n::has_japanese(&t)
+            && (t.ends_with("は？") || t.ends_with("は?") || t.ends_with("では？")))
 }
 
 #[derive(Default)]
@@ -254,6 +301,7 @@ fn sources_block(sources: &[Passage], lang: &str) -> String {
 impl Research<'_> {
     fn floor_attempt(&self, task: &str) -> SubAnswer {
         let mut passages = (self.library.search)(task, 3);
+        passages.retain(|p| self.allowed(p));
         // weak matches next to a strong one are noise, not sources
         let best = passages.first().map_or(0.0, |p| p.score);
         passages.retain(|p| p.score >= best * 0.4);
@@ -282,22 +330,63 @@ impl Research<'_> {
             };
         }
         let mut ranked: Vec<(usize, &Passage)> = sources.iter().enumerate().collect();
-        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
-        let mut out = if self.lang == "ja" {
-            format!(
-                "{}から関連する情報が見つかりました:\n\n",
-                self.library.source_ja
-            )
+        ranked.sort_by(|a, b| {
+            b.1.coverage
+                .total_cmp(&a.1.coverage)
+                .then(b.1.score.total_cmp(&a.1.score))
+        });
+        let ja = self.lang == "ja";
+        let mut out = String::new();
+        let (best_index, best) = ranked[0];
+        if best.coverage >= STRONG_COVERAGE {
+            // an answer: the passage itself, then what else answers as well
+            out.push_str(&format!(
+                "**{}**\n{} [{}]\n\n",
+                best.heading,
+                excerpt(&best.text, 600),
+                best_index + 1
+            ));
+            let related: Vec<&(usize, &Passage)> = ranked[1..]
+                .iter()
+                .filter(|(_, p)| p.coverage >= STRONG_COVERAGE)
+                .take(2)
+                .collect();
+            if !related.is_empty() {
+                out.push_str(if ja { "関連:\n" } else { "Related:\n" });
+                for (i, p) in related {
+                    out.push_str(&format!(
+                        "[{}] {}: {}\n",
+                        i + 1,
+                        p.heading,
+                        excerpt(&p.text, 200)
+                    ));
+                }
+                out.push('\n');
+            }
         } else {
-            format!("Here is what I found in {}:\n\n", self.library.source_en)
-        };
-        for (i, p) in ranked.into_iter().take(3) {
+            // only the closest match: said so, with the way to a person
+            out.push_str(&if ja {
+                format!(
+                    "{}にぴったりの答えは見つかりませんでした。いちばん近いのはこちらです:\n\n",
+                    self.library.source_ja
+                )
+            } else {
+                format!(
+                    "I found no exact answer in {}. The closest I found:\n\n",
+                    self.library.source_en
+                )
+            });
             out.push_str(&format!(
                 "[{}] {}: {}\n\n",
-                i + 1,
-                p.heading,
-                excerpt(&p.text, 400)
+                best_index + 1,
+                best.heading,
+                excerpt(&best.text, 400)
             ));
+            out.push_str(if ja {
+                "これで解決しない場合は、担当者にお繋ぎできます。\n\n"
+            } else {
+                "If this does not answer it, I can pass your question to a person.\n\n"
+            });
         }
         out.push_str(&sources_block(sources, &self.lang));
         out
@@ -313,7 +402,13 @@ impl PlanExecuteReflect for Research<'_> {
 
     async fn plan(&self) -> Vec<String> {
         let Some(model) = self.models.for_agent(&self.library.planner) else {
-            return vec![self.question.clone()];
+            // a follow-up is searched with the question it follows
+            return match &self.previous {
+                Some((before, _)) if is_follow_up(&self.question) => {
+                    vec![format!("{before} {}", self.question)]
+                }
+                _ => vec![self.question.clone()],
+            };
         };
         let previous = self
             .previous
@@ -461,7 +556,7 @@ impl PlanExecuteReflect for Research<'_> {
     ) -> ResearchAnswer {
         let mut sources: Vec<Passage> = Vec::new();
         for o in &outcomes {
-            for p in &o.attempt.passages {
+            for p in o.attempt.passages.iter().filter(|p| self.allowed(p)) {
                 if !sources.iter().any(|s| s.citation() == p.citation()) {
                     sources.push(p.clone());
                 }
@@ -537,11 +632,13 @@ impl PlanExecuteReflect for Research<'_> {
             }
             _ => self.floor_answer(&sources),
         };
+        let confident = sources.iter().any(|p| p.coverage >= STRONG_COVERAGE);
         ResearchAnswer {
             text,
             plan,
             sources,
             sub_answers,
+            confident,
         }
     }
 }

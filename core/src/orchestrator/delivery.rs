@@ -22,6 +22,9 @@ pub(super) struct FinishedTurn {
     /// Replace the session's pending options with this turn's (false for replies that only
     /// inform, such as a stale-button notice).
     pub(super) replace_pending: bool,
+    /// What the user wrote, when the message was handled as a command it stood for (a
+    /// handoff): stored instead of the command.
+    pub(super) said: Option<String>,
 }
 
 pub(super) fn processed(incoming: &Incoming) -> Option<ProcessedUpdate> {
@@ -45,10 +48,11 @@ impl Orchestrator {
             output,
             ledger,
             replace_pending,
+            said,
         } = turn;
         let key = session.key.clone();
         let mut changes = Vec::with_capacity(output.changes.len() + output.outgoing.len() + 2);
-        let said = incoming.body.transcript_text();
+        let said = said.unwrap_or_else(|| incoming.body.transcript_text());
         if !said.is_empty() {
             changes.push(StateChange::AddUserMessage { text: said });
         }
@@ -297,6 +301,7 @@ impl Orchestrator {
                     output,
                     ledger: LlmLedger::new(),
                     replace_pending: false,
+                    said: None,
                 };
                 self.commit_and_deliver(incoming, turn, outbox).await
             }

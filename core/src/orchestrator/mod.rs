@@ -91,6 +91,14 @@ pub trait Streamer: Send {
     async fn finish(self: Box<Self>);
 }
 
+/// A message another conversation handed over ([`crate::flow::TurnOutput::hand_off`]):
+/// that conversation's language, and what the user wrote (stored as written, not as the
+/// command it stood for).
+struct Handed {
+    language: Option<String>,
+    said: String,
+}
+
 /// What `working` leaves behind: the streamer to finish once the reply is delivered.
 struct Streaming {
     streamer: Option<Box<dyn Streamer>>,
@@ -489,15 +497,19 @@ impl Orchestrator {
         })
     }
 
-    /// One message, the session's lock held. `language`: the language of the conversation
-    /// that handed this message over (a new session speaks it).
+    /// One message, the session's lock held. `handed`: the message was handed over by
+    /// another conversation (see [`Handed`]).
     async fn handle_locked(
         &self,
         incoming: Incoming,
         key: SessionKey,
         outbox: &dyn Outbox,
-        language: Option<String>,
+        handed: Option<Handed>,
     ) -> Result<TurnReport, OrchestratorError> {
+        let (language, said) = match handed {
+            Some(Handed { language, said }) => (language, Some(said)),
+            None => (None, None),
+        };
         // a command's arguments are stored and read like any text: the same limit
         let length = match &incoming.body {
             Body::Text { text } => text.chars().count(),
@@ -650,6 +662,7 @@ impl Orchestrator {
                     _ => None,
                 })
                 .or(session.language.clone());
+            let said = incoming.body.transcript_text();
             let incoming = Incoming {
                 body: Body::Command {
                     name: handoff.command,
@@ -657,7 +670,8 @@ impl Orchestrator {
                 },
                 ..incoming
             };
-            return Box::pin(self.handle_locked(incoming, key, outbox, language)).await;
+            let handed = Handed { language, said };
+            return Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await;
         }
         if is_command && output.unknown_command {
             output
@@ -697,6 +711,7 @@ impl Orchestrator {
             output,
             ledger,
             replace_pending: true,
+            said,
         };
         let report = self.commit_and_deliver(&incoming, turn, outbox).await;
         streaming.finish().await;

@@ -98,6 +98,7 @@ impl HelpdeskFlow {
             models: ctx.models,
             ledger: ctx.ledger,
             lang: lang.clone(),
+            sources_allowed: None,
         };
         let result = run_workflow(&desk, MAX_TRIES, CONCURRENCY).await;
         st.tickets += 1;

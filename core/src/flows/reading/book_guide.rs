@@ -123,6 +123,7 @@ impl TypedTool<ResearchWork> for SearchLibrary {
 
 pub struct BookGuide {
     library: Library,
+    catalogue: Arc<Catalogue>,
 }
 
 impl BookGuide {
@@ -134,13 +135,16 @@ impl BookGuide {
             ("the book catalogue", "蔵書カタログ"),
             vec![
                 typed(GetBookInfo(catalogue.clone())),
-                typed(SearchLibrary { catalogue, kb }),
+                typed(SearchLibrary {
+                    catalogue: catalogue.clone(),
+                    kb,
+                }),
             ],
             Arc::new(move |q: &str, k: usize| {
                 search_both(&floor_catalogue, floor_kb.as_deref(), q, k)
             }),
         );
-        BookGuide { library }
+        BookGuide { library, catalogue }
     }
 
     /// Answers an expert question, optionally about the book being read.
@@ -152,20 +156,88 @@ impl BookGuide {
         ledger: &LlmLedger,
         lang: &str,
     ) -> ResearchAnswer {
-        let question = match book {
+        let asked = match book {
             Some(title) => format!("{question} (about the book {title})"),
             None => question.to_string(),
         };
+        // about one book: its own catalogue entry and the knowledge base, never another
+        // book's entry
+        let this_book = book
+            .and_then(|t| self.catalogue.find(t))
+            .map(|b| b.title.clone());
+        let only_this_book = |p: &Passage| {
+            p.path != super::catalogue::PATH || this_book.as_deref() == Some(p.heading.as_str())
+        };
         let research = Research {
-            question,
+            question: asked,
             previous: None,
             library: &self.library,
             models,
             ledger,
             lang: lang.to_string(),
+            sources_allowed: book
+                .map(|_| &only_this_book as &(dyn Fn(&Passage) -> bool + Send + Sync)),
         };
-        run_workflow(&research, 3, 3).await
+        let mut answer = run_workflow(&research, 3, 3).await;
+        // the floor cannot read: a source counts when it names what the question asks about
+        if book.is_some() && models.for_agent(&self.library.answerer).is_none() {
+            answer
+                .sources
+                .retain(|p| names_what_is_asked(question, &p.text));
+        }
+        if let (Some(title), true) = (book, answer.sources.is_empty()) {
+            let shown = match self.catalogue.find(title).and_then(|b| b.title_ja.clone()) {
+                Some(ja) if lang == "ja" => ja,
+                _ => title.to_string(),
+            };
+            answer.text = crate::i18n::pick(
+                lang,
+                &format!(
+                    "I have no source that answers this for «{shown}», so I won't guess. You could note it as a question and look for it as you read."
+                ),
+                &format!(
+                    "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録して、読み進めながら探してみてください。"
+                ),
+            );
+        }
+        answer
     }
+}
+
+/// Whether `text` names at least half of what `question` asks about: its longer English
+/// words (question words aside) and its kanji / katakana words.
+fn names_what_is_asked(question: &str, text: &str) -> bool {
+    const ASIDE: &[&str] = &[
+        "what", "who", "whom", "why", "how", "when", "where", "which", "does", "did", "mean",
+        "means", "meaning", "here", "this", "that", "there", "the", "and", "are", "was", "were",
+        "really", "about", "book", "story", "explain", "tell",
+    ];
+    let lower_text = text.to_lowercase();
+    let lower = question.to_lowercase();
+    let mut asked: Vec<String> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| w.len() >= 3 && !ASIDE.contains(w))
+        .map(str::to_string)
+        .collect();
+    let mut run = String::new();
+    for c in question.chars().chain(std::iter::once(' ')) {
+        if matches!(c, '\u{30a0}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}') {
+            run.push(c);
+        } else if !run.is_empty() {
+            let word = std::mem::take(&mut run);
+            if word.chars().count() >= 2 {
+                asked.push(word);
+            }
+        }
+    }
+    if asked.is_empty() {
+        return false;
+    }
+    let met = asked
+        .iter()
+        .filter(|w| lower_text.contains(w.as_str()))
+        .count();
+    met * 2 >= asked.len()
 }
 
 #[cfg(test)]
@@ -193,13 +265,7 @@ mod tests {
             )
             .await;
         assert_eq!(answer.sources[0].citation(), "books.toml#Kokoro");
-        assert!(
-            answer
-                .text
-                .contains("Here is what I found in the book catalogue"),
-            "{}",
-            answer.text
-        );
+        assert!(answer.text.starts_with("**Kokoro**\n"), "{}", answer.text);
         assert!(answer.text.contains("[1] books.toml#Kokoro"));
     }
 

@@ -24,10 +24,11 @@ impl Book {
     /// The book as a citable passage (`books.toml#Title`).
     pub fn passage(&self, score: f32) -> Passage {
         Passage {
-            path: "books.toml".into(),
+            path: PATH.into(),
             heading: self.title.clone(),
             text: self.describe(),
             score,
+            coverage: 1.0,
         }
     }
 
@@ -59,6 +60,9 @@ struct CatalogueFile {
 pub struct Catalogue {
     books: Vec<Book>,
 }
+
+/// Where a catalogue entry cited as a source says it comes from (`books.toml#Title`).
+pub const PATH: &str = "books.toml";
 
 fn terms(text: &str) -> Vec<String> {
     let lower = text.to_lowercase();

@@ -3,7 +3,10 @@
 //! The review always praises concretely (numbers, a quoted insight), may reflect on one
 //! insight, and always ends with a small concrete next step; a quiet period is met with
 //! encouragement, never blame. Without a model the review is a template from the same
-//! context. Exposed as the `mentor` flow (`/review weekly|monthly`).
+//! context. Exposed as the `mentor` flow: a conversation. Opening it greets and offers a
+//! weekly or monthly review; `/review weekly|monthly` (or a pick of the offer) writes and
+//! saves one; what the member asks after that is answered from that review's data in the
+//! same session, and saves nothing.
 
 use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
@@ -16,7 +19,7 @@ use crate::store::reading::{FeedbackType, Insight, ReadingChange, ReadingStatus}
 use async_trait::async_trait;
 use chrono::{Duration, Utc};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const ID: &str = "mentor";
 pub const AGENT: &str = "mentor";
@@ -247,15 +250,70 @@ impl Flow for MentorFlow {
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let lang = ctx.language().to_string();
-        let arg = match &input {
-            TurnInput::Start => ctx.start_arg.unwrap_or("weekly").to_string(),
-            TurnInput::Text(t) => t.clone(),
-            TurnInput::Command { .. } => {
-                out.unknown_command = true;
-                return Ok(out);
+        let mut st: MentorState = ctx.state()?;
+        match input {
+            TurnInput::Start => match ctx.start_arg.map(str::trim).filter(|a| !a.is_empty()) {
+                Some(arg) => self.request(&ctx, &mut st, arg, &lang, &mut out).await?,
+                None => offer(&lang, &mut out),
+            },
+            TurnInput::Resume => offer(&lang, &mut out),
+            TurnInput::Choice { values, .. } => {
+                let arg = values.first().cloned().unwrap_or_else(|| "weekly".into());
+                self.request(&ctx, &mut st, &arg, &lang, &mut out).await?;
             }
-            _ => "weekly".to_string(),
-        };
+            TurnInput::Text(text) => {
+                if subscription_request(&text).is_some() {
+                    self.request(&ctx, &mut st, &text, &lang, &mut out).await?;
+                } else {
+                    self.follow_up(&ctx, &st, &text, &lang, &mut out).await?;
+                }
+            }
+            TurnInput::Command { .. } => out.unknown_command = true,
+        }
+        out.set_state(&st)?;
+        Ok(out)
+    }
+}
+
+/// What the mentor conversation remembers: the period of the review it gave.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct MentorState {
+    period_days: Option<i64>,
+}
+
+/// The greeting and the offer of a review.
+fn offer(lang: &str, out: &mut TurnOutput) {
+    out.say(pick(
+        lang,
+        "Hello! I'm your reading mentor. Shall we look back at your reading?",
+        "こんにちは、読書メンターです。これまでの読書を振り返りましょうか？",
+    ));
+    out.options(
+        pick(
+            lang,
+            "Which review would you like?",
+            "どの振り返りにしますか？",
+        ),
+        vec![
+            crate::message::OptionItem::new("weekly", pick(lang, "This week", "今週")),
+            crate::message::OptionItem::new("monthly", pick(lang, "This month", "今月")),
+        ],
+        false,
+    );
+}
+
+impl MentorFlow {
+    /// `/review ARG`: a subscription change, or a review written and saved now.
+    async fn request(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut MentorState,
+        arg: &str,
+        lang: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let lang = lang.to_string();
+        let arg = arg.to_string();
         if let Some(enabled) = subscription_request(&arg) {
             // a word shaped like a zone name (Area/City) that is none: said, nothing stored
             if let Some(unknown) = arg
@@ -271,7 +329,7 @@ impl Flow for MentorFlow {
                         "タイムゾーン「{unknown}」が見つかりません。Asia/Tokyo や Europe/Berlin のような名前で、例えば /review weekly on Asia/Tokyo と送ってください。"
                     ),
                 ));
-                return Ok(out);
+                return Ok(());
             }
             let timezone = arg
                 .split_whitespace()
@@ -302,7 +360,7 @@ impl Flow for MentorFlow {
                     "週ごとの振り返りの送信を止めました。再開するには /review weekly on を送ってください。",
                 )
             });
-            return Ok(out);
+            return Ok(());
         }
         let monthly = ["monthly", "month", "30", "月"]
             .iter()
@@ -366,9 +424,115 @@ impl Flow for MentorFlow {
         out.say(review);
         out.say(pick(
             &lang,
-            "Send /review monthly for the month, or /reading to keep reading.",
-            "/review monthly で月の振り返り、/reading で読書に戻れます。",
+            "Ask me anything about it; /review monthly gives the month, /reading takes you back to your book.",
+            "この振り返りについて何でも聞いてください。/review monthly で月の振り返り、/reading で読書に戻れます。",
         ));
-        Ok(out)
+        st.period_days = Some(days);
+        Ok(())
+    }
+
+    /// A question after a review: answered from the data of that review's period.
+    async fn follow_up(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &MentorState,
+        question: &str,
+        lang: &str,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let Some(days) = st.period_days else {
+            // no review yet: the offer
+            offer(lang, out);
+            return Ok(());
+        };
+        let key = &ctx.session.key;
+        let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
+        if let Some(model) = ctx.models.for_agent(AGENT) {
+            let system = format!(
+                "You are a kind reading mentor. You just gave the member a review of the last {days} days. Answer \
+                 their question from this data only, briefly, in {}:\n{}",
+                if lang == "ja" { "Japanese" } else { "English" },
+                context.render()
+            );
+            let agent: Agent<()> = Agent::new(AGENT, Vec::new())
+                .with_max_iterations(1)
+                .streaming();
+            match agent
+                .run(
+                    model.as_ref(),
+                    vec![ChatMessage::system(system), ChatMessage::user(question)],
+                    (),
+                    ctx.ledger,
+                )
+                .await
+            {
+                Ok(r) if !r.response_text.trim().is_empty() => {
+                    out.say(r.response_text);
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "the Mentor failed; answering from the data"),
+            }
+        }
+        out.say(answer_from(&context, question, lang));
+        Ok(())
+    }
+}
+
+/// The floor's answer to a question about a review's period: what the data says about
+/// what is asked (books, notes, goals), else all of it.
+fn answer_from(ctx: &MentorContext, question: &str, lang: &str) -> String {
+    let q = question.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| q.contains(w));
+    let none = pick(lang, "none", "なし");
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            none.clone()
+        } else {
+            items.join(", ")
+        }
+    };
+    let books = pick(
+        lang,
+        &format!(
+            "Finished: {}. In progress: {}.",
+            list(&ctx.books_finished),
+            list(&ctx.books_reading)
+        ),
+        &format!(
+            "読み終えた本: {}。読書中: {}。",
+            list(&ctx.books_finished),
+            list(&ctx.books_reading)
+        ),
+    );
+    let notes: Vec<String> = ctx
+        .insights
+        .iter()
+        .take(5)
+        .map(|(book, i)| format!("- «{book}» ({}) {}", i.kind.as_str(), i.text))
+        .collect();
+    let notes = pick(
+        lang,
+        &format!("{} note(s):\n{}", ctx.insights.len(), notes.join("\n")),
+        &format!("気づき {} 件:\n{}", ctx.insights.len(), notes.join("\n")),
+    );
+    let goals = pick(
+        lang,
+        &format!("Your goals: {}.", list(&ctx.goals)),
+        &format!("目標: {}。", list(&ctx.goals)),
+    );
+    let period = pick(
+        lang,
+        &format!("In the last {} days: ", ctx.period_days),
+        &format!("直近 {} 日間: ", ctx.period_days),
+    );
+    if has(&["note", "insight", "learn", "気づき", "メモ", "学"]) {
+        format!("{period}{notes}")
+    } else if has(&["book", "read", "finish", "本", "読"]) {
+        format!("{period}{books}")
+    } else if has(&["goal", "目標"]) {
+        goals
+    } else {
+        format!("{period}{books}\n{notes}\n{goals}")
     }
 }

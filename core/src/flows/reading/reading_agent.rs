@@ -94,6 +94,11 @@ pub fn is_expert_question(text: &str) -> bool {
     let t = text.to_lowercase();
     [
         "what does",
+        "what is",
+        "what's",
+        "who is",
+        "who was",
+        "explain",
         "mean",
         "background",
         "history",
@@ -106,6 +111,12 @@ pub fn is_expert_question(text: &str) -> bool {
         "作者",
         "著者",
         "現代語",
+        "って何",
+        "ってなに",
+        "とは何",
+        "とは？",
+        "どういう意味",
+        "誰ですか",
     ]
     .iter()
     .any(|w| t.contains(w))

@@ -765,3 +765,84 @@ async fn typing_at_the_mood_question_keeps_the_note_and_asks_the_mood_again() {
         1
     );
 }
+
+#[tokio::test]
+async fn expert_questions_reach_the_book_guide_which_cites_only_this_book() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/lang ja").await;
+    h.say("/reading start こころ").await;
+    h.choose(&["calm"]).await;
+    // seed 004's own example: routed to the BookGuide, not saved as a plain note
+    let paradigm = h.say("「パラダイム」って何ですか？").await;
+    let text = paradigm.join("\n");
+    assert!(
+        text.contains("『こころ』について、この質問に答えられる資料が手元にありません"),
+        "{text}"
+    );
+    for other in ["Pillow", "Little Prince", "books.toml#"] {
+        assert!(!text.contains(other), "no other book's passage: {text}");
+    }
+
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    h.choose(&["calm"]).await;
+    // a question the book's own entry answers cites it, and only it
+    let who = h.say("Who is Sensei in Kokoro, really?").await.join("\n");
+    assert!(who.contains("books.toml#Kokoro"), "{who}");
+    assert!(!who.contains("books.toml#The"), "{who}");
+    let here = h.say("What does 'paradigm' mean here?").await.join("\n");
+    assert!(
+        here.contains("I have no source that answers this for «Kokoro»"),
+        "{here}"
+    );
+    let record = h.record().await;
+    let notes = h.store.insights(record.id).await.expect("insights");
+    assert_eq!(notes.last().map(|n| n.kind), Some(InsightKind::Question));
+}
+
+#[tokio::test]
+async fn the_mentor_is_a_conversation_and_saves_a_review_only_when_asked() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    h.choose(&["calm"]).await;
+    h.say("/status reading").await;
+    h.say("I learned how lonely Sensei is.").await;
+    let opened = h
+        .send(Body::Command {
+            name: "review".into(),
+            args: String::new(),
+        })
+        .await;
+    assert!(opened[0].contains("reading mentor"), "{opened:?}");
+    assert!(
+        h.outbox.last_options().is_some(),
+        "a review is offered, not written"
+    );
+    let saved = |h: &Harness| {
+        let store = h.store.clone();
+        async move {
+            store
+                .user_data(Platform::Telegram, "reader")
+                .await
+                .expect("data")["mentor_feedback"]
+                .as_array()
+                .map_or(0, Vec::len)
+        }
+    };
+    assert_eq!(saved(&h).await, 0);
+    let review = h.choose(&["weekly"]).await;
+    assert!(review[0].starts_with("Well done this week"), "{review:?}");
+    assert_eq!(saved(&h).await, 1);
+    // a follow-up question: answered from the review's data, nothing new saved
+    let notes = h.say("What notes did I write?").await;
+    assert!(
+        notes[0].contains("I learned how lonely Sensei is."),
+        "{notes:?}"
+    );
+    let books = h.say("Which book am I reading?").await;
+    assert!(books[0].contains("In progress: Kokoro"), "{books:?}");
+    assert_eq!(saved(&h).await, 1, "questions save no review");
+    // /review weekly makes a new one
+    h.say("/review weekly").await;
+    assert_eq!(saved(&h).await, 2);
+}

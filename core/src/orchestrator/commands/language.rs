@@ -78,6 +78,7 @@ impl Orchestrator {
             output,
             ledger: LlmLedger::new(),
             replace_pending: false,
+            said: None,
         };
         Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
     }

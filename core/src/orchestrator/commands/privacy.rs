@@ -106,6 +106,7 @@ impl Orchestrator {
                     },
                     ledger: LlmLedger::new(),
                     replace_pending: true,
+                    said: None,
                 };
                 Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
             }
@@ -150,6 +151,7 @@ impl Orchestrator {
                     output,
                     ledger: LlmLedger::new(),
                     replace_pending: true,
+                    said: None,
                 };
                 Ok(Some(self.commit_and_deliver(incoming, turn, outbox).await?))
             }

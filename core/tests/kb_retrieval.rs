@@ -1,0 +1,53 @@
+//! How often the knowledge base puts the right passage first, on the question set in
+//! `fixtures/kb_questions.toml` (over 30 questions per language, paraphrases included),
+//! against the project's own knowledge base. The figure is printed (`--nocapture`) and must
+//! stay at 90 % or more in each language.
+
+use kaiwa_core::kb::KnowledgeBase;
+use std::collections::BTreeMap;
+
+const QUESTIONS: &str = include_str!("fixtures/kb_questions.toml");
+
+#[test]
+fn the_right_passage_comes_first_for_nine_questions_in_ten() {
+    let kb = KnowledgeBase::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb"))
+        .expect("the knowledge base");
+    let sets: BTreeMap<String, Vec<Vec<String>>> =
+        toml::from_str(QUESTIONS).expect("the question set");
+    for (lang, questions) in &sets {
+        assert!(
+            questions.len() >= 30,
+            "{lang}: {} questions",
+            questions.len()
+        );
+        let mut misses = Vec::new();
+        for q in questions {
+            let (question, right) = (&q[0], &q[1..]);
+            let found = kb.search(question, 3).expect("search");
+            let top = found.first().map(|p| p.citation()).unwrap_or_default();
+            if !right.contains(&top) {
+                let seen: Vec<String> = found
+                    .iter()
+                    .map(|p| format!("{} ({:.2}, {:.1})", p.citation(), p.coverage, p.score))
+                    .collect();
+                misses.push(format!("{question} -> {seen:?} (want {})", right[0]));
+            }
+        }
+        let hits = questions.len() - misses.len();
+        let share = hits as f64 / questions.len() as f64;
+        println!(
+            "{lang}: top-1 {hits}/{} = {:.0} %",
+            questions.len(),
+            share * 100.0
+        );
+        for miss in &misses {
+            println!("  miss: {miss}");
+        }
+        assert!(
+            share >= 0.9,
+            "{lang}: {:.0} %\n{}",
+            share * 100.0,
+            misses.join("\n")
+        );
+    }
+}
