@@ -208,6 +208,12 @@ pub trait Flow: Send + Sync {
     fn commands(&self) -> Vec<CommandInfo> {
         Vec::new()
     }
+    /// Whether a conversation with no language yet speaks Japanese when the user writes
+    /// Japanese (the orchestrator sets it before the turn). A flow that asks for the
+    /// language itself (the interview's Greeter) says no.
+    fn follows_written_language(&self) -> bool {
+        true
+    }
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError>;
     /// `/end` (or `/cancel`) in the flow's session, handled by the orchestrator for every
     /// flow: the session ends with the flow's [`Flow::farewell`]. A flow overrides this only

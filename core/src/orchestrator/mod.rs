@@ -593,6 +593,20 @@ impl Orchestrator {
             return self.reply_only(&incoming, None, text, outbox).await;
         };
 
+        // no language yet and the user writes Japanese: the conversation speaks Japanese
+        // (what the user writes is the strongest sign; the profile's /lang came first)
+        let written = match &incoming.body {
+            Body::Text { text } => Some(text.as_str()),
+            Body::Command { args, .. } => Some(args.as_str()),
+            _ => None,
+        };
+        let detected = (session.language.is_none() && flow.follows_written_language())
+            .then(|| written.filter(|t| crate::i18n::has_japanese(t)))
+            .flatten()
+            .map(|_| "ja".to_string());
+        if detected.is_some() {
+            session.language = detected.clone();
+        }
         let history = if history_of == Some(session.id) && !session.is_new() {
             history
         } else {
@@ -636,6 +650,16 @@ impl Orchestrator {
                 return self.reply_only(&incoming, session, text, outbox).await;
             }
         };
+        if let Some(language) = detected
+            && !output
+                .changes
+                .iter()
+                .any(|c| matches!(c, StateChange::SetLanguage { .. }))
+        {
+            output
+                .changes
+                .insert(0, StateChange::SetLanguage { language });
+        }
         if streaming.stopped {
             // stored and shown as stopped: the answer is what was written until then
             tracing::info!("the user stopped the reply");

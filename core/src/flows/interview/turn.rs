@@ -29,6 +29,11 @@ impl Flow for InterviewFlow {
         }]
     }
 
+    /// The Greeter asks for the language (and reads it from what is written there).
+    fn follows_written_language(&self) -> bool {
+        false
+    }
+
     fn farewell(&self, lang: &str) -> Option<String> {
         Some(pick(
             lang,

@@ -846,3 +846,30 @@ async fn the_mentor_is_a_conversation_and_saves_a_review_only_when_asked() {
     h.say("/review weekly").await;
     assert_eq!(saved(&h).await, 2);
 }
+
+#[tokio::test]
+async fn a_member_who_writes_japanese_is_answered_in_japanese_everywhere() {
+    let h = Harness::new(ModelRouter::none()).await;
+    // no /lang: the title written in Japanese is enough
+    let greeting = h.say("/reading start こころ").await;
+    assert!(
+        greeting[0].starts_with("『こころ』を読む準備をしましょう"),
+        "{greeting:?}"
+    );
+    let labels: Vec<String> = h
+        .outbox
+        .last_options()
+        .expect("moods")
+        .options
+        .into_iter()
+        .map(|o| o.label)
+        .collect();
+    assert_eq!(labels[0], "わくわく", "button labels too: {labels:?}");
+    h.choose(&["calm"]).await;
+    let note = h.say("先生の孤独が心に残った").await;
+    assert!(note[0].contains("記録しました"), "{note:?}");
+    // onboarding, started with Japanese
+    let onboarding = h.say("/onboarding 歴史小説が好きです").await.join("\n");
+    assert!(!onboarding.contains("Let's"), "{onboarding}");
+    assert!(has_japanese(&onboarding), "{onboarding}");
+}
