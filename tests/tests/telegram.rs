@@ -1039,6 +1039,8 @@ async fn a_help_desk_answer_streams_into_one_group_message_edited_at_most_once_a
     .await;
     let streamed = Chat::topic(-100_700, 4);
     let before = fake.calls().len();
+    // the first edit meets flood control: the edits wait it out, the final one still comes
+    fake.fail_next_in("editMessageText", streamed, Failure::RetryAfter(2));
     fake.send_text(streamed, 702, question);
     // the answer and the feedback buttons, the answer no longer growing
     fake.wait_for("the feedback buttons", Duration::from_secs(20), |calls| {
@@ -1070,6 +1072,11 @@ async fn a_help_desk_answer_streams_into_one_group_message_edited_at_most_once_a
     assert!(
         edits.len() >= 2,
         "edited as it grew, then the final: {edits:?}"
+    );
+    assert!(
+        edits[0].at.duration_since(sent[0].at) >= Duration::from_millis(2900),
+        "no edit before the 429's wait was over: {:?}",
+        edits[0].at.duration_since(sent[0].at)
     );
     for pair in edits.windows(2).take(edits.len().saturating_sub(2)) {
         // intermediate edits at most about once a second (the final one comes when ready)
