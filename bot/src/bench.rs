@@ -167,6 +167,7 @@ async fn simulate_user(
             user: UserRef {
                 id: format!("user-{user}"),
                 display_name: format!("User {user}"),
+                language: None,
             },
             message_id: String::new(),
             body,

@@ -59,6 +59,7 @@ fn turn(c: &mut Criterion) {
                 user: UserRef {
                     id: "u".into(),
                     display_name: "U".into(),
+                    language: None,
                 },
                 message_id: i.to_string(),
                 body: Body::Text {
@@ -91,6 +92,7 @@ fn store_commit(c: &mut Criterion) {
     let user = UserRef {
         id: "u".into(),
         display_name: "U".into(),
+        language: None,
     };
     let mut session = rt
         .block_on(store.commit_turn(TurnCommit {

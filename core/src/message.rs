@@ -70,6 +70,10 @@ pub struct UserRef {
     pub id: String,
     /// Name to address the user by; may change between messages.
     pub display_name: String,
+    /// The language the user's app is set to, when the platform says (Telegram's
+    /// `language_code`, e.g. `ja` or `en-US`): a hint weaker than what they write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
 }
 
 /// What the user sent.

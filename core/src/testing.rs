@@ -81,6 +81,7 @@ impl Place {
             user: UserRef {
                 id: "applicant".into(),
                 display_name: "Hanako".into(),
+                language: None,
             },
             flow: Some(flow.into()),
             flow_arg: None,

@@ -172,6 +172,7 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
                     user: UserRef {
                         id: format!("u{user}"),
                         display_name: format!("Applicant {user}"),
+                        language: None,
                     },
                     message_id: format!("m{n}"),
                     body,

@@ -312,6 +312,7 @@ where
             user: UserRef {
                 id: options.user.clone(),
                 display_name: options.user.clone(),
+                language: None,
             },
             message_id: format!("{run_id}-{counter}"),
             body,

@@ -143,6 +143,8 @@ fn user_ref(user: &serenity::all::User) -> UserRef {
             .global_name
             .clone()
             .unwrap_or_else(|| user.name.clone()),
+        // Discord tells a user's locale only with an interaction
+        language: None,
     }
 }
 

@@ -155,6 +155,7 @@ impl Context {
             user: UserRef {
                 id: from.id.0.to_string(),
                 display_name: from.full_name(),
+                language: from.language_code.clone(),
             },
             message_id: id.clone(),
             body: Body::from_text(&text),
@@ -233,6 +234,7 @@ impl Context {
             user: UserRef {
                 id: key.user,
                 display_name: query.from.full_name(),
+                language: query.from.language_code.clone(),
             },
             message_id: id.clone(),
             body: Body::Choice {

@@ -96,6 +96,7 @@ pub async fn send_due_reviews(
             user: UserRef {
                 id: sub.key.user.clone(),
                 display_name: sub.key.user.clone(),
+                language: None,
             },
             message_id: format!("weekly-review:{}:{date}", sub.key.user),
             body: Body::Command {

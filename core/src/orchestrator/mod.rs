@@ -600,10 +600,23 @@ impl Orchestrator {
             Body::Command { args, .. } => Some(args.as_str()),
             _ => None,
         };
+        // then the app's language the platform reports (Telegram's language_code)
+        let app_language = incoming.user.language.as_deref().and_then(|code| {
+            match code.split(['-', '_']).next() {
+                Some("ja") => Some("ja"),
+                Some("en") => Some("en"),
+                _ => None,
+            }
+        });
         let detected = (session.language.is_none() && flow.follows_written_language())
-            .then(|| written.filter(|t| crate::i18n::has_japanese(t)))
+            .then(|| {
+                written
+                    .filter(|t| crate::i18n::has_japanese(t))
+                    .map(|_| "ja")
+                    .or(app_language)
+            })
             .flatten()
-            .map(|_| "ja".to_string());
+            .map(str::to_string);
         if detected.is_some() {
             session.language = detected.clone();
         }

@@ -116,6 +116,7 @@ fn msg(chat: &str, id: &str, body: Body) -> Incoming {
         user: UserRef {
             id: format!("user-{chat}"),
             display_name: "Tester".into(),
+            language: None,
         },
         message_id: id.into(),
         body,

@@ -120,6 +120,7 @@ impl Harness {
             user: UserRef {
                 id: "u1".into(),
                 display_name: "Ken".into(),
+                language: None,
             },
             flow: Some(ID.into()),
             flow_arg: None,

@@ -43,6 +43,7 @@ impl Harness {
             user: UserRef {
                 id: "reader".into(),
                 display_name: "Mika".into(),
+                language: None,
             },
             flow: Some(ID.into()),
             flow_arg: None,
@@ -289,6 +290,7 @@ async fn seed(store: &SqliteStore, user: &str, changes: Vec<RC>) {
             user: UserRef {
                 id: user.into(),
                 display_name: user.into(),
+                language: None,
             },
             finish_session: None,
             processed: None,
@@ -655,6 +657,7 @@ async fn mydata_shows_only_my_data_and_forget_deletes_it_after_a_confirmation() 
             user: UserRef {
                 id: "other".into(),
                 display_name: "Ken".into(),
+                language: None,
             },
             message_id: id.into(),
             body: Body::from_text(text),
@@ -872,4 +875,33 @@ async fn a_member_who_writes_japanese_is_answered_in_japanese_everywhere() {
     let onboarding = h.say("/onboarding 歴史小説が好きです").await.join("\n");
     assert!(!onboarding.contains("Let's"), "{onboarding}");
     assert!(has_japanese(&onboarding), "{onboarding}");
+}
+
+#[tokio::test]
+async fn the_app_language_telegram_reports_is_used_when_nothing_is_written_yet() {
+    let catalogue = Arc::new(
+        Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue"),
+    );
+    let guide = Arc::new(BookGuide::new(catalogue.clone(), None));
+    let place = Place {
+        platform: Platform::Telegram,
+        chat: "43".into(),
+        thread: String::new(),
+        user: UserRef {
+            id: "yuki".into(),
+            display_name: "Yuki".into(),
+            language: Some("ja-JP".into()),
+        },
+        flow: Some(ID.into()),
+        flow_arg: None,
+    };
+    let h = FlowHarness::new(
+        "sqlite::memory:",
+        vec![Arc::new(ReadingFlow::new(catalogue, guide))],
+        ModelRouter::none(),
+        place,
+    )
+    .await;
+    let asked = h.say("/reading").await;
+    assert_eq!(asked, ["どの本を読みますか？書名を送ってください。"]);
 }

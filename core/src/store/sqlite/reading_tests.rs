@@ -23,6 +23,7 @@ async fn turn(store: &SqliteStore, user: &str, changes: Vec<ReadingChange>) {
             user: UserRef {
                 id: user.into(),
                 display_name: user.into(),
+                language: None,
             },
             finish_session: None,
             processed: None,

@@ -16,6 +16,7 @@ fn user() -> UserRef {
     UserRef {
         id: "u1".into(),
         display_name: "Aiko".into(),
+        language: None,
     }
 }
 
@@ -199,6 +200,7 @@ fn turn_of(i: usize, session: SessionRecord, message_id: &str) -> TurnCommit {
         user: UserRef {
             id: format!("u{i}"),
             display_name: format!("User {i}"),
+            language: None,
         },
         processed: Some(ProcessedUpdate {
             platform: Platform::Console,

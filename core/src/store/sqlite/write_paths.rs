@@ -215,6 +215,7 @@ async fn run(rounds: &[Vec<Turn>], path: WritePath) -> (Vec<String>, Vec<(String
                 user: UserRef {
                     id: key.user.clone(),
                     display_name: format!("User {}", turn.place),
+                    language: None,
                 },
                 finish_session: None,
                 processed: Some(ProcessedUpdate {
