@@ -1125,3 +1125,30 @@ async fn without_a_model_the_assistant_says_what_works_and_takes_text_there() {
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     assert!(run.stdout.contains("こころ"), "{}", run.stdout);
 }
+
+#[tokio::test]
+async fn any_country_gets_its_zones_from_the_time_zone_database() {
+    let args = ["chat", "interview", "--form", "engineer", "--user", "kai"];
+    // one zone: derived, the interview goes on
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), &forms_config(), &args, "1\nPeru\n").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(!run.stdout.contains("Which time zone"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("May I have your full name"),
+        "{}",
+        run.stdout
+    );
+    // several: offered, never assumed
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), &forms_config(), &args, "1\nEcuador\n2\n").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(
+        out.contains(
+            "Which time zone are you in?\n  1. America/Guayaquil\n  2. Pacific/Galapagos\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("May I have your full name"), "{out}");
+}

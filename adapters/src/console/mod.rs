@@ -139,10 +139,21 @@ pub fn render(item: &Outgoing) -> Option<String> {
             for (i, option) in req.options.iter().enumerate() {
                 s.push_str(&format!("  {}. {}\n", i + 1, option.label));
             }
-            s.push_str(if req.allow_multiple {
-                "(answer with one or more numbers, e.g. 1 3, or type your own answer)\n"
-            } else {
-                "(answer with a number, or type your own answer)\n"
+            // the hint in the options' own language
+            let japanese = req
+                .prompt
+                .chars()
+                .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
+                && !req.prompt.contains(" / ");
+            s.push_str(match (req.allow_multiple, japanese) {
+                (true, false) => {
+                    "(answer with one or more numbers, e.g. 1 3, or type your own answer)\n"
+                }
+                (false, false) => "(answer with a number, or type your own answer)\n",
+                (true, true) => {
+                    "（番号で答えてください。複数なら 1 3 のように。自由に入力もできます）\n"
+                }
+                (false, true) => "（番号で答えるか、自由に入力してください）\n",
             });
             Some(s)
         }
@@ -404,6 +415,24 @@ mod tests {
         assert_eq!(choice_from_numbers("4", &opts(false)), None);
         assert_eq!(choice_from_numbers("0", &opts(false)), None);
         assert_eq!(choice_from_numbers("two", &opts(false)), None);
+    }
+
+    #[test]
+    fn the_hint_follows_the_language_of_the_options() {
+        let ja = OptionsRequest::new(
+            "今の気分は？",
+            vec![OptionItem::new("a", "わくわく")],
+            false,
+        );
+        let text = render(&Outgoing::Options(ja)).unwrap_or_default();
+        assert!(
+            text.ends_with("（番号で答えるか、自由に入力してください）\n"),
+            "{text}"
+        );
+        // a prompt in both languages keeps the English hint
+        let both = OptionsRequest::new("Which? / どれ？", vec![OptionItem::new("a", "A")], false);
+        let text = render(&Outgoing::Options(both)).unwrap_or_default();
+        assert!(text.contains("(answer with a number"), "{text}");
     }
 
     #[test]

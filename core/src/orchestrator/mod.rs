@@ -91,6 +91,19 @@ pub trait Streamer: Send {
     async fn finish(self: Box<Self>);
 }
 
+/// The language `text` is plainly written in: Japanese with any kana or kanji, English
+/// with two or more words of Latin letters and none; `None` for a name, a number, a word.
+fn written_language(text: &str) -> Option<&'static str> {
+    if crate::i18n::has_japanese(text) {
+        return Some("ja");
+    }
+    let words = text
+        .split_whitespace()
+        .filter(|w| w.chars().filter(char::is_ascii_alphabetic).count() >= 2)
+        .count();
+    (words >= 2).then_some("en")
+}
+
 /// A message another conversation handed over ([`crate::flow::TurnOutput::hand_off`]):
 /// that conversation's language, and what the user wrote (stored as written, not as the
 /// command it stood for).
@@ -593,8 +606,8 @@ impl Orchestrator {
             return self.reply_only(&incoming, None, text, outbox).await;
         };
 
-        // no language yet and the user writes Japanese: the conversation speaks Japanese
-        // (what the user writes is the strongest sign; the profile's /lang came first)
+        // no language yet: the one the user writes in (the strongest sign; the profile's
+        // /lang came first, at the session's start)
         let written = match &incoming.body {
             Body::Text { text } => Some(text.as_str()),
             Body::Command { args, .. } => Some(args.as_str()),
@@ -609,12 +622,7 @@ impl Orchestrator {
             }
         });
         let detected = (session.language.is_none() && flow.follows_written_language())
-            .then(|| {
-                written
-                    .filter(|t| crate::i18n::has_japanese(t))
-                    .map(|_| "ja")
-                    .or(app_language)
-            })
+            .then(|| written.and_then(written_language).or(app_language))
             .flatten()
             .map(str::to_string);
         if detected.is_some() {

@@ -999,3 +999,19 @@ async fn privacy_commands_in_a_shared_place_show_and_delete_nothing() {
         .expect("mydata");
     assert!(format!("{:?}", mine.outgoing).contains("secret"));
 }
+
+#[test]
+fn the_written_language_is_read_only_when_it_is_plain() {
+    assert_eq!(super::written_language("こんにちは"), Some("ja"));
+    assert_eq!(
+        super::written_language("「こころ」を読んでいます"),
+        Some("ja")
+    );
+    assert_eq!(super::written_language("Where is the guide?"), Some("en"));
+    assert_eq!(
+        super::written_language("Rust"),
+        None,
+        "one word says little"
+    );
+    assert_eq!(super::written_language("42"), None);
+}

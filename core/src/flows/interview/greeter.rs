@@ -180,6 +180,41 @@ const ALIASES: &[(&str, &str)] = &[
 /// Countries offered when a typed one is not known.
 pub const SUGGESTED_COUNTRIES: [&str; 6] = ["JP", "US", "GB", "DE", "KR", "IN"];
 
+/// Every country and territory of the time-zone database (tzdata's `iso3166.tab` and
+/// `zone.tab`, public domain, shipped in `core/data/tzdata`): code, English name, zones.
+/// The curated list above comes first (Japanese names, the zones people pick); this
+/// covers the rest, so a zone is derived for any country, never assumed.
+struct World {
+    countries: Vec<(&'static str, &'static str, Vec<&'static str>)>,
+}
+
+static WORLD: std::sync::LazyLock<World> = std::sync::LazyLock::new(|| {
+    const ISO3166: &str = include_str!("../../../data/tzdata/iso3166.tab");
+    const ZONES: &str = include_str!("../../../data/tzdata/zone.tab");
+    let rows = |text: &'static str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.split('\t').collect::<Vec<&'static str>>())
+    };
+    let mut countries: Vec<(&'static str, &'static str, Vec<&'static str>)> = rows(ISO3166)
+        .filter_map(|r| Some((*r.first()?, *r.get(1)?, Vec::new())))
+        .collect();
+    for row in rows(ZONES) {
+        let (Some(code), Some(zone)) = (row.first(), row.get(2)) else {
+            continue;
+        };
+        if let Some(country) = countries.iter_mut().find(|c| c.0 == *code)
+            && is_valid_zone(zone)
+        {
+            country.2.push(zone);
+        }
+    }
+    World { countries }
+});
+
+/// The most zones offered as buttons (Discord shows 25 per message).
+const MAX_ZONE_CHOICES: usize = 24;
+
 /// Resolves a country name (English, Japanese) or ISO code to its code.
 pub fn resolve_country(input: &str) -> Option<&'static str> {
     let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
@@ -193,9 +228,22 @@ pub fn resolve_country(input: &str) -> Option<&'static str> {
         return COUNTRIES.iter().find(|c| c.0 == *code).map(|c| c.0);
     }
     // "I live in Japan", "日本に住んでいます"
-    COUNTRIES
+    if let Some(c) = COUNTRIES
         .iter()
         .find(|(_, en, ja, _)| contains_word(&lower, &en.to_lowercase()) || t.contains(ja))
+    {
+        return Some(c.0);
+    }
+    // any other country of the time-zone database, by its English name or code
+    let world = &WORLD.countries;
+    world
+        .iter()
+        .find(|(code, name, _)| *code == t || name.to_lowercase() == lower)
+        .or_else(|| {
+            world
+                .iter()
+                .find(|(_, name, _)| contains_word(&lower, &name.to_lowercase()))
+        })
         .map(|c| c.0)
 }
 
@@ -212,15 +260,30 @@ pub fn country_name(code: &str, lang: &str) -> String {
         .iter()
         .find(|c| c.0 == code)
         .map(|c| if lang == "ja" { c.2 } else { c.1 }.to_string())
+        .or_else(|| {
+            // the database has English names only
+            WORLD
+                .countries
+                .iter()
+                .find(|c| c.0 == code)
+                .map(|c| c.1.to_string())
+        })
         .unwrap_or_else(|| code.to_string())
 }
 
-/// The zones of a known country (empty for an unknown one).
+/// The zones of a known country (empty for an unknown one; at most [`MAX_ZONE_CHOICES`]).
 pub fn zones_of(code: &str) -> Vec<&'static str> {
     COUNTRIES
         .iter()
         .find(|c| c.0 == code)
         .map(|c| c.3.to_vec())
+        .or_else(|| {
+            WORLD
+                .countries
+                .iter()
+                .find(|c| c.0 == code)
+                .map(|c| c.2.iter().take(MAX_ZONE_CHOICES).copied().collect())
+        })
         .unwrap_or_default()
 }
 
@@ -421,6 +484,26 @@ pub async fn run_model(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn any_country_of_the_time_zone_database_resolves_and_has_its_zones() {
+        // not in the curated list: one zone derived, several offered, none assumed
+        assert_eq!(resolve_country("Peru"), Some("PE"));
+        assert_eq!(zones_of("PE"), ["America/Lima"]);
+        assert_eq!(resolve_country("I live in Ecuador"), Some("EC"));
+        assert_eq!(zones_of("EC"), ["America/Guayaquil", "Pacific/Galapagos"]);
+        assert_eq!(country_name("EC", "ja"), "Ecuador");
+        assert_eq!(resolve_country("Atlantis"), None);
+        // the curated list still answers first
+        assert_eq!(resolve_country("日本"), Some("JP"));
+        assert_eq!(zones_of("JP"), ["Asia/Tokyo"]);
+        for code in ["US", "RU", "CA", "BR", "AU", "MX"] {
+            assert!(
+                !zones_of(code).is_empty() && zones_of(code).len() <= 24,
+                "{code}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
