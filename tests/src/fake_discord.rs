@@ -83,6 +83,8 @@ struct Shared {
     identifies: AtomicUsize,
     resumes: AtomicUsize,
     gateway_url: Mutex<String>,
+    /// The client language interactions carry (default `en-US`).
+    locale: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -187,6 +189,7 @@ impl FakeDiscord {
             identifies: AtomicUsize::new(0),
             resumes: AtomicUsize::new(0),
             gateway_url: Mutex::new(String::new()),
+            locale: Mutex::new(None),
         });
         let gateway = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gateway_url = format!("ws://{}", gateway.local_addr().expect("addr"));
@@ -293,10 +296,17 @@ impl FakeDiscord {
         message: Option<u64>,
     ) -> u64 {
         let id = self.shared.next_id();
+        let locale = self
+            .shared
+            .locale
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "en-US".into());
         let mut interaction = json!({
             "id": id.to_string(), "application_id": APP_ID.to_string(), "type": kind,
             "data": data, "channel_id": channel.to_string(), "token": format!("itoken{id}"),
-            "version": 1, "locale": "en-US", "entitlements": [],
+            "version": 1, "locale": locale, "entitlements": [],
             "attachment_size_limit": 8_388_608, "app_permissions": "0"
         });
         match guild {
@@ -312,6 +322,11 @@ impl FakeDiscord {
         }
         self.dispatch("INTERACTION_CREATE", interaction);
         id
+    }
+
+    /// Later interactions come from a client set to `locale` (e.g. `ja`).
+    pub fn set_locale(&self, locale: &str) {
+        *self.shared.locale.lock().unwrap_or_else(|p| p.into_inner()) = Some(locale.into());
     }
 
     /// A user presses the button `custom_id` under the bot's message `message`.

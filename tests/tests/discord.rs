@@ -826,3 +826,19 @@ async fn a_help_desk_answer_streams_with_a_stop_button_that_ends_the_request() {
     .await;
     bot.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_japanese_client_is_answered_in_japanese_from_its_first_interaction() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    fake.set_locale("ja");
+    fake.slash(DM, None, 98, "review", "");
+    let texts = replies(&fake, DM, 0).await;
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("今週") || t.contains("読書メンター")),
+        "the client's language: {texts:?}"
+    );
+    bot.stop().await;
+}

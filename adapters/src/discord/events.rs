@@ -143,7 +143,7 @@ fn user_ref(user: &serenity::all::User) -> UserRef {
             .global_name
             .clone()
             .unwrap_or_else(|| user.name.clone()),
-        // Discord tells a user's locale only with an interaction
+        // Discord tells a user's locale only with an interaction (set there)
         language: None,
     }
 }
@@ -346,7 +346,11 @@ impl Handler {
             platform: Platform::Discord,
             chat: place.chat,
             thread: place.thread,
-            user: user_ref(&component.user),
+            user: UserRef {
+                // the client's language, which Discord tells with an interaction
+                language: Some(component.locale.clone()),
+                ..user_ref(&component.user)
+            },
             message_id: format!("i{}", component.id),
             body: Body::Choice {
                 request_id: request.request_id.clone(),
@@ -409,7 +413,10 @@ impl Handler {
             platform: Platform::Discord,
             chat: place.chat,
             thread: place.thread,
-            user: user_ref(&command.user),
+            user: UserRef {
+                language: Some(command.locale.clone()),
+                ..user_ref(&command.user)
+            },
             message_id: format!("i{}", command.id),
             body: Body::Command {
                 name: command.data.name.clone(),

@@ -628,6 +628,24 @@ impl Orchestrator {
         if detected.is_some() {
             session.language = detected.clone();
         }
+        // nothing to go by: a new conversation goes on in the user's last language (not
+        // the interview's, whose Greeter asks)
+        let inherited =
+            if session.is_new() && session.language.is_none() && flow.follows_written_language() {
+                match self.store.last_language(key.platform, &key.user).await {
+                    Ok(language) => language,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the user's last language");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+        if inherited.is_some() {
+            session.language = inherited.clone();
+        }
+        let detected = detected.or(inherited);
         let history = if history_of == Some(session.id) && !session.is_new() {
             history
         } else {

@@ -378,6 +378,13 @@ pub trait Reads: Send + Sync {
         key: &SessionKey,
         flow: &str,
     ) -> Result<Option<SessionRecord>, StoreError>;
+    /// The language of the user's most recent conversation that has one (any place, any
+    /// flow): a new conversation starts in it.
+    async fn last_language(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Option<String>, StoreError>;
     /// The most recently active sessions in progress (the admins' `/sessions`).
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError>;
     /// Sessions in progress (`/metrics`; also the database check of `/healthz`).

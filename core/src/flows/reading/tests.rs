@@ -871,6 +871,14 @@ async fn a_member_who_writes_japanese_is_answered_in_japanese_everywhere() {
     h.choose(&["calm"]).await;
     let note = h.say("先生の孤独が心に残った").await;
     assert!(note[0].contains("記録しました"), "{note:?}");
+    // a new conversation with nothing written goes on in Japanese
+    let mentor = h
+        .send(Body::Command {
+            name: "review".into(),
+            args: String::new(),
+        })
+        .await;
+    assert!(mentor[0].contains("読書メンター"), "{mentor:?}");
     // onboarding, started with Japanese
     let onboarding = h.say("/onboarding 歴史小説が好きです").await.join("\n");
     assert!(!onboarding.contains("Let's"), "{onboarding}");

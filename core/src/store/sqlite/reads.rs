@@ -60,6 +60,23 @@ impl Reads for SqliteStore {
         row.as_ref().map(session_from_row).transpose()
     }
 
+    async fn last_language(
+        &self,
+        platform: Platform,
+        user: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT language FROM sessions WHERE platform = ? AND user_id = ? \
+             AND language IS NOT NULL ORDER BY updated_ms DESC LIMIT 1",
+        )
+        .bind(platform.as_str())
+        .bind(user)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::db("loading the user's last language"))?;
+        Ok(row.map(|(language,)| language))
+    }
+
     async fn active_sessions(&self, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
         static SQL_ROWS: LazyLock<String> = LazyLock::new(|| {
             format!(
