@@ -590,14 +590,7 @@ impl Orchestrator {
             (Body::Command { args, .. }, true) if !args.is_empty() => Some(args.as_str()),
             (_, true) => incoming.flow_arg.as_deref(),
         };
-        // a new conversation speaks the language the user chose with /lang
         let mut session = session;
-        if session.is_new() && session.language.is_none() {
-            session.language = match language {
-                Some(language) => Some(language),
-                None => self.profile_language(&key).await,
-            };
-        }
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
             let text = format!(
                 "This conversation uses the flow {:?}, which is not enabled here.",
@@ -605,47 +598,56 @@ impl Orchestrator {
             );
             return self.reply_only(&incoming, None, text, outbox).await;
         };
-
-        // no language yet: the one the user writes in (the strongest sign; the profile's
-        // /lang came first, at the session's start)
-        let written = match &incoming.body {
-            Body::Text { text } => Some(text.as_str()),
-            Body::Command { args, .. } => Some(args.as_str()),
-            _ => None,
-        };
-        // then the app's language the platform reports (Telegram's language_code)
-        let app_language = incoming.user.language.as_deref().and_then(|code| {
-            match code.split(['-', '_']).next() {
-                Some("ja") => Some("ja"),
-                Some("en") => Some("en"),
+        // A conversation with no language yet takes, in this order: the one it was handed
+        // with; Japanese the user writes (kana or kanji say it plainly); the one chosen
+        // with /lang (the profile); English the user writes (a few plain words); the app's
+        // language the platform reports (Telegram's language_code, Discord's locale); the
+        // user's last conversation's. The interview's Greeter asks instead of guessing: it
+        // takes only the first and the profile. A conversation keeps its language until
+        // /lang changes it.
+        let mut detected: Option<String> = None;
+        if session.language.is_none() {
+            let follows = flow.follows_written_language();
+            let written = match &incoming.body {
+                Body::Text { text } => Some(text.as_str()),
+                Body::Command { args, .. } => Some(args.as_str()),
                 _ => None,
             }
-        });
-        let detected = (session.language.is_none() && flow.follows_written_language())
-            .then(|| written.and_then(written_language).or(app_language))
-            .flatten()
-            .map(str::to_string);
-        if detected.is_some() {
-            session.language = detected.clone();
-        }
-        // nothing to go by: a new conversation goes on in the user's last language (not
-        // the interview's, whose Greeter asks)
-        let inherited =
-            if session.is_new() && session.language.is_none() && flow.follows_written_language() {
+            .and_then(written_language)
+            .filter(|_| follows);
+            let app = incoming
+                .user
+                .language
+                .as_deref()
+                .and_then(|code| match code.split(['-', '_']).next() {
+                    Some("ja") => Some("ja"),
+                    Some("en") => Some("en"),
+                    _ => None,
+                })
+                .filter(|_| follows);
+            let new = session.is_new();
+            if let Some(handed) = language.filter(|_| new) {
+                session.language = Some(handed);
+            } else if written == Some("ja") {
+                detected = Some("ja".into());
+            } else if let Some(chosen) = match new {
+                true => self.profile_language(&key).await,
+                false => None,
+            } {
+                session.language = Some(chosen);
+            } else if let Some(found) = written.or(app) {
+                detected = Some(found.into());
+            } else if new && follows {
+                // nothing to go by: the user's last language
                 match self.store.last_language(key.platform, &key.user).await {
-                    Ok(language) => language,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not read the user's last language");
-                        None
-                    }
+                    Ok(last) => detected = last,
+                    Err(e) => tracing::warn!(error = %e, "could not read the user's last language"),
                 }
-            } else {
-                None
-            };
-        if inherited.is_some() {
-            session.language = inherited.clone();
+            }
+            if detected.is_some() {
+                session.language = detected.clone();
+            }
         }
-        let detected = detected.or(inherited);
         let history = if history_of == Some(session.id) && !session.is_new() {
             history
         } else {

@@ -213,7 +213,7 @@ static WORLD: std::sync::LazyLock<World> = std::sync::LazyLock::new(|| {
 });
 
 /// The most zones offered as buttons (Discord shows 25 per message).
-const MAX_ZONE_CHOICES: usize = 24;
+pub const MAX_ZONE_CHOICES: usize = 24;
 
 /// Resolves a country name (English, Japanese) or ISO code to its code.
 pub fn resolve_country(input: &str) -> Option<&'static str> {

@@ -913,3 +913,17 @@ async fn the_app_language_telegram_reports_is_used_when_nothing_is_written_yet()
     let asked = h.say("/reading").await;
     assert_eq!(asked, ["どの本を読みますか？書名を送ってください。"]);
 }
+
+#[tokio::test]
+async fn written_japanese_outranks_the_profile_and_the_profile_outranks_english_words() {
+    // /lang ja, then a title in English: still Japanese
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/lang ja").await;
+    let greeting = h.say("/reading start Kokoro").await;
+    assert!(greeting[0].contains("を読む準備"), "{greeting:?}");
+    // /lang en, then a new conversation written in Japanese: Japanese
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/lang en").await;
+    let greeting = h.say("/reading start こころ").await;
+    assert!(greeting[0].starts_with("『こころ』"), "{greeting:?}");
+}
