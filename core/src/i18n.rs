@@ -40,3 +40,19 @@ pub fn has_japanese(text: &str) -> bool {
     text.chars()
         .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
 }
+
+/// The words of Japanese text that carry its meaning: its runs of katakana or kanji
+/// (hiragana is mostly grammar), in order.
+pub fn kanji_katakana_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut run = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if matches!(c, '\u{30a0}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
+        {
+            run.push(c);
+        } else if !run.is_empty() {
+            words.push(std::mem::take(&mut run));
+        }
+    }
+    words
+}

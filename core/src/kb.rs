@@ -335,10 +335,6 @@ enum Unit {
     Group(usize),
 }
 
-fn is_kana_or_kanji_word(c: char) -> bool {
-    matches!(c, '\u{30a0}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
-}
-
 /// The units of `query`: its English words and its kanji / katakana runs (hiragana is
 /// grammar), those a named synonym group covers counted once, as the group.
 fn units(i: &Indexed, query: &str, groups: &[Group]) -> Result<Vec<Unit>, KbError> {
@@ -354,16 +350,7 @@ fn units(i: &Indexed, query: &str, groups: &[Group]) -> Result<Vec<Unit>, KbErro
         }
     }
     out.extend(words.into_iter().map(Unit::Word));
-    let mut run = String::new();
-    let mut runs = Vec::new();
-    for c in query.chars().chain(std::iter::once(' ')) {
-        if is_kana_or_kanji_word(c) {
-            run.push(c);
-        } else if !run.is_empty() {
-            runs.push(std::mem::take(&mut run));
-        }
-    }
-    for run in runs {
+    for run in crate::i18n::kanji_katakana_words(query) {
         let in_group = groups.iter().any(|g| {
             g.members
                 .iter()

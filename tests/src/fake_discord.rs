@@ -87,6 +87,17 @@ struct Shared {
     locale: Mutex<Option<String>>,
 }
 
+impl Inner {
+    /// The recorded post that created message `message` in `channel` (edits and deletes
+    /// are applied to it).
+    fn posted_message(&mut self, channel: u64, message: u64) -> Option<&mut Request> {
+        let posted = format!("/channels/{channel}/messages");
+        self.requests.iter_mut().find(|r| {
+            r.method == "POST" && r.path == posted && r.body["_fake_id"] == json!(message)
+        })
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -731,10 +742,7 @@ async fn rest(
             let body_components = body.get("components").cloned();
             record(&shared, body);
             let mut inner = shared.lock();
-            let posted = format!("/channels/{}/messages", id(1));
-            let Some(original) = inner.requests.iter_mut().find(|r| {
-                r.method == "POST" && r.path == posted && r.body["_fake_id"] == json!(message)
-            }) else {
+            let Some(original) = inner.posted_message(id(1), message) else {
                 drop(inner);
                 return (
                     StatusCode::NOT_FOUND,
@@ -765,11 +773,7 @@ async fn rest(
         ("DELETE", ["channels", _, "messages", _]) => {
             let message = id(3);
             record(&shared, body);
-            let mut inner = shared.lock();
-            let posted = format!("/channels/{}/messages", id(1));
-            if let Some(original) = inner.requests.iter_mut().find(|r| {
-                r.method == "POST" && r.path == posted && r.body["_fake_id"] == json!(message)
-            }) {
+            if let Some(original) = shared.lock().posted_message(id(1), message) {
                 original.body["_deleted"] = json!(true);
             }
             return StatusCode::NO_CONTENT.into_response();

@@ -140,11 +140,8 @@ pub fn render(item: &Outgoing) -> Option<String> {
                 s.push_str(&format!("  {}. {}\n", i + 1, option.label));
             }
             // the hint in the options' own language
-            let japanese = req
-                .prompt
-                .chars()
-                .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
-                && !req.prompt.contains(" / ");
+            let japanese =
+                kaiwa_core::i18n::has_japanese(&req.prompt) && !req.prompt.contains(" / ");
             s.push_str(match (req.allow_multiple, japanese) {
                 (true, false) => {
                     "(answer with one or more numbers, e.g. 1 3, or type your own answer)\n"

@@ -34,11 +34,6 @@ fn stop_row(lang_ja: bool) -> Vec<CreateActionRow> {
     ])]
 }
 
-fn has_japanese(text: &str) -> bool {
-    text.chars()
-        .any(|c| ('\u{3040}'..='\u{30ff}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c))
-}
-
 #[async_trait]
 impl Streamer for DiscordStreamer {
     fn interval(&self) -> Duration {
@@ -55,7 +50,7 @@ impl Streamer for DiscordStreamer {
                 }
                 let builder = CreateMessage::new()
                     .content(content)
-                    .components(stop_row(has_japanese(text)));
+                    .components(stop_row(kaiwa_core::i18n::has_japanese(text)));
                 let sent = self
                     .channel
                     .send_message(&http, builder)

@@ -100,11 +100,7 @@ impl AssistantFlow {
                     || b.title_ja.as_deref().is_some_and(|j| text.contains(j))
             });
             if let Some(book) = book {
-                let title = match (&book.title_ja, lang) {
-                    (Some(ja), "ja") => ja,
-                    _ => &book.title,
-                };
-                out.hand_off("reading", format!("start {title}"));
+                out.hand_off("reading", format!("start {}", book.title_in(lang)));
                 return;
             }
             if has(&[

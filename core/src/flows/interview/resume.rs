@@ -77,11 +77,7 @@ impl InterviewFlow {
         // the offer speaks the language chosen before
         st.language = old.language.clone();
         let lang = lang_of(old);
-        let answered = old
-            .plan
-            .iter()
-            .filter(|id| old.field(id).status.is_closed())
-            .count();
+        let answered = old.closed_count();
         out.say(pick(
             &lang,
             &format!(

@@ -139,6 +139,14 @@ impl InterviewState {
             .collect()
     }
 
+    /// How many fields of the plan are closed (answered, skipped or given up).
+    pub fn closed_count(&self) -> usize {
+        self.plan
+            .iter()
+            .filter(|id| self.field(id).status.is_closed())
+            .count()
+    }
+
     /// The last question asked for field `id` (an answer logged with no question asked
     /// has none).
     pub fn question_of(&self, id: &str) -> Option<&str> {

@@ -198,11 +198,7 @@ impl Flow for InterviewFlow {
                 }
             }
             TurnInput::Command { name, .. } if name == "status" => {
-                let done = st
-                    .plan
-                    .iter()
-                    .filter(|id| st.field(id).status.is_closed())
-                    .count();
+                let done = st.closed_count();
                 out.say(pick(
                     &lang,
                     &format!(

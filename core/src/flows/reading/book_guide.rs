@@ -186,10 +186,7 @@ impl BookGuide {
                 .retain(|p| names_what_is_asked(question, &p.text));
         }
         if let (Some(title), true) = (book, answer.sources.is_empty()) {
-            let shown = match self.catalogue.find(title).and_then(|b| b.title_ja.clone()) {
-                Some(ja) if lang == "ja" => ja,
-                _ => title.to_string(),
-            };
+            let shown = self.catalogue.title_in(title, lang);
             answer.text = crate::i18n::pick(
                 lang,
                 &format!(
@@ -219,17 +216,11 @@ fn names_what_is_asked(question: &str, text: &str) -> bool {
         .filter(|w| w.len() >= 3 && !ASIDE.contains(w))
         .map(str::to_string)
         .collect();
-    let mut run = String::new();
-    for c in question.chars().chain(std::iter::once(' ')) {
-        if matches!(c, '\u{30a0}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}') {
-            run.push(c);
-        } else if !run.is_empty() {
-            let word = std::mem::take(&mut run);
-            if word.chars().count() >= 2 {
-                asked.push(word);
-            }
-        }
-    }
+    asked.extend(
+        crate::i18n::kanji_katakana_words(question)
+            .into_iter()
+            .filter(|w| w.chars().count() >= 2),
+    );
     if asked.is_empty() {
         return false;
     }

@@ -21,6 +21,15 @@ pub struct Book {
 }
 
 impl Book {
+    /// The title a member reading in `lang` knows it by: the Japanese one for `ja` when
+    /// there is one.
+    pub fn title_in(&self, lang: &str) -> &str {
+        match (&self.title_ja, lang) {
+            (Some(ja), "ja") => ja,
+            _ => &self.title,
+        }
+    }
+
     /// The book as a citable passage (`books.toml#Title`).
     pub fn passage(&self, score: f32) -> Passage {
         Passage {
@@ -103,6 +112,14 @@ impl Catalogue {
 
     pub fn books(&self) -> &[Book] {
         &self.books
+    }
+
+    /// `title` as a member reading in `lang` knows it ([`Book::title_in`]; a title not in
+    /// the catalogue as given).
+    pub fn title_in(&self, title: &str, lang: &str) -> String {
+        self.find(title)
+            .map_or(title, |book| book.title_in(lang))
+            .to_string()
     }
 
     /// A book by title (English or Japanese, case-insensitive; a unique partial match counts).

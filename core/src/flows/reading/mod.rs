@@ -171,17 +171,11 @@ impl ReadingFlow {
         });
     }
 
-    /// The book's title as the member reads it: the catalogue's Japanese title for `ja`.
-    fn shown_title(&self, title: &str, lang: &str) -> String {
-        match self.catalogue.find(title).and_then(|b| b.title_ja.clone()) {
-            Some(ja) if lang == "ja" => ja,
-            _ => title.to_string(),
-        }
-    }
-
     fn greet_by_rules(&self, ctx: &TurnContext<'_>, st: &mut ReadingState, out: &mut TurnOutput) {
         let lang = ctx.language().to_string();
-        let title = self.shown_title(st.title.as_deref().unwrap_or_default(), &lang);
+        let title = self
+            .catalogue
+            .title_in(st.title.as_deref().unwrap_or_default(), &lang);
         match st.status.unwrap_or(ReadingStatus::NotStarted) {
             ReadingStatus::NotStarted => {
                 out.say(pick(
