@@ -5,10 +5,8 @@ mod common;
 
 use kaiwa_tests::fake_discord::FakeDiscord;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "777000:RUN-secret-token";
 const DISCORD_TOKEN: &str = "discord-RUN-secret";
@@ -78,34 +76,9 @@ async fn it_serves_telegram_and_discord_health_and_metrics_and_stops_on_sigterm(
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kaiwa.toml");
     std::fs::write(&path, config(fake.url(), discord.api_proxy())).expect("config");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .arg("run")
-        .env("KAIWA_CONFIG", &path)
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.path().display()),
-        )
-        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
-        .env("KAIWA_TEST_DISCORD_TOKEN", DISCORD_TOKEN)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kaiwa starts");
-
-    // collect the log; the health address is in it
-    let log = Arc::new(Mutex::new(String::new()));
-    let stderr = child.stderr.take().expect("stderr");
-    let collected = log.clone();
-    let reader = tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
+    // the log is collected; the health address is in it
+    let (mut child, log, reader) =
+        common::spawn_run_with(dir.path(), TOKEN, Some(DISCORD_TOKEN), "debug");
     let address = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -10,7 +10,24 @@ pub fn spawn_run(
     dir: &std::path::Path,
     telegram_token: &str,
 ) -> (tokio::process::Child, Arc<Mutex<String>>) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+    let (child, log, _reader) = spawn_run_with(dir, telegram_token, None, "info");
+    (child, log)
+}
+
+/// [`spawn_run`] with a Discord token too (`None`: none) and a log level; also returns the
+/// task collecting the log, which ends once the process's stderr closes.
+pub fn spawn_run_with(
+    dir: &std::path::Path,
+    telegram_token: &str,
+    discord_token: Option<&str>,
+    log_level: &str,
+) -> (
+    tokio::process::Child,
+    Arc<Mutex<String>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+    command
         .arg("run")
         .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
         .env(
@@ -18,24 +35,26 @@ pub fn spawn_run(
             format!("sqlite://{}/kaiwa.db", dir.display()),
         )
         .env("KAIWA_TEST_TELEGRAM_TOKEN", telegram_token)
-        .env_remove("KAIWA_TEST_DISCORD_TOKEN")
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", log_level)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kaiwa starts");
+        .kill_on_drop(true);
+    match discord_token {
+        Some(token) => command.env("KAIWA_TEST_DISCORD_TOKEN", token),
+        None => command.env_remove("KAIWA_TEST_DISCORD_TOKEN"),
+    };
+    let mut child = command.spawn().expect("kaiwa starts");
     let log = Arc::new(Mutex::new(String::new()));
-    if let Some(stderr) = child.stderr.take() {
-        let collected = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-    }
-    (child, log)
+    let stderr = child.stderr.take();
+    let collected = log.clone();
+    let reader = tokio::spawn(async move {
+        let Some(stderr) = stderr else { return };
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    (child, log, reader)
 }
