@@ -69,6 +69,11 @@ struct Fields {
     cjk: Field,
     head_en: Field,
     head_cjk: Field,
+    /// The passage's search tokens ([`tokens`]), one per line: worked out once, at
+    /// indexing, for [`coverage`].
+    words: Field,
+    /// "1" for a document's title passage (its overview).
+    overview: Field,
 }
 
 /// English words a question is made of that say nothing of its subject (tantivy's own list
@@ -293,13 +298,10 @@ fn is_cjk_token(token: &str) -> bool {
 
 /// The search tokens of `text`: its English words (analysed) and its CJK bigrams less the
 /// grammar ones, each once.
-fn tokens(i: &Indexed, text: &str) -> Result<Vec<String>, KbError> {
+fn tokens(index: &Index, fields: Fields, text: &str) -> Result<Vec<String>, KbError> {
     let mut out = Vec::new();
-    for (field, input) in [
-        (i.fields.en, text.to_string()),
-        (i.fields.cjk, cjk_only(text)),
-    ] {
-        let mut analyzer = i.index.tokenizer_for_field(field)?;
+    for (field, input) in [(fields.en, text.to_string()), (fields.cjk, cjk_only(text))] {
+        let mut analyzer = index.tokenizer_for_field(field)?;
         let mut stream = analyzer.token_stream(&input);
         while stream.advance() {
             let token = stream.token().text.trim().to_string();
@@ -388,14 +390,13 @@ fn coverage(units: &[Unit], groups: &[Group], words: &[String], text: &str) -> f
     met as f32 / units.len() as f32
 }
 
-/// Whether `heading` is the title (`#`) of its document: an overview, not a section.
-fn heading_level_one(path: &str, heading: &str, i: &Indexed) -> bool {
-    i.documents.get(path).is_some_and(|doc| {
-        doc.lines().any(|l| {
-            l.trim_start()
-                .strip_prefix("# ")
-                .is_some_and(|h| h.trim() == heading)
-        })
+/// Whether `heading` is the title (`#`) of the document `content`: an overview, not a
+/// section.
+fn is_title(content: &str, heading: &str) -> bool {
+    content.lines().any(|l| {
+        l.trim_start()
+            .strip_prefix("# ")
+            .is_some_and(|h| h.trim() == heading)
     })
 }
 
@@ -485,6 +486,8 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
         cjk: schema.add_text_field("cjk", indexed("kb_cjk")),
         head_en: schema.add_text_field("head_en", indexed("kb_en")),
         head_cjk: schema.add_text_field("head_cjk", indexed("kb_cjk")),
+        words: schema.add_text_field("words", STORED),
+        overview: schema.add_text_field("overview", STORED),
     };
     let index = Index::create_in_ram(schema.build());
     let en = TextAnalyzer::builder(SimpleTokenizer::default())
@@ -535,6 +538,13 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
             doc.add_text(fields.cjk, cjk_only(&searchable));
             doc.add_text(fields.head_en, &heading);
             doc.add_text(fields.head_cjk, cjk_only(&heading));
+            doc.add_text(
+                fields.words,
+                tokens(&index, fields, &searchable)?.join("\n"),
+            );
+            if is_title(&content, &heading) {
+                doc.add_text(fields.overview, "1");
+            }
             writer.add_document(doc)?;
             passages += 1;
         }
@@ -594,7 +604,7 @@ impl KnowledgeBase {
     /// question's language when it has any (see the module).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let own = tokens(&i, query)?;
+        let own = tokens(&i.index, i.fields, query)?;
         // the synonym groups the question names, with their words' tokens
         let lower = query.to_lowercase();
         let named = |w: &str| {
@@ -611,7 +621,7 @@ impl KnowledgeBase {
             if members.iter().any(|w| named(w)) {
                 let mut tokens_of = Vec::new();
                 for w in members.iter().filter(|w| w.is_ascii()) {
-                    tokens_of.extend(tokens(&i, w)?);
+                    tokens_of.extend(tokens(&i.index, i.fields, w)?);
                 }
                 tokens_of.sort();
                 tokens_of.dedup();
@@ -693,8 +703,9 @@ impl KnowledgeBase {
             };
             let (heading, text) = (get(i.fields.heading), get(i.fields.text));
             let whole = format!("{heading}\n{text}");
-            let words = tokens(&i, &whole)?;
-            let overview = heading_level_one(&get(i.fields.path), &heading, &i);
+            let stored = get(i.fields.words);
+            let words: Vec<String> = stored.lines().map(str::to_string).collect();
+            let overview = get(i.fields.overview) == "1";
             found.push(Passage {
                 path: get(i.fields.path),
                 coverage: coverage(&units, &groups, &words, &whole),
