@@ -14,6 +14,13 @@
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
 //! live in the store.
 
+/// The teloxide Kaiwa is built against: a host bot that mounts Kaiwa's handler uses this
+/// one, so that the types match.
+pub use teloxide;
+
+/// The serenity Kaiwa is built against, for a host bot's client and event handlers.
+pub use serenity;
+
 pub mod console;
 pub mod discord;
 pub mod interaction;

@@ -1,5 +1,5 @@
-//! [`App`]: the wiring shared by every command — store, models, flows, orchestrator — built
-//! from [`Settings`]. `main` and the tests build the same thing.
+//! The wiring behind [`crate::Kaiwa`] — store, models, flows, orchestrator — built from
+//! [`Settings`], and the pieces `kaiwa check`, `kaiwa bench` and `kaiwa kb` use alone.
 
 use crate::config::{LlmSettings, Settings, secret_from_env};
 use anyhow::Context;
@@ -30,9 +30,13 @@ impl App {
         settings: &Settings,
         database_url: &str,
         admin: Arc<dyn AdminSink>,
+        models: Option<ModelRouter>,
     ) -> anyhow::Result<App> {
         let store = Arc::new(open_store(database_url).await?);
-        let models = build_models(settings.llm.as_ref())?;
+        let models = match models {
+            Some(models) => models,
+            None => build_models(settings.llm.as_ref())?,
+        };
         let flows = build_flows(settings)?;
         let limits = &settings.limits;
         let mut orchestrator = Orchestrator::new(store.clone(), flows, models, admin);

@@ -1,22 +1,17 @@
-//! `kaiwa`, the binary: parses the command line, loads settings, builds the [`app::App`] and
-//! runs the chosen command. Everything else lives in the libraries.
+//! `kaiwa`, the binary: parses the command line, opens [`kaiwa::Kaiwa`] (or the piece a
+//! command needs) and runs the chosen command. Everything else lives in the libraries.
 
-mod app;
 mod bench;
-mod config;
-mod run;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use config::Settings;
-use kaiwa_adapters::console::{self, ConsoleOptions, StderrAdminSink};
+use kaiwa::{Kaiwa, Options, app};
+use kaiwa_adapters::console::{ConsoleOptions, StderrAdminSink};
 use kaiwa_core::store::{Reads, Store};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
-
-const DEFAULT_CONFIG: &str = "config/kaiwa.toml";
 
 #[derive(Parser)]
 #[command(
@@ -25,12 +20,8 @@ const DEFAULT_CONFIG: &str = "config/kaiwa.toml";
     about = "Kaiwa: LLM agents where people already chat"
 )]
 struct Cli {
-    /// Configuration file.
-    #[arg(long, global = true, env = "KAIWA_CONFIG")]
-    config: Option<PathBuf>,
-    /// Database URL (overrides the configuration).
-    #[arg(long, global = true, env = "KAIWA_DATABASE_URL")]
-    database_url: Option<String>,
+    #[command(flatten)]
+    options: Options,
     /// More detail in the log (debug level); `kaiwa chat` also says where its log file is.
     #[arg(short, long, global = true)]
     verbose: bool,
@@ -221,36 +212,31 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let (path, required) = match &cli.config {
-        Some(p) => (p.clone(), true),
-        None => (PathBuf::from(DEFAULT_CONFIG), false),
-    };
-    let settings = Settings::load(&path, required)?;
-    // (the default file may be missing: the built-in defaults apply, but say so, since a
-    // bot started from the wrong folder would otherwise run without its forms and books)
-    let defaults = !required && !path.exists();
-    if defaults {
-        tracing::warn!(path = %path.display(), "no configuration file: built-in defaults");
-    }
-    let database_url = cli
-        .database_url
+    let (settings, defaults) = cli.options.settings()?;
+    let path = cli
+        .options
+        .config
         .clone()
-        .unwrap_or_else(|| settings.database_url.clone());
+        .unwrap_or_else(|| PathBuf::from(kaiwa::DEFAULT_CONFIG));
+    let database_url = cli.options.database_url(&settings);
     match cli.command {
         Command::Run => {
-            run::run(&settings, &database_url).await?;
+            let kaiwa = Kaiwa::builder(settings)
+                .database_url(database_url)
+                .tokens_from_env()
+                .build()
+                .await?;
+            kaiwa.run().await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat {
             flow, form, user, ..
         } => {
-            let app = app::App::build(&settings, &database_url, Arc::new(StderrAdminSink)).await?;
-            if app.orchestrator.flows().get(&flow).is_none() {
-                bail!(
-                    "unknown flow {flow:?}; available: {}",
-                    app.orchestrator.flows().ids().join(", ")
-                );
-            }
+            let kaiwa = Kaiwa::builder(settings)
+                .database_url(database_url)
+                .admin_sink(Arc::new(StderrAdminSink))
+                .build()
+                .await?;
             let options = ConsoleOptions {
                 user,
                 flow: Some(flow),
@@ -258,9 +244,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 live: std::io::IsTerminal::is_terminal(&std::io::stdout()),
             };
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-            let result = console::run(&app.orchestrator, stdin, tokio::io::stdout(), options).await;
-            app.store.close().await;
-            result.context("the console conversation stopped")?;
+            kaiwa.chat(stdin, tokio::io::stdout(), options).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { json } => {

@@ -3,8 +3,7 @@
 //! `/healthz` and `/metrics`, and on SIGTERM / Ctrl-C stops taking messages, lets the turns in
 //! flight finish (bounded by `[server] shutdown_grace_secs`) and closes the database.
 
-use crate::app::App;
-use crate::config::{Settings, optional_secret};
+use crate::Kaiwa;
 use anyhow::{Context, bail};
 use axum::Router;
 use axum::extract::State;
@@ -12,30 +11,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use kaiwa_adapters::AdapterHealth;
-use kaiwa_adapters::discord::{
-    DiscordAdapter, DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox,
-};
-use kaiwa_adapters::telegram::{
-    TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
-};
-use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
-use kaiwa_core::jobs::every;
-use kaiwa_core::jobs::retention::delete_old_transcripts;
-use kaiwa_core::jobs::weekly_review::send_due_reviews;
-use kaiwa_core::message::Platform;
-use kaiwa_core::orchestrator::{Orchestrator, Outbox};
-use kaiwa_core::store::Store;
-use std::collections::HashMap;
+use kaiwa_adapters::discord::DiscordAdapter;
+use kaiwa_adapters::telegram::TelegramAdapter;
+use kaiwa_core::orchestrator::Orchestrator;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-/// How often the retention job runs.
-const RETENTION_CHECK: Duration = Duration::from_secs(3600);
-
-/// How often `kaiwa run` looks for weekly reviews that are due.
-const REVIEW_CHECK: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 struct ServerState {
@@ -118,11 +100,10 @@ async fn shutdown_signal() {
     }
 }
 
-pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> {
+pub(crate) async fn run(kaiwa: Kaiwa) -> anyhow::Result<()> {
+    let settings = kaiwa.settings.clone();
     let (tg, dc) = (&settings.telegram, &settings.discord);
-    let telegram_token = optional_secret(&tg.token_env);
-    let discord_token = optional_secret(&dc.token_env);
-    if telegram_token.is_none() && discord_token.is_none() {
+    if kaiwa.telegram.is_none() && kaiwa.discord.is_none() {
         bail!(
             "no chat platform is configured: set {} (a Telegram bot token) or {} (a Discord bot \
              token) to run the bot; `kaiwa chat <flow>` talks to the flows in this terminal instead",
@@ -130,33 +111,7 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
             dc.token_env
         );
     }
-    let telegram_api = telegram_token
-        .as_deref()
-        .map(|token| TelegramApi::new(token, tg.api_url.as_deref()))
-        .transpose()
-        .context("[telegram]")?;
-    let discord_api = discord_token
-        .as_deref()
-        .map(|token| DiscordApi::new(token, dc.api_proxy.as_deref()));
-    let mut sinks: Vec<Arc<dyn AdminSink>> = Vec::new();
-    if let (Some(api), Some(chat)) = (&telegram_api, tg.admin_chat_id) {
-        sinks.push(Arc::new(TelegramAdminSink::new(api.clone(), chat)));
-    }
-    if let (Some(api), Some(channel)) = (&discord_api, dc.admin_channel_id) {
-        sinks.push(Arc::new(DiscordAdminSink::new(api.clone(), channel)));
-    }
-    let admin: Arc<dyn AdminSink> = match sinks.len() {
-        0 => {
-            tracing::warn!(
-                "no admin chat or channel configured; audit summaries go to the log only"
-            );
-            Arc::new(LogAdminSink)
-        }
-        1 => sinks.remove(0),
-        _ => Arc::new(FanoutAdminSink(sinks)),
-    };
-    let app = App::build(settings, database_url, admin).await?;
-    let orchestrator = app.orchestrator.clone();
+    let orchestrator = kaiwa.orchestrator.clone();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -164,77 +119,19 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
     };
     let mut adapters = JoinSet::new();
     let mut health = Vec::new();
-    let mut outboxes: HashMap<Platform, Arc<dyn Outbox>> = HashMap::new();
-    if let Some(api) = telegram_api {
-        outboxes.insert(
-            Platform::Telegram,
-            Arc::new(TelegramOutbox::new(api.clone())),
-        );
-        let telegram = TelegramAdapter::new(
-            api,
-            TelegramConfig {
-                admin_chat_id: tg.admin_chat_id,
-                private_flow: tg.private_flow.clone(),
-                private_flow_arg: tg.private_flow_arg.clone(),
-                group_flow: tg.group_flow.clone(),
-                poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
-            },
-            orchestrator.clone(),
-        );
+    if let Some((api, _)) = kaiwa.telegram.clone() {
+        let telegram = TelegramAdapter::new(api, kaiwa.telegram_config(), orchestrator.clone());
         health.push(telegram.health());
         let rx = stop_rx.clone();
         adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
     }
-    if let (Some(api), Some(token)) = (discord_api, discord_token) {
-        outboxes.insert(Platform::Discord, Arc::new(DiscordOutbox::new(api.clone())));
-        let discord = DiscordAdapter::new(
-            api,
-            DiscordConfig {
-                token,
-                admin_channel_id: dc.admin_channel_id,
-                helpdesk_channel_ids: dc.helpdesk_channel_ids.clone(),
-                reading_channel_ids: dc.reading_channel_ids.clone(),
-                api_proxy: dc.api_proxy.clone(),
-                dm_flow: Some(dc.dm_flow.clone()),
-                dm_flow_arg: dc.dm_flow_arg.clone(),
-            },
-            orchestrator.clone(),
-        );
+    if let Some((api, _)) = kaiwa.discord.clone() {
+        let discord = DiscordAdapter::new(api, kaiwa.discord_config(), orchestrator.clone());
         health.push(discord.health());
         let rx = stop_rx.clone();
         adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });
     }
-
-    // the weekly reviews users opted in to, checked every minute
-    let reviews = {
-        let orchestrator = orchestrator.clone();
-        every(REVIEW_CHECK, stop_rx.clone(), move || {
-            let (orchestrator, outboxes) = (orchestrator.clone(), outboxes.clone());
-            async move {
-                let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
-                if let Err(e) =
-                    send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await
-                {
-                    tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
-                }
-            }
-        })
-    };
-
-    // retention: transcripts of sessions idle for longer than the configured days
-    let retention = settings.privacy.transcript_days.map(|days| {
-        let store = orchestrator.store().clone();
-        every(RETENTION_CHECK, stop_rx.clone(), move || {
-            let store = store.clone();
-            async move {
-                if let Err(e) =
-                    delete_old_transcripts(store.as_ref(), days, chrono::Utc::now()).await
-                {
-                    tracing::warn!(error = %e, "retention job failed; retrying later");
-                }
-            }
-        })
-    });
+    let jobs = kaiwa.jobs(stopped(stop_rx.clone()));
 
     let listener = tokio::net::TcpListener::bind(&settings.server.listen)
         .await
@@ -288,11 +185,8 @@ pub async fn run(settings: &Settings, database_url: &str) -> anyhow::Result<()> 
         adapters.abort_all();
     }
     let _ = server.await;
-    let _ = reviews.await;
-    if let Some(retention) = retention {
-        let _ = retention.await;
-    }
-    app.store.close().await;
+    jobs.await;
+    kaiwa.close().await;
     tracing::info!("stopped");
     match failure {
         Some(message) => bail!(message),

@@ -74,6 +74,8 @@ struct Inner {
     nonces: HashMap<(String, String), Value>,
     /// events injected while no connection was ready
     pending: Vec<(&'static str, Value)>,
+    /// the application's global commands, as registered
+    commands: Vec<Value>,
     seq: u64,
 }
 
@@ -166,6 +168,17 @@ fn rate_limited(retry_after: Duration) -> Response {
         Json(json!({"message": "You are being rate limited.", "retry_after": retry_after.as_secs_f64(), "global": false})),
     )
         .into_response()
+}
+
+/// A registered command as Discord lists it.
+fn command_json(id: u64, body: &Value) -> Value {
+    json!({
+        "id": id.to_string(), "type": 1, "application_id": APP_ID.to_string(),
+        "name": body["name"], "description": body["description"],
+        "description_localizations": body.get("description_localizations").cloned().unwrap_or(Value::Null),
+        "options": body.get("options").cloned().unwrap_or(json!([])),
+        "default_member_permissions": null, "version": id.to_string()
+    })
 }
 
 /// The DM channel the fake opens for `user`.
@@ -510,17 +523,31 @@ impl FakeDiscord {
         })
     }
 
-    /// Waits for the first Identify and the command registration.
+    /// A global command the application already has (a host bot registered it earlier).
+    pub fn register_command(&self, name: &str, description: &str) {
+        let command = command_json(
+            self.shared.next_id(),
+            &json!({"name": name, "description": description}),
+        );
+        self.shared.lock().commands.push(command);
+    }
+
+    /// The names of the application's global commands, as registered now.
+    pub fn command_names(&self) -> Vec<String> {
+        self.shared
+            .lock()
+            .commands
+            .iter()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Waits for the first Identify and Kaiwa's command registration (its `/help`).
     pub async fn wait_ready(&self) {
         self.wait_for(
             "READY and the slash commands",
             Duration::from_secs(30),
-            |f| {
-                f.identifies() >= 1
-                    && f.requests()
-                        .iter()
-                        .any(|r| r.method == "PUT" && r.path.ends_with("/commands"))
-            },
+            |f| f.identifies() >= 1 && f.command_names().iter().any(|n| n == "help"),
         )
         .await;
     }
@@ -790,9 +817,29 @@ async fn rest(
             record(&shared, body);
             return StatusCode::NO_CONTENT.into_response();
         }
+        ("GET", ["applications", _, "commands"]) => {
+            record(&shared, Value::Null);
+            Value::Array(shared.lock().commands.clone())
+        }
+        ("POST", ["applications", _, "commands"]) => {
+            record(&shared, body.clone());
+            let command = command_json(shared.next_id(), &body);
+            let mut inner = shared.lock();
+            inner.commands.retain(|c| c["name"] != command["name"]);
+            inner.commands.push(command.clone());
+            command
+        }
         ("PUT", ["applications", _, "commands"]) => {
-            record(&shared, body);
-            json!([])
+            record(&shared, body.clone());
+            let list: Vec<Value> = body
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| command_json(shared.next_id(), c))
+                .collect();
+            shared.lock().commands = list.clone();
+            Value::Array(list)
         }
         ("POST", ["interactions", _, _, "callback"]) => {
             record(&shared, body);

@@ -138,6 +138,8 @@ struct Inner {
     /// Messages the bot sent, as Telegram stores them (for callback queries).
     bot_messages: HashMap<(i64, i64), Value>,
     get_updates_calls: usize,
+    /// The bot's command menus by language code ("" for the default).
+    menus: HashMap<String, Value>,
 }
 
 struct Shared {
@@ -358,6 +360,31 @@ impl FakeTelegram {
             .entry(method.to_ascii_lowercase())
             .or_default()
             .push_back(failure);
+    }
+
+    /// The command names of the bot's menu for `language` ("" for the default).
+    pub fn menu(&self, language: &str) -> Vec<String> {
+        self.shared
+            .lock()
+            .menus
+            .get(language)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["command"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// The bot's menu is set to `commands` (name, description), as a host bot's start-up
+    /// would, in the default language and in Japanese.
+    pub fn set_menu(&self, commands: &[(&str, &str)]) {
+        let list: Vec<Value> = commands
+            .iter()
+            .map(|(c, d)| json!({"command": c, "description": d}))
+            .collect();
+        let mut inner = self.shared.lock();
+        inner.menus.insert(String::new(), json!(list));
+        inner.menus.insert("ja".into(), json!(list));
     }
 
     /// Every recorded call (not `getUpdates`).
@@ -679,11 +706,21 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
                 None,
             )
         }
+        "setmycommands" => {
+            let language = params["language_code"].as_str().unwrap_or_default();
+            let commands = params.get("commands").cloned().unwrap_or(json!([]));
+            inner.menus.insert(language.to_string(), commands);
+            (json!(true), None)
+        }
+        "getmycommands" => {
+            let language = params["language_code"].as_str().unwrap_or_default();
+            let menu = inner.menus.get(language).cloned().unwrap_or(json!([]));
+            (menu, None)
+        }
         "deletewebhook"
         | "sendmessagedraft"
         | "answercallbackquery"
         | "sendchataction"
-        | "setmycommands"
         | "deletemycommands" => (json!(true), None),
         _ => {
             return (

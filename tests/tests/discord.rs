@@ -172,25 +172,28 @@ async fn a_help_desk_question_opens_a_thread_answered_with_citations_and_a_hando
  {
     let fake = FakeDiscord::start().await;
     let bot = start(&fake, "engineer", ModelRouter::none()).await;
-    let commands = fake
+    // registered one by one (nothing else of the application's is overwritten)
+    let created: Vec<_> = fake
         .requests()
         .into_iter()
-        .find(|r| r.method == "PUT" && r.path.ends_with("/commands"))
-        .expect("slash commands registered");
-    let names: Vec<&str> = commands
-        .body
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str())
+        .filter(|r| r.method == "POST" && r.path.ends_with("/commands"))
         .collect();
-    for expected in ["start", "help", "interview", "ask"] {
-        assert!(names.contains(&expected), "{names:?}");
-    }
     assert!(
-        commands.body[0]["description_localizations"]["ja"].is_string(),
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.method == "PUT" && r.path.ends_with("/commands")),
+        "no bulk overwrite"
+    );
+    let names = fake.command_names();
+    for expected in ["start", "help", "interview", "ask"] {
+        assert!(names.iter().any(|n| n == expected), "{names:?}");
+    }
+    assert_eq!(created.len(), names.len());
+    assert!(
+        created[0].body["description_localizations"]["ja"].is_string(),
         "{}",
-        commands.body[0]
+        created[0].body
     );
 
     fake.user_message(HELPDESK, Some(GUILD), 41, "How do I stop a conversation?");

@@ -122,7 +122,7 @@ fn message_nonce() -> Nonce {
 }
 
 /// A REST client for `token`, through `api_proxy` when one is set.
-pub(super) fn build_http(token: &str, api_proxy: Option<&str>) -> Http {
+pub fn build_http(token: &str, api_proxy: Option<&str>) -> Http {
     let mut builder = HttpBuilder::new(token);
     if let Some(proxy) = api_proxy {
         // serenity ignores the proxy while its rate limiter is on (serenity #1739)
@@ -235,28 +235,54 @@ impl DiscordApi {
         .await
     }
 
-    /// Registers the slash commands (global).
-    pub async fn set_commands(&self, commands: &[CommandInfo]) -> Result<(), serenity::Error> {
-        let list: Vec<CreateCommand> = commands
-            .iter()
-            .map(|c| {
-                CreateCommand::new(c.name)
-                    .description(truncate(c.description_en, 100))
-                    .description_localized("ja", truncate(c.description_ja, 100))
-                    .add_option(
-                        CreateCommandOption::new(
-                            CommandOptionType::String,
-                            "text",
-                            "what follows the command (optional)",
-                        )
-                        .required(false),
-                    )
+    /// Registers Kaiwa's slash commands (global) one by one: each missing or changed one is
+    /// created (Discord replaces a command of the same name), and nothing else is touched, so
+    /// the commands a host bot registered on the same application stay. Returns how many
+    /// were written.
+    pub async fn set_commands(&self, commands: &[CommandInfo]) -> Result<usize, serenity::Error> {
+        let existing = self
+            .call("getGlobalCommands", |http| async move {
+                Command::get_global_commands_with_localizations(&http).await
             })
-            .collect();
-        self.call("bulkOverwriteGlobalCommands", |http| {
-            let list = list.clone();
-            async move { Command::set_global_commands(&http, list).await.map(|_| ()) }
-        })
-        .await
+            .await?;
+        let mut written = 0;
+        for c in commands {
+            let description = truncate(c.description_en, 100);
+            let description_ja = truncate(c.description_ja, 100);
+            let current = existing.iter().any(|e| {
+                e.name == c.name
+                    && e.description == description
+                    && e.description_localizations
+                        .as_ref()
+                        .and_then(|l| l.get("ja"))
+                        .is_some_and(|ja| *ja == description_ja)
+                    && e.options.len() == 1
+            });
+            if current {
+                continue;
+            }
+            let builder = CreateCommand::new(c.name)
+                .description(description)
+                .description_localized("ja", description_ja)
+                .add_option(
+                    CreateCommandOption::new(
+                        CommandOptionType::String,
+                        "text",
+                        "what follows the command (optional)",
+                    )
+                    .required(false),
+                );
+            self.call("createGlobalCommand", |http| {
+                let builder = builder.clone();
+                async move {
+                    Command::create_global_command(&http, builder)
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .await?;
+            written += 1;
+        }
+        Ok(written)
     }
 }

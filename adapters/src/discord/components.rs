@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// What every custom id of Kaiwa's components starts with.
+pub const NAMESPACE: &str = "kaiwa|";
+
 /// Buttons per row and rows per message.
 const PER_ROW: usize = 5;
 

@@ -15,6 +15,8 @@ pub(super) struct Handler {
     pub(super) parents: Parents,
     /// The turns, one ordered lane per session.
     pub(super) turns: Arc<Turns>,
+    /// Beside a host bot's handlers: other components and commands are left to them.
+    pub(super) mounted: bool,
 }
 
 /// A session's lane: chat, thread, user.
@@ -74,6 +76,13 @@ impl Turns {
             }
             Pushed::Queued => {}
             Pushed::Overflow { work, tell } => self.refuse(work, tell).await,
+        }
+    }
+
+    /// Waits until no turn is queued or running.
+    pub(super) async fn finish(&self) {
+        while self.lanes.busy() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -163,8 +172,9 @@ impl EventHandler for Handler {
         }
         self.catch_up().await;
         let commands = self.orchestrator.flows().menu_commands();
-        if let Err(e) = self.api.set_commands(&commands).await {
-            tracing::warn!(error = %e, "could not register the Discord slash commands");
+        match self.api.set_commands(&commands).await {
+            Ok(written) => tracing::debug!(written, "Discord slash commands registered"),
+            Err(e) => tracing::warn!(error = %e, "could not register the Discord slash commands"),
         }
     }
 
@@ -281,6 +291,10 @@ impl Handler {
     }
 
     pub(super) async fn on_component(&self, ctx: &Context, component: ComponentInteraction) {
+        if self.mounted && !component.data.custom_id.starts_with(NAMESPACE) {
+            // the host's own component: neither acknowledged nor answered here
+            return;
+        }
         if !self.seen.first_sight(format!("i{}", component.id)) {
             return;
         }
@@ -380,6 +394,10 @@ impl Handler {
     }
 
     pub(super) async fn on_command(&self, ctx: &Context, command: CommandInteraction) {
+        if self.mounted && !self.orchestrator.knows_command(&command.data.name) {
+            // the host's command: its own handler answers it
+            return;
+        }
         if !self.seen.first_sight(format!("i{}", command.id)) {
             return;
         }

@@ -10,8 +10,11 @@
 //!   interaction is answered at once (the message is updated to show the choice, its
 //!   components disabled) and the turn runs after; a stale or foreign component gets an
 //!   ephemeral notice and changes nothing.
-//! - Slash commands are registered at start-up (English names, Japanese descriptions too) and
-//!   deferred while the turn runs.
+//! - Slash commands are registered at start-up one by one (English names, Japanese
+//!   descriptions too; a command already current is left alone, and nothing else of the
+//!   application's is touched) and deferred while the turn runs.
+//! - Beside a host bot's event handlers ([`DiscordPlugin`]) it handles only its channels,
+//!   DMs, components ([`NAMESPACE`]) and commands; the host's are left to the host.
 //! - REST calls that hit a 429 are waited out and sent again ([`DiscordApi`]); with the
 //!   built-in rate limiter on (production, no `api_proxy`) serenity already does this.
 //! - Replies that need no vetting stream while the model writes them (`stream.rs`): one
@@ -54,8 +57,8 @@ mod outbox;
 mod places;
 mod stream;
 
-pub use api::DiscordApi;
-pub use components::{Press, components};
+pub use api::{DiscordApi, build_http};
+pub use components::{NAMESPACE, Press, components};
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use stream::STOP_ID;
 
@@ -127,28 +130,19 @@ impl DiscordAdapter {
             orchestrator,
             health,
         } = self;
-        let intents = GatewayIntents::GUILD_MESSAGES
-            | GatewayIntents::DIRECT_MESSAGES
-            | GatewayIntents::MESSAGE_CONTENT;
-        let turns = Arc::new(Turns {
-            api: api.clone(),
-            outbox: DiscordOutbox::new(api.clone()),
-            lanes: Lanes::new(orchestrator.max_waiting()),
-            orchestrator: orchestrator.clone(),
-        });
-        let handler = Handler {
-            api: api.clone(),
+        let handler = Arc::new(Handler::new(
+            api,
+            config.clone(),
             orchestrator,
-            config: config.clone(),
-            health: health.clone(),
-            seen: SeenIds::new(SEEN),
-            parents: Parents::default(),
-            turns: turns.clone(),
-        };
+            health,
+            false,
+        ));
+        let turns = handler.turns.clone();
+        let health = handler.health.clone();
         // the client takes its own Http; both point at the same place with the same token
         let http = build_http(&config.token, config.api_proxy.as_deref());
-        let mut client = serenity::client::ClientBuilder::new_with_http(http, intents)
-            .event_handler(handler)
+        let mut client = serenity::client::ClientBuilder::new_with_http(http, INTENTS)
+            .event_handler_arc(handler)
             .await
             .map_err(|e| AdapterError::Platform(format!("Discord client: {e}")))?;
         let shards = client.shard_manager.clone();
@@ -167,11 +161,128 @@ impl DiscordAdapter {
         };
         let (result, ()) = tokio::join!(run, stopper);
         // the turns queued finish (the binary's grace period bounds this)
-        while turns.lanes.busy() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        turns.finish().await;
         health.set_stopped();
         result.map_err(|e| AdapterError::Platform(format!("Discord gateway: {e}")))
+    }
+}
+
+/// The gateway intents Kaiwa needs: guild and direct messages with their content. A host
+/// bot's client asks for these (and its own).
+pub const INTENTS: GatewayIntents = GatewayIntents::GUILD_MESSAGES
+    .union(GatewayIntents::DIRECT_MESSAGES)
+    .union(GatewayIntents::MESSAGE_CONTENT);
+
+impl Handler {
+    fn new(
+        api: DiscordApi,
+        config: DiscordConfig,
+        orchestrator: Arc<Orchestrator>,
+        health: Arc<AdapterHealth>,
+        mounted: bool,
+    ) -> Handler {
+        let turns = Arc::new(Turns {
+            api: api.clone(),
+            outbox: DiscordOutbox::new(api.clone()),
+            lanes: Lanes::new(orchestrator.max_waiting()),
+            orchestrator: orchestrator.clone(),
+        });
+        Handler {
+            api,
+            orchestrator,
+            config,
+            health,
+            seen: SeenIds::new(SEEN),
+            parents: Parents::default(),
+            turns,
+            mounted,
+        }
+    }
+}
+
+/// Kaiwa beside a host bot's own serenity [`EventHandler`]s: the host builds and runs the
+/// client (and resumes its gateway); this handler takes only what is Kaiwa's and stays
+/// silent on the rest:
+///
+/// - messages in its help-desk and reading channels, the threads it opened there, direct
+///   messages (its DM flow) and its admin channel;
+/// - its own components (custom ids in [`NAMESPACE`]) and its own slash commands, which it
+///   registers one by one at `ready` (the host's commands stay).
+///
+/// A message it takes is in the store's inbox before the event handler returns; its turn runs
+/// in the session's lane afterwards.
+///
+/// ```no_run
+/// # async fn host(kaiwa: kaiwa_adapters::discord::DiscordPlugin, token: &str) -> serenity::Result<()> {
+/// use kaiwa_adapters::discord::INTENTS;
+/// use serenity::all::{ClientBuilder, Context, EventHandler, GatewayIntents, Message};
+///
+/// struct Host;
+/// #[serenity::async_trait]
+/// impl EventHandler for Host {
+///     async fn message(&self, _ctx: Context, _msg: Message) { /* the host's own */ }
+/// }
+///
+/// let mut client = ClientBuilder::new(token, INTENTS | GatewayIntents::GUILDS)
+///     .event_handler(Host)
+///     .event_handler(kaiwa.clone())
+///     .await?;
+/// client.start().await
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct DiscordPlugin {
+    handler: Arc<Handler>,
+}
+
+impl DiscordPlugin {
+    /// Kaiwa's handler for a host's client. `config.token` is the bot's token (the same as
+    /// the host's client); Kaiwa sends through its own REST client ([`DiscordApi`]).
+    pub fn new(api: DiscordApi, config: DiscordConfig, orchestrator: Arc<Orchestrator>) -> Self {
+        let health = Arc::new(AdapterHealth::new("discord"));
+        DiscordPlugin {
+            handler: Arc::new(Handler::new(api, config, orchestrator, health, true)),
+        }
+    }
+
+    /// Whether a message in `channel` (`dm`: a direct message channel) is Kaiwa's: a
+    /// help-desk or reading channel or a thread in one, a DM, or the admin channel. A host
+    /// answers its own text commands only where this is `false`.
+    pub async fn owns(&self, channel: ChannelId, dm: bool) -> bool {
+        let handler = &self.handler;
+        dm || handler.config.admin_channel_id == Some(channel.get())
+            || handler.flow_of_channel(channel.get()).is_some()
+            || handler.place_of(channel, false).await.is_some()
+    }
+
+    /// Connected or not, for a host's health check.
+    pub fn health(&self) -> Arc<AdapterHealth> {
+        self.handler.health.clone()
+    }
+
+    /// Waits for Kaiwa's queued and running turns (a host calls it when it stops).
+    pub async fn finish(&self) {
+        self.handler.turns.finish().await;
+        self.handler.health.set_stopped();
+    }
+}
+
+#[async_trait]
+impl EventHandler for DiscordPlugin {
+    async fn ready(&self, ctx: Context, ready: Ready) {
+        self.handler.ready(ctx, ready).await;
+    }
+
+    async fn resume(&self, ctx: Context, resumed: serenity::all::ResumedEvent) {
+        self.handler.resume(ctx, resumed).await;
+    }
+
+    async fn message(&self, ctx: Context, msg: Message) {
+        self.handler.message(ctx, msg).await;
+    }
+
+    async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
+        self.handler.interaction_create(ctx, interaction).await;
     }
 }
 

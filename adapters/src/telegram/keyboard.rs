@@ -9,6 +9,9 @@
 use kaiwa_core::message::OptionsRequest;
 use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 
+/// What every callback data of Kaiwa's buttons starts with.
+pub const NAMESPACE: &str = "kaiwa|";
+
 /// At most this many options get a button (the mask is a `u64`).
 pub const MAX_BUTTONS: usize = 64;
 
@@ -36,21 +39,38 @@ impl Press {
         }
     }
 
-    /// The callback data (always ≤ 64 bytes for request ids of ≤ 24 characters).
+    /// The callback data (always ≤ 64 bytes for request ids of ≤ 24 characters), in
+    /// Kaiwa's namespace ([`NAMESPACE`]) so that a host bot's own buttons and Kaiwa's never
+    /// reach each other's handlers.
     pub fn encode(&self) -> String {
         match self {
-            Press::Pick { request_id, index } => format!("p|{request_id}|{index}"),
+            Press::Pick { request_id, index } => format!("{NAMESPACE}p|{request_id}|{index}"),
             Press::Toggle {
                 request_id,
                 index,
                 mask,
-            } => format!("t|{request_id}|{index}|{mask:x}"),
-            Press::Done { request_id, mask } => format!("d|{request_id}|{mask:x}"),
+            } => format!("{NAMESPACE}t|{request_id}|{index}|{mask:x}"),
+            Press::Done { request_id, mask } => format!("{NAMESPACE}d|{request_id}|{mask:x}"),
         }
     }
 
     /// Parses callback data; `None` for anything this adapter did not produce.
     pub fn decode(data: &str) -> Option<Press> {
+        Press::decode_unprefixed(data.strip_prefix(NAMESPACE)?)
+    }
+
+    /// Whether `data` is in Kaiwa's namespace (a press Kaiwa answers, stale or not).
+    pub fn is_kaiwas(data: &str) -> bool {
+        data.starts_with(NAMESPACE)
+    }
+
+    /// Callback data of keyboards sent before the namespace (`p|…`): read only when Kaiwa
+    /// runs on its own, where no other handler's buttons exist.
+    pub fn decode_legacy(data: &str) -> Option<Press> {
+        Press::decode_unprefixed(data)
+    }
+
+    fn decode_unprefixed(data: &str) -> Option<Press> {
         let mut parts = data.split('|');
         let kind = parts.next()?;
         let request_id = parts.next()?.to_string();
@@ -185,9 +205,22 @@ mod tests {
             "t|abc|1",
             "d|abc|zz",
             "p|abc|1|2",
+            "kaiwa|p|abc|99",
+            "kaiwa|x|abc|1",
+            "other|p|abc|1",
         ] {
             assert_eq!(Press::decode(data), None, "{data}");
         }
+        // a host's data that happens to look like Kaiwa's before the namespace
+        assert_eq!(Press::decode("p|abc|1"), None);
+        let pick = Press::Pick {
+            request_id: "abc".into(),
+            index: 1,
+        };
+        assert_eq!(Press::decode_legacy("p|abc|1"), Some(pick.clone()));
+        assert_eq!(Press::decode("kaiwa|p|abc|1"), Some(pick));
+        assert!(Press::is_kaiwas("kaiwa|p|zzz"));
+        assert!(!Press::is_kaiwas("again"));
     }
 
     #[test]

@@ -1,8 +1,12 @@
-//! The Telegram adapter: long polling of our own (`polling.rs`), messages and inline-keyboard
-//! presses turned into [`Incoming`](kaiwa_core::message::Incoming)s (`updates.rs`), replies
-//! rendered as HTML messages and inline keyboards (`send.rs`), over raw Bot API requests with
-//! teloxide's types ([`TelegramApi`]).
+//! The Telegram adapter: long polling of our own (`polling.rs`) or a host bot's dispatcher
+//! ([`TelegramPlugin`]), messages and inline-keyboard presses turned into
+//! [`Incoming`](kaiwa_core::message::Incoming)s (`updates.rs`), replies rendered as HTML
+//! messages and inline keyboards (`send.rs`), over raw Bot API requests with teloxide's
+//! types ([`TelegramApi`]).
 //!
+//! - Mounted in a host's dispatcher, Kaiwa takes only its own: its places, its commands
+//!   there, its buttons (callback data in [`keyboard::NAMESPACE`]); the rest falls through
+//!   to the host's branches, and its command menu is added to the host's.
 //! - Nothing confirmed is lost: a `getUpdates` batch is confirmed to Telegram (by the next
 //!   poll's offset) only once its messages are committed to the store's inbox; a crash
 //!   after that leaves them in the inbox, and the next start answers them. On SIGTERM
@@ -43,7 +47,7 @@ use kaiwa_core::orchestrator::Orchestrator;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use teloxide::types::{ChatId, Message, MessageId, ThreadId};
+use teloxide::types::{ChatId, Message, MessageId, ThreadId, Update, UpdateKind};
 use tokio::task::JoinSet;
 use updates::{Context, LaneKey, Routed, Work};
 
@@ -122,92 +126,47 @@ pub struct TelegramAdapter {
     health: Arc<AdapterHealth>,
 }
 
-/// The listener's side of the lanes: routes, keeps, confirms and dispatches.
-struct Listener {
+/// What both ways of receiving updates share (Kaiwa's own long polling, a host's
+/// dispatcher): routes, keeps in the inbox and hands each update to its session's lane.
+struct Intake {
     ctx: Arc<Context>,
     lanes: Arc<Lanes<LaneKey, Work>>,
-    workers: JoinSet<()>,
+    workers: std::sync::Mutex<JoinSet<()>>,
     seen: SeenIds<String>,
 }
 
-impl Listener {
-    /// Hands `routed` to its session's lane (a worker is started for an idle session).
-    fn dispatch(&mut self, routed: Routed) {
-        let Routed { id, lane, work } = routed;
-        if !self.seen.first_sight(id) {
-            tracing::debug!("duplicate Telegram update ignored");
-            return;
-        }
-        match self.lanes.push(lane, work) {
-            Pushed::Start => {
-                let (lanes, ctx) = (self.lanes.clone(), self.ctx.clone());
-                self.workers.spawn(async move {
-                    lanes
-                        .drain(lane, |work| {
-                            let ctx = ctx.clone();
-                            async move { ctx.run(work).await }
-                        })
-                        .await;
-                });
-            }
-            Pushed::Queued => {}
-            Pushed::Overflow { work, tell } => {
-                tracing::info!(told = tell, "session queue full: message refused");
-                let ctx = self.ctx.clone();
-                self.workers
-                    .spawn(async move { ctx.refuse(work, tell).await });
-            }
-        }
-        // finished workers are reaped as we go
-        while self.workers.try_join_next().is_some() {}
-    }
-}
-impl TelegramAdapter {
-    pub fn new(api: TelegramApi, config: TelegramConfig, orchestrator: Arc<Orchestrator>) -> Self {
-        TelegramAdapter {
-            api,
-            config,
-            orchestrator,
-            health: Arc::new(AdapterHealth::new("telegram")),
-        }
-    }
-
-    /// Connected or not, for `/healthz`.
-    pub fn health(&self) -> Arc<AdapterHealth> {
-        self.health.clone()
-    }
-
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AdapterError> {
-        let TelegramAdapter {
-            api,
-            config,
-            orchestrator,
-            health,
-        } = self;
+impl Intake {
+    /// Connects (`getMe`), registers the command menu, sends what the last run left
+    /// undelivered and queues the messages it left unanswered.
+    async fn start(
+        api: TelegramApi,
+        config: TelegramConfig,
+        orchestrator: Arc<Orchestrator>,
+        mounted: bool,
+    ) -> Result<Arc<Intake>, AdapterError> {
         let me = api
             .get_me()
             .await
             .map_err(|e| AdapterError::Platform(format!("Telegram getMe failed: {e}")))?;
-        tracing::info!(bot = %me.username(), "Telegram connected");
-        health.ok();
+        tracing::info!(bot = %me.username(), mounted, "Telegram connected");
         let commands = orchestrator.flows().menu_commands();
-        if let Err(e) = api.set_commands(&commands).await {
+        if let Err(e) = api.set_commands(&commands, mounted).await {
             tracing::warn!(error = %e, "could not register the Telegram command menu");
         }
-        let poll_timeout = config.poll_timeout;
         let ctx = Arc::new(Context {
             outbox: TelegramOutbox::new(api.clone()),
-            api: api.clone(),
+            api,
             orchestrator: orchestrator.clone(),
             config,
             me: me.username().to_string(),
+            mounted,
         });
-        let mut listener = Listener {
+        let intake = Arc::new(Intake {
             lanes: Arc::new(Lanes::new(orchestrator.max_waiting())),
             ctx: ctx.clone(),
-            workers: JoinSet::new(),
+            workers: std::sync::Mutex::new(JoinSet::new()),
             seen: SeenIds::new(SEEN_UPDATES),
-        };
+        });
         // what the last run left: replies not delivered, then the messages confirmed to
         // Telegram and not answered, each in its session's lane
         if let Err(e) = orchestrator
@@ -230,11 +189,95 @@ impl TelegramAdapter {
                     };
                     let id = incoming.message_id.clone();
                     let work = Work::Turn { incoming, place };
-                    listener.dispatch(Routed { id, lane, work });
+                    intake.dispatch(Routed { id, lane, work });
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not read the inbox"),
         }
+        Ok(intake)
+    }
+
+    fn workers(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands `routed` to its session's lane (a worker is started for an idle session).
+    fn dispatch(&self, routed: Routed) {
+        let Routed { id, lane, work } = routed;
+        if !self.seen.first_sight(id) {
+            tracing::debug!("duplicate Telegram update ignored");
+            return;
+        }
+        let mut workers = self.workers();
+        match self.lanes.push(lane, work) {
+            Pushed::Start => {
+                let (lanes, ctx) = (self.lanes.clone(), self.ctx.clone());
+                workers.spawn(async move {
+                    lanes
+                        .drain(lane, |work| {
+                            let ctx = ctx.clone();
+                            async move { ctx.run(work).await }
+                        })
+                        .await;
+                });
+            }
+            Pushed::Queued => {}
+            Pushed::Overflow { work, tell } => {
+                tracing::info!(told = tell, "session queue full: message refused");
+                let ctx = self.ctx.clone();
+                workers.spawn(async move { ctx.refuse(work, tell).await });
+            }
+        }
+        // finished workers are reaped as we go
+        while workers.try_join_next().is_some() {}
+    }
+
+    /// A Stop of a streamed reply goes to that reply at once: the turn writing it holds the
+    /// session's lane.
+    fn stop(&self, chat: i64, draft: i64) {
+        if !self.ctx.outbox.streams().stop(chat, draft) {
+            tracing::debug!("a Stop for a reply no longer being written");
+        }
+    }
+
+    /// Waits for the turns queued and running.
+    async fn finish(&self) {
+        loop {
+            let mut workers = std::mem::take(&mut *self.workers());
+            if workers.is_empty() {
+                return;
+            }
+            while workers.join_next().await.is_some() {}
+        }
+    }
+}
+
+impl TelegramAdapter {
+    pub fn new(api: TelegramApi, config: TelegramConfig, orchestrator: Arc<Orchestrator>) -> Self {
+        TelegramAdapter {
+            api,
+            config,
+            orchestrator,
+            health: Arc::new(AdapterHealth::new("telegram")),
+        }
+    }
+
+    /// Connected or not, for `/healthz`.
+    pub fn health(&self) -> Arc<AdapterHealth> {
+        self.health.clone()
+    }
+
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AdapterError> {
+        let TelegramAdapter {
+            api,
+            config,
+            orchestrator,
+            health,
+        } = self;
+        let poll_timeout = config.poll_timeout;
+        let intake = Intake::start(api.clone(), config, orchestrator, false).await?;
+        health.ok();
+        let ctx = intake.ctx.clone();
 
         tokio::pin!(shutdown);
         let mut offset: Option<i64> = None;
@@ -267,11 +310,8 @@ impl TelegramAdapter {
                 }
             };
             health.ok();
-            // a Stop goes to its reply at once: the turn writing it holds the session's lane
-            for (chat, draft) in &batch.stops {
-                if !ctx.outbox.streams().stop(chat, draft) {
-                    tracing::debug!("a Stop for a reply no longer being written");
-                }
+            for &(chat, draft) in &batch.stops {
+                intake.stop(chat, draft);
             }
             if failures > 0 {
                 tracing::info!(failures, "Telegram long polling works again");
@@ -283,7 +323,7 @@ impl TelegramAdapter {
                     // confirmed by the next poll: everything in it is in the inbox now
                     offset = batch.next_offset.or(offset);
                     for routed in routed {
-                        listener.dispatch(routed);
+                        intake.dispatch(routed);
                     }
                 }
                 Err(error) => {
@@ -308,18 +348,125 @@ impl TelegramAdapter {
                 tracing::debug!("the last batch stays unconfirmed; the store deduplicates it");
             }
         }
-        while listener.workers.join_next().await.is_some() {}
+        intake.finish().await;
         health.set_stopped();
         Ok(())
     }
 }
 
+/// Kaiwa mounted in a host bot's teloxide [`Dispatcher`](teloxide::dispatching::Dispatcher):
+/// the host polls (or takes webhooks) and confirms updates; Kaiwa takes what is its own
+/// ([`TelegramPlugin::handler`], [`TelegramPlugin::take`]) and leaves the rest to the host's
+/// branches:
+///
+/// - messages in the places its configuration gives it (private chats; groups and forum
+///   topics when `group_flow` is set; the admin chat), except commands that are not
+///   Kaiwa's, and except messages without text;
+/// - presses of its own buttons (callback data in [`keyboard::NAMESPACE`]);
+/// - the `stopped_message_generation` updates of its streamed replies.
+///
+/// What it takes is in the store's inbox before the handler returns, and its turn runs in
+/// the session's lane afterwards: a slow model never holds up the host's dispatcher.
+#[derive(Clone)]
+pub struct TelegramPlugin {
+    intake: Arc<Intake>,
+    health: Arc<AdapterHealth>,
+}
+
+impl TelegramPlugin {
+    /// Connects and gets ready: the bot's name (`getMe`), Kaiwa's commands added to the
+    /// bot's menu (the host's stay), then what the last run left (replies not delivered,
+    /// messages not answered).
+    pub async fn start(
+        api: TelegramApi,
+        config: TelegramConfig,
+        orchestrator: Arc<Orchestrator>,
+    ) -> Result<TelegramPlugin, AdapterError> {
+        let health = Arc::new(AdapterHealth::new("telegram"));
+        let intake = Intake::start(api, config, orchestrator, true).await?;
+        health.ok();
+        Ok(TelegramPlugin { intake, health })
+    }
+
+    /// Takes `update` when it is Kaiwa's (kept in the inbox, its turn queued) and says so;
+    /// `false`: the update is the host's, untouched. A message that could not be stored is
+    /// taken and answered with a notice (nothing is lost silently).
+    pub async fn take(&self, update: &Update) -> bool {
+        if let UpdateKind::Error(value) = &update.kind {
+            return match polling::stop_of(value) {
+                Some((chat, draft)) => {
+                    self.intake.stop(chat, draft);
+                    true
+                }
+                None => false,
+            };
+        }
+        let ctx = &self.intake.ctx;
+        let routed = match ctx.route(update.clone()).await {
+            Ok(Some(routed)) => routed,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::error!(%error, "a Telegram update could not be read from the store");
+                return false;
+            }
+        };
+        if let Some(incoming) = routed.work.kept()
+            && let Err(error) = ctx
+                .orchestrator
+                .store()
+                .inbox_keep(std::slice::from_ref(incoming))
+                .await
+        {
+            tracing::error!(%error, "a received message could not be stored");
+            ctx.save_failed(&routed.work).await;
+            return true;
+        }
+        self.intake.dispatch(routed);
+        true
+    }
+
+    /// The handler a host mounts in its dispatcher, before its own branches:
+    ///
+    /// ```no_run
+    /// # async fn host(kaiwa: kaiwa_adapters::telegram::TelegramPlugin, bot: teloxide::Bot) {
+    /// use teloxide::prelude::*;
+    ///
+    /// let handler = dptree::entry()
+    ///     .branch(kaiwa.handler())
+    ///     .branch(Update::filter_message().endpoint(|bot: Bot, m: Message| async move {
+    ///         bot.send_message(m.chat.id, "the host's answer").await?;
+    ///         Ok::<(), teloxide::RequestError>(())
+    ///     }));
+    /// Dispatcher::builder(bot, handler).build().dispatch().await;
+    /// # }
+    /// ```
+    pub fn handler<E>(&self) -> teloxide::dispatching::UpdateHandler<E>
+    where
+        E: Send + Sync + 'static,
+    {
+        let plugin = self.clone();
+        teloxide::dptree::filter_async(move |update: Update| {
+            let plugin = plugin.clone();
+            async move { plugin.take(&update).await }
+        })
+        .endpoint(|| async { Ok(()) })
+    }
+
+    /// Connected (it started), for a host's health check.
+    pub fn health(&self) -> Arc<AdapterHealth> {
+        self.health.clone()
+    }
+
+    /// Waits for Kaiwa's queued and running turns (a host calls it when it stops).
+    pub async fn finish(&self) {
+        self.intake.finish().await;
+        self.health.set_stopped();
+    }
+}
+
 /// Routes a batch and keeps its messages in the inbox, committed: only then may the batch
 /// be confirmed to Telegram.
-async fn keep(
-    ctx: &Context,
-    updates: Vec<teloxide::types::Update>,
-) -> Result<Vec<Routed>, AdapterError> {
+async fn keep(ctx: &Context, updates: Vec<Update>) -> Result<Vec<Routed>, AdapterError> {
     let mut routed = Vec::with_capacity(updates.len());
     for update in updates {
         if let Some(r) = ctx.route(update).await? {

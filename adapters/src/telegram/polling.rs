@@ -75,6 +75,14 @@ struct StoppedChat {
     id: i64,
 }
 
+/// The chat and draft of a `stopped_message_generation` update, as a host's dispatcher
+/// hands it over (teloxide reads it as an update of no known kind and keeps its JSON).
+pub(super) fn stop_of(update: &serde_json::Value) -> Option<(i64, i64)> {
+    let stop = StopUpdate::deserialize(update).ok()?;
+    let s = stop.stopped_message_generation;
+    Some((s.chat.id, s.draft_id))
+}
+
 pub(super) fn read_batch(raw: &[Box<RawValue>]) -> Batch {
     let mut updates = Vec::with_capacity(raw.len());
     let mut stops = Vec::new();

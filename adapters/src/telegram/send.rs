@@ -159,24 +159,42 @@ impl TelegramApi {
         )
     }
 
-    /// Registers the command menu in English (default) and Japanese.
-    pub async fn set_commands(&self, commands: &[CommandInfo]) -> Result<(), CallError> {
+    /// Registers Kaiwa's command menu, in English and in Japanese. `keep_others`: a host
+    /// bot's commands stay (the lists are read first, and only Kaiwa's names are replaced);
+    /// otherwise the menu is Kaiwa's alone.
+    pub async fn set_commands(
+        &self,
+        commands: &[CommandInfo],
+        keep_others: bool,
+    ) -> Result<(), CallError> {
+        /// Telegram's limit on a command menu.
+        const MAX_COMMANDS: usize = 100;
         for ja in [false, true] {
-            let list: Vec<BotCommand> = commands
-                .iter()
-                .map(|c| {
-                    let d = if ja {
-                        c.description_ja
-                    } else {
-                        c.description_en
-                    };
-                    BotCommand::new(c.name, d)
-                })
-                .collect();
-            let mut request = serde_json::json!({ "commands": list });
+            let mut scope = serde_json::json!({});
             if ja {
-                request["language_code"] = "ja".into();
+                scope["language_code"] = "ja".into();
             }
+            let mut list: Vec<BotCommand> = Vec::new();
+            if keep_others {
+                let existing: Vec<BotCommand> =
+                    self.call("getMyCommands", &scope, Repeat::Safe).await?;
+                list.extend(
+                    existing
+                        .into_iter()
+                        .filter(|c| !commands.iter().any(|k| k.name == c.command)),
+                );
+            }
+            list.extend(commands.iter().map(|c| {
+                let d = if ja {
+                    c.description_ja
+                } else {
+                    c.description_en
+                };
+                BotCommand::new(c.name, d)
+            }));
+            list.truncate(MAX_COMMANDS);
+            let mut request = scope;
+            request["commands"] = serde_json::to_value(&list).unwrap_or_default();
             self.call::<IgnoredAny>("setMyCommands", &request, Repeat::Safe)
                 .await?;
         }

@@ -71,6 +71,9 @@ pub(super) struct Context {
     pub(super) config: super::TelegramConfig,
     /// The bot's username (commands addressed `@` to another bot are not ours).
     pub(super) me: String,
+    /// Mounted in a host bot's dispatcher: what is not Kaiwa's (other commands, other
+    /// buttons, non-text messages) is left to the host instead of answered.
+    pub(super) mounted: bool,
 }
 
 /// The key a Telegram update is processed once under: its update id, which Telegram gives
@@ -141,13 +144,22 @@ impl Context {
         let place = Place::of(message);
         let lane = (place.chat.0, place.topic_number(), from.id.0);
         let Some(text) = message.text().or(message.caption()) else {
-            return private.then_some(Routed {
+            // a photo or a sticker: the host's, when Kaiwa is mounted in one
+            return (private && !self.mounted).then_some(Routed {
                 id,
                 lane,
                 work: Work::TextOnly { place },
             });
         };
         let text = command_for_me(text, &self.me)?;
+        let body = Body::from_text(&text);
+        if self.mounted
+            && let Body::Command { name, .. } = &body
+            && !self.orchestrator.knows_command(name)
+        {
+            // the host's command
+            return None;
+        }
         let incoming = Incoming {
             platform: Platform::Telegram,
             chat: place.chat.0.to_string(),
@@ -158,7 +170,7 @@ impl Context {
                 language: from.language_code.clone(),
             },
             message_id: id.clone(),
-            body: Body::from_text(&text),
+            body,
             flow,
             flow_arg,
             shared: !private,
@@ -181,10 +193,18 @@ impl Context {
             lane,
             work: Work::Notice { query, text },
         };
-        let (Some(message), Some(press)) = (
-            query.regular_message(),
-            query.data.as_deref().and_then(Press::decode),
-        ) else {
+        let data = query.data.as_deref().unwrap_or_default();
+        if self.mounted && !Press::is_kaiwas(data) {
+            // the host's own button
+            return Ok(None);
+        }
+        let press = Press::decode(data).or_else(|| {
+            // keyboards sent before the namespace, while no other handler's exist
+            (!self.mounted)
+                .then(|| Press::decode_legacy(data))
+                .flatten()
+        });
+        let (Some(message), Some(press)) = (query.regular_message(), press) else {
             return Ok(Some(notice(id, (0, 0, user), query.id.0, STALE_NOTICE)));
         };
         let place = Place::of(message);
@@ -315,6 +335,19 @@ impl Context {
                 let text = tell.then_some(QUEUE_FULL);
                 self.answer_quietly(&query, text).await;
             }
+        }
+    }
+
+    /// Says that `work`'s message could not be stored (it was not taken in).
+    pub(super) async fn save_failed(&self, work: &Work) {
+        match work {
+            Work::Turn { place, .. } => {
+                if let Err(e) = self.api.send_text(*place, SAVE_FAILED, None).await {
+                    tracing::warn!(error = %e, "could not tell the user");
+                }
+            }
+            Work::Press { query, .. } => self.answer_quietly(query, Some(SAVE_FAILED)).await,
+            _ => {}
         }
     }
 

@@ -283,6 +283,17 @@ impl Orchestrator {
         &self.flows
     }
 
+    /// Whether `/name` is one of Kaiwa's commands: a generic one, a flow's start or
+    /// in-session command, a flow's id, `/cancel`, or an admin command. A bot that mounts
+    /// Kaiwa beside its own handlers leaves every other command to them.
+    pub fn knows_command(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        name == "cancel"
+            || ADMIN_COMMANDS.contains(&name.as_str())
+            || self.flows.by_start_command(&name).is_some()
+            || self.flows.menu_commands().iter().any(|c| c.name == name)
+    }
+
     /// [`Self::handle`] for platform adapters: the message is kept in the store's inbox until
     /// its turn is done, so a crash mid-turn does not lose it ([`Self::replay_inbox`] at the
     /// next start handles it; the store's deduplication keeps a turn from running twice).

@@ -1,0 +1,468 @@
+//! Kaiwa as a library: [`Kaiwa`] owns the store, the models, the flows and the orchestrator,
+//! built from a configuration file ([`Options`], as `kaiwa run` reads it) or in code
+//! ([`Kaiwa::builder`]). Every way of running Kaiwa starts here: `kaiwa run`
+//! ([`Kaiwa::run`]), `kaiwa chat` ([`Kaiwa::chat`]), and a bot a team already runs, which
+//! mounts Kaiwa's Telegram handler in its teloxide dispatcher ([`Kaiwa::telegram`]) or adds
+//! Kaiwa's serenity event handler beside its own ([`Kaiwa::discord`]).
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use clap::Parser;
+//!
+//! // --config / KAIWA_CONFIG, --database-url / KAIWA_DATABASE_URL, the token variables
+//! let kaiwa = kaiwa::Kaiwa::open(&kaiwa::Options::parse()).await?;
+//! kaiwa.run().await // what `kaiwa run` does
+//! # }
+//! ```
+//!
+//! The platform crates are re-exported ([`teloxide`], [`serenity`]) so that a host uses the
+//! versions Kaiwa is built against.
+
+pub mod app;
+pub mod config;
+mod service;
+
+/// The teloxide (0.17) Kaiwa is built against.
+pub use kaiwa_adapters::teloxide;
+
+/// The serenity (0.12) Kaiwa is built against.
+pub use kaiwa_adapters::serenity;
+
+pub use kaiwa_adapters::discord::DiscordPlugin;
+pub use kaiwa_adapters::telegram::TelegramPlugin;
+
+use anyhow::Context as _;
+use config::{Settings, optional_secret};
+use kaiwa_adapters::console::{self, ConsoleOptions};
+use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
+use kaiwa_adapters::telegram::{TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox};
+use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
+use kaiwa_core::jobs::every;
+use kaiwa_core::jobs::retention::delete_old_transcripts;
+use kaiwa_core::jobs::weekly_review::send_due_reviews;
+use kaiwa_core::llm::ModelRouter;
+use kaiwa_core::message::Platform;
+use kaiwa_core::orchestrator::{Orchestrator, Outbox};
+use kaiwa_core::store::Store;
+use kaiwa_core::store::sqlite::SqliteStore;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How often the retention job runs.
+const RETENTION_CHECK: Duration = Duration::from_secs(3600);
+
+/// How often the weekly reviews that are due are looked for.
+const REVIEW_CHECK: Duration = Duration::from_secs(60);
+
+/// Where the configuration file is when none is named.
+pub const DEFAULT_CONFIG: &str = "config/kaiwa.toml";
+
+/// Where Kaiwa's configuration comes from: the options `kaiwa` itself takes, for a host
+/// bot's command line (flatten it into the host's `clap` parser, or parse it alone).
+#[derive(Debug, Clone, Default, clap::Parser)]
+pub struct Options {
+    /// Configuration file (default: config/kaiwa.toml, if there).
+    #[arg(long, global = true, env = "KAIWA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Database URL (overrides the configuration).
+    #[arg(long, global = true, env = "KAIWA_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+impl Options {
+    /// The settings these options name: the file given (which must exist), else
+    /// [`DEFAULT_CONFIG`] if it exists, else the built-in defaults; and whether the
+    /// defaults were used because no file was there.
+    pub fn settings(&self) -> anyhow::Result<(Settings, bool)> {
+        let (path, required) = match &self.config {
+            Some(p) => (p.clone(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG), false),
+        };
+        let settings = Settings::load(&path, required)?;
+        // (the default file may be missing: the built-in defaults apply, but say so, since
+        // a bot started from the wrong folder would otherwise run without its forms)
+        let defaults = !required && !path.exists();
+        if defaults {
+            tracing::warn!(path = %path.display(), "no configuration file: built-in defaults");
+        }
+        Ok((settings, defaults))
+    }
+
+    /// The database URL: `--database-url` / `KAIWA_DATABASE_URL`, else the settings'.
+    pub fn database_url(&self, settings: &Settings) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| settings.database_url.clone())
+    }
+}
+
+/// Kaiwa, built and connected to its database: the one entry point of every way to run it.
+pub struct Kaiwa {
+    settings: Settings,
+    orchestrator: Arc<Orchestrator>,
+    store: Arc<SqliteStore>,
+    telegram: Option<(TelegramApi, String)>,
+    discord: Option<(DiscordApi, String)>,
+}
+
+/// Builds a [`Kaiwa`] in code: settings, and what the environment would otherwise give.
+///
+/// ```no_run
+/// # async fn example() -> anyhow::Result<()> {
+/// let settings: kaiwa::config::Settings = toml::from_str(r#"
+///     database_url = "sqlite://data/kaiwa.db"
+///     [telegram]
+///     private_flow = "interview"
+/// "#)?;
+/// let kaiwa = kaiwa::Kaiwa::builder(settings)
+///     .telegram_token("123:abc")
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct KaiwaBuilder {
+    settings: Settings,
+    database_url: Option<String>,
+    telegram_token: Option<String>,
+    discord_token: Option<String>,
+    admin: Option<Arc<dyn AdminSink>>,
+    models: Option<ModelRouter>,
+}
+
+impl KaiwaBuilder {
+    /// The database (default: the settings' `database_url`).
+    pub fn database_url(mut self, url: impl Into<String>) -> Self {
+        self.database_url = Some(url.into());
+        self
+    }
+
+    /// The Telegram bot token (default: none, Telegram off).
+    pub fn telegram_token(mut self, token: impl Into<String>) -> Self {
+        self.telegram_token = Some(token.into());
+        self
+    }
+
+    /// The Discord bot token (default: none, Discord off).
+    pub fn discord_token(mut self, token: impl Into<String>) -> Self {
+        self.discord_token = Some(token.into());
+        self
+    }
+
+    /// The tokens from the variables the settings name (`[telegram] token_env`,
+    /// `[discord] token_env`), where set.
+    pub fn tokens_from_env(mut self) -> Self {
+        self.telegram_token = optional_secret(&self.settings.telegram.token_env);
+        self.discord_token = optional_secret(&self.settings.discord.token_env);
+        self
+    }
+
+    /// Where audit summaries and handoffs go (default: the admin chat / channel of the
+    /// configured platforms, else the log).
+    pub fn admin_sink(mut self, sink: Arc<dyn AdminSink>) -> Self {
+        self.admin = Some(sink);
+        self
+    }
+
+    /// The models the agents use (default: from `[llm]`; none configured: every agent's
+    /// rule-based floor).
+    pub fn models(mut self, models: ModelRouter) -> Self {
+        self.models = Some(models);
+        self
+    }
+
+    /// Opens the database (migrating it), indexes the knowledge base, loads the forms and
+    /// wires the orchestrator.
+    pub async fn build(self) -> anyhow::Result<Kaiwa> {
+        let settings = self.settings;
+        let (tg, dc) = (&settings.telegram, &settings.discord);
+        let telegram = self
+            .telegram_token
+            .map(|token| TelegramApi::new(&token, tg.api_url.as_deref()).map(|api| (api, token)))
+            .transpose()
+            .context("[telegram]")?;
+        let discord = self
+            .discord_token
+            .map(|token| (DiscordApi::new(&token, dc.api_proxy.as_deref()), token));
+        let admin = match self.admin {
+            Some(admin) => admin,
+            None => {
+                let mut sinks: Vec<Arc<dyn AdminSink>> = Vec::new();
+                if let (Some((api, _)), Some(chat)) = (&telegram, tg.admin_chat_id) {
+                    sinks.push(Arc::new(TelegramAdminSink::new(api.clone(), chat)));
+                }
+                if let (Some((api, _)), Some(channel)) = (&discord, dc.admin_channel_id) {
+                    sinks.push(Arc::new(DiscordAdminSink::new(api.clone(), channel)));
+                }
+                match sinks.len() {
+                    0 => {
+                        if telegram.is_some() || discord.is_some() {
+                            tracing::warn!(
+                                "no admin chat or channel configured; audit summaries go to the log only"
+                            );
+                        }
+                        Arc::new(LogAdminSink)
+                    }
+                    1 => sinks.remove(0),
+                    _ => Arc::new(FanoutAdminSink(sinks)),
+                }
+            }
+        };
+        let database_url = self
+            .database_url
+            .unwrap_or_else(|| settings.database_url.clone());
+        let app = app::App::build(&settings, &database_url, admin, self.models).await?;
+        Ok(Kaiwa {
+            settings,
+            orchestrator: app.orchestrator,
+            store: app.store,
+            telegram,
+            discord,
+        })
+    }
+}
+
+impl Kaiwa {
+    /// A builder from `settings` (no tokens, the settings' database).
+    pub fn builder(settings: Settings) -> KaiwaBuilder {
+        KaiwaBuilder {
+            settings,
+            database_url: None,
+            telegram_token: None,
+            discord_token: None,
+            admin: None,
+            models: None,
+        }
+    }
+
+    /// Kaiwa as `kaiwa run` opens it: the configuration `options` name, the database URL
+    /// from them or the file, the bot tokens from the variables the file names.
+    pub async fn open(options: &Options) -> anyhow::Result<Kaiwa> {
+        let (settings, _) = options.settings()?;
+        let database_url = options.database_url(&settings);
+        Kaiwa::builder(settings)
+            .database_url(database_url)
+            .tokens_from_env()
+            .build()
+            .await
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The core: flows, sessions, the store; for a host that feeds Kaiwa by other means.
+    pub fn orchestrator(&self) -> &Arc<Orchestrator> {
+        &self.orchestrator
+    }
+
+    /// Runs the bot as a service (`kaiwa run`): every platform with a token, `/healthz` and
+    /// `/metrics`, the scheduled jobs, until SIGTERM or Ctrl-C.
+    pub async fn run(self) -> anyhow::Result<()> {
+        service::run(self).await
+    }
+
+    /// A conversation with `options.flow` over `input` / `output` (`kaiwa chat`).
+    pub async fn chat<R, W>(
+        self,
+        input: R,
+        output: W,
+        options: ConsoleOptions,
+    ) -> anyhow::Result<console::ConsoleExit>
+    where
+        R: tokio::io::AsyncBufRead + Unpin + Send,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        if let Some(flow) = &options.flow
+            && self.orchestrator.flows().get(flow).is_none()
+        {
+            anyhow::bail!(
+                "unknown flow {flow:?}; available: {}",
+                self.orchestrator.flows().ids().join(", ")
+            );
+        }
+        let result = console::run(&self.orchestrator, input, output, options).await;
+        self.close().await;
+        result.context("the console conversation stopped")
+    }
+
+    /// A teloxide `Bot` for the host's dispatcher, with Kaiwa's token and `[telegram]
+    /// api_url`; `None` without a Telegram token.
+    pub fn telegram_bot(&self) -> Option<teloxide::Bot> {
+        let (_, token) = self.telegram.as_ref()?;
+        let bot = teloxide::Bot::new(token);
+        match self
+            .settings
+            .telegram
+            .api_url
+            .as_deref()
+            .and_then(|url| reqwest::Url::parse(url).ok())
+        {
+            Some(url) => Some(bot.set_api_url(url)),
+            None => Some(bot),
+        }
+    }
+
+    /// Kaiwa's Telegram handler for a host's dispatcher (see [`TelegramPlugin::handler`]):
+    /// connects, adds Kaiwa's commands to the bot's menu and picks up what the last run
+    /// left. An error without a Telegram token.
+    ///
+    /// ```no_run
+    /// # async fn example(kaiwa: kaiwa::Kaiwa) -> anyhow::Result<()> {
+    /// use kaiwa::teloxide::prelude::*;
+    ///
+    /// let plugin = kaiwa.telegram().await?;
+    /// let bot = kaiwa.telegram_bot().expect("a token");
+    /// let handler = dptree::entry()
+    ///     .branch(plugin.handler())
+    ///     .branch(Update::filter_message().endpoint(|bot: Bot, m: Message| async move {
+    ///         bot.send_message(m.chat.id, "the host's own").await?;
+    ///         Ok::<(), kaiwa::teloxide::RequestError>(())
+    ///     }));
+    /// Dispatcher::builder(bot, handler).build().dispatch().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn telegram(&self) -> anyhow::Result<TelegramPlugin> {
+        let (api, _) = self
+            .telegram
+            .clone()
+            .context("no Telegram token (set the variable [telegram] token_env names)")?;
+        TelegramPlugin::start(api, self.telegram_config(), self.orchestrator.clone())
+            .await
+            .context("Telegram")
+    }
+
+    /// A serenity `Http` for the host's client, with Kaiwa's token and `[discord]
+    /// api_proxy`; `None` without a Discord token.
+    pub fn discord_http(&self) -> Option<serenity::all::Http> {
+        let (_, token) = self.discord.as_ref()?;
+        Some(kaiwa_adapters::discord::build_http(
+            token,
+            self.settings.discord.api_proxy.as_deref(),
+        ))
+    }
+
+    /// Kaiwa's serenity event handler, to add beside the host's own (see
+    /// [`DiscordPlugin`]); the host's client needs [`kaiwa_adapters::discord::INTENTS`].
+    ///
+    /// ```no_run
+    /// # async fn example(kaiwa: kaiwa::Kaiwa) -> anyhow::Result<()> {
+    /// use kaiwa::serenity::all::ClientBuilder;
+    ///
+    /// let plugin = kaiwa.discord()?;
+    /// let http = kaiwa.discord_http().expect("a token");
+    /// let mut client = ClientBuilder::new_with_http(http, kaiwa::discord_intents())
+    ///     .event_handler(plugin)
+    ///     .await?;
+    /// client.start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn discord(&self) -> anyhow::Result<DiscordPlugin> {
+        let (api, _) = self
+            .discord
+            .clone()
+            .context("no Discord token (set the variable [discord] token_env names)")?;
+        Ok(DiscordPlugin::new(
+            api,
+            self.discord_config(),
+            self.orchestrator.clone(),
+        ))
+    }
+
+    fn telegram_config(&self) -> TelegramConfig {
+        let tg = &self.settings.telegram;
+        TelegramConfig {
+            admin_chat_id: tg.admin_chat_id,
+            private_flow: tg.private_flow.clone(),
+            private_flow_arg: tg.private_flow_arg.clone(),
+            group_flow: tg.group_flow.clone(),
+            poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
+        }
+    }
+
+    fn discord_config(&self) -> DiscordConfig {
+        let dc = &self.settings.discord;
+        DiscordConfig {
+            token: self
+                .discord
+                .as_ref()
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default(),
+            admin_channel_id: dc.admin_channel_id,
+            helpdesk_channel_ids: dc.helpdesk_channel_ids.clone(),
+            reading_channel_ids: dc.reading_channel_ids.clone(),
+            api_proxy: dc.api_proxy.clone(),
+            dm_flow: Some(dc.dm_flow.clone()),
+            dm_flow_arg: dc.dm_flow_arg.clone(),
+        }
+    }
+
+    /// Starts the scheduled jobs: the weekly reviews users opted in to (checked every
+    /// minute, sent through the platforms Kaiwa has tokens for) and, with `[privacy]
+    /// transcript_days`, the deletion of old transcripts (hourly). They stop when
+    /// `shutdown` resolves; the returned future resolves once they have.
+    pub fn jobs(
+        &self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut outboxes: HashMap<Platform, Arc<dyn Outbox>> = HashMap::new();
+        if let Some((api, _)) = &self.telegram {
+            outboxes.insert(
+                Platform::Telegram,
+                Arc::new(TelegramOutbox::new(api.clone())),
+            );
+        }
+        if let Some((api, _)) = &self.discord {
+            outboxes.insert(Platform::Discord, Arc::new(DiscordOutbox::new(api.clone())));
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let reviews = {
+            let orchestrator = self.orchestrator.clone();
+            every(REVIEW_CHECK, stop_rx.clone(), move || {
+                let (orchestrator, outboxes) = (orchestrator.clone(), outboxes.clone());
+                async move {
+                    let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
+                    if let Err(e) =
+                        send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await
+                    {
+                        tracing::warn!(error = %e, "weekly reviews not sent; retrying in a minute");
+                    }
+                }
+            })
+        };
+        let retention = self.settings.privacy.transcript_days.map(|days| {
+            let store = self.store.clone();
+            every(RETENTION_CHECK, stop_rx, move || {
+                let store = store.clone();
+                async move {
+                    if let Err(e) =
+                        delete_old_transcripts(store.as_ref(), days, chrono::Utc::now()).await
+                    {
+                        tracing::warn!(error = %e, "retention job failed; retrying later");
+                    }
+                }
+            })
+        });
+        async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+            let _ = reviews.await;
+            if let Some(retention) = retention {
+                let _ = retention.await;
+            }
+        }
+    }
+
+    /// Closes the database (what is committed stays).
+    pub async fn close(&self) {
+        self.store.close().await;
+    }
+}
+
+/// The gateway intents Kaiwa's Discord handler needs, for a host's client (add the host's
+/// own with `|`).
+pub fn discord_intents() -> serenity::all::GatewayIntents {
+    kaiwa_adapters::discord::INTENTS
+}

@@ -1,0 +1,249 @@
+//! Kaiwa mounted in a host bot: the `telegram_host` and `discord_host` examples, run as they
+//! are against the fake Telegram and Discord servers. The host's command and button are
+//! answered by the host only, Kaiwa's conversations by Kaiwa only, nothing twice; the
+//! host's command menu and slash command survive Kaiwa's start.
+
+#[allow(dead_code)]
+#[path = "../examples/telegram_host.rs"]
+mod telegram_host;
+
+#[allow(dead_code)]
+#[path = "../examples/discord_host.rs"]
+mod discord_host;
+
+use kaiwa::{Kaiwa, Options};
+use kaiwa_tests::fake_discord::{FakeDiscord, GUILD};
+use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
+use std::path::Path;
+use std::time::Duration;
+
+const TOKEN: &str = "4242:plugin-test";
+const HELPDESK: u64 = 8_100;
+const PLAIN: u64 = 8_200;
+
+/// Kaiwa's configuration as a host reads it: a file (`--config`) and a database URL
+/// (`--database-url`), the flows' folders those of this repository.
+fn configured(dir: &Path, sections: &str) -> Options {
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let config = format!(
+        "[flows]\nforms_dir = \"{repo}/config/forms\"\nkb_dir = \"{repo}/config/kb\"\n\
+         books = \"{repo}/config/books.toml\"\n\n{sections}"
+    );
+    let path = dir.join("kaiwa.toml");
+    std::fs::write(&path, config).expect("config written");
+    Options {
+        config: Some(path),
+        database_url: Some(format!("sqlite://{}/kaiwa.db", dir.display())),
+    }
+}
+
+async fn open(options: &Options, telegram: Option<&str>, discord: Option<&str>) -> Kaiwa {
+    let (settings, _) = options.settings().expect("settings");
+    let mut builder =
+        Kaiwa::builder(settings).database_url(options.database_url.clone().unwrap_or_default());
+    if let Some(token) = telegram {
+        builder = builder.telegram_token(token);
+    }
+    if let Some(token) = discord {
+        builder = builder.discord_token(token);
+    }
+    builder.build().await.expect("kaiwa")
+}
+
+/// Stops the host when the test ends, passing or not.
+struct Running(tokio::task::JoinHandle<anyhow::Result<()>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The new texts in `chat` once they stop coming.
+async fn settled(fake: &FakeTelegram, chat: Chat, before: usize) -> Vec<String> {
+    fake.wait_texts(chat, before + 1).await;
+    kaiwa_tests::once_quiet(|| fake.texts_in(chat), before).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_telegram_host_and_kaiwa_each_answer_only_their_own_updates() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    // the host's own menu, from its earlier start
+    fake.set_menu(&[("ping", "is the bot there?")]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(
+        dir.path(),
+        &format!(
+            "[telegram]\napi_url = \"{}\"\nprivate_flow = \"interview\"\n\
+             private_flow_arg = \"engineer\"\n",
+            fake.url()
+        ),
+    );
+    let kaiwa = open(&options, Some(TOKEN), None).await;
+    let _host = Running(tokio::spawn(telegram_host::host(kaiwa)));
+    fake.wait_for("Kaiwa's menu", Duration::from_secs(20), |_| {
+        fake.menu("").contains(&"help".to_string())
+    })
+    .await;
+    assert!(
+        fake.menu("").contains(&"ping".to_string()),
+        "{:?}",
+        fake.menu("")
+    );
+    assert!(
+        fake.menu("ja").contains(&"ping".to_string()),
+        "{:?}",
+        fake.menu("ja")
+    );
+    assert!(fake.menu("ja").contains(&"interview".to_string()));
+
+    let chat = Chat::private(77);
+    // the host's command: "pong" with its button, and nothing from Kaiwa
+    fake.send_text(chat, 77, "/ping");
+    let answered = settled(&fake, chat, 0).await;
+    assert_eq!(answered, ["pong"]);
+    let keyboard = fake.last_keyboard(chat).expect("the host's button");
+    let (label, data) = keyboard.buttons()[0].clone();
+    assert_eq!((label.as_str(), data.as_str()), ("again", "again"));
+
+    // the host's button: answered once, by the host (no "no longer active" from Kaiwa)
+    fake.press(chat, 77, keyboard.message_id.expect("message id"), "again");
+    let again = settled(&fake, chat, 1).await;
+    assert_eq!(again, ["pong"]);
+    let presses = fake.calls_of("answerCallbackQuery");
+    assert_eq!(presses.len(), 1, "{presses:?}");
+    assert!(presses[0].params.get("text").is_none(), "{presses:?}");
+
+    // Kaiwa's conversation: the interview, and the host stays out of it
+    fake.send_text(chat, 77, "hello");
+    let greeted = settled(&fake, chat, 2).await;
+    assert!(
+        !greeted.is_empty() && !greeted.iter().any(|t| t == "pong"),
+        "{greeted:?}"
+    );
+    let (_, english) = fake
+        .last_keyboard(chat)
+        .expect("Kaiwa's language buttons")
+        .buttons()
+        .into_iter()
+        .find(|(label, _)| label.contains("English"))
+        .expect("an English button");
+    assert!(english.starts_with("kaiwa|"), "{english}");
+    let kaiwa_keyboard = fake.last_keyboard(chat).and_then(|c| c.message_id);
+    let before = fake.texts_in(chat).len();
+    fake.press(chat, 77, kaiwa_keyboard.expect("message id"), &english);
+    let asked = settled(&fake, chat, before).await;
+    assert!(asked.iter().any(|t| t.contains("country")), "{asked:?}");
+    assert_eq!(fake.calls_of("answerCallbackQuery").len(), 2);
+
+    // Kaiwa's own command; a command neither knows is left unanswered by Kaiwa
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 77, "/help");
+    let help = settled(&fake, chat, before).await;
+    assert_eq!(help.len(), 1, "{help:?}");
+    assert!(help[0].contains("/end"), "{help:?}");
+    fake.send_text(chat, 77, "/frobnicate");
+    fake.send_text(chat, 77, "/ping");
+    let last = settled(&fake, chat, before + 1).await;
+    assert_eq!(
+        last,
+        ["pong"],
+        "the unknown command is nobody's: only the ping is answered"
+    );
+    let pongs = fake.texts_in(chat).iter().filter(|t| *t == "pong").count();
+    assert_eq!(pongs, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discord_host_and_kaiwa_each_answer_only_their_own_events() {
+    let fake = FakeDiscord::start().await;
+    // the host's slash command, registered by an earlier start
+    fake.register_command("ping", "Is the bot there?");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(
+        dir.path(),
+        &format!(
+            "[discord]\napi_proxy = \"{}\"\nhelpdesk_channel_ids = [{HELPDESK}]\n",
+            fake.api_proxy()
+        ),
+    );
+    let kaiwa = open(&options, None, Some("discord-plugin-token")).await;
+    let _host = Running(tokio::spawn(discord_host::host(kaiwa)));
+    fake.wait_ready().await;
+    fake.wait_for(
+        "the host's ping registered again",
+        Duration::from_secs(20),
+        |f| {
+            f.requests()
+                .iter()
+                .any(|r| r.method == "POST" && r.body["name"] == "ping")
+        },
+    )
+    .await;
+    let names = fake.command_names();
+    assert!(names.iter().any(|n| n == "ping"), "{names:?}");
+    assert!(names.iter().any(|n| n == "help"), "{names:?}");
+    assert!(
+        !fake.requests().iter().any(|r| r.method == "PUT"),
+        "no bulk overwrite of the application's commands"
+    );
+
+    // the host's text command in a channel that is not Kaiwa's
+    fake.user_message(PLAIN, Some(GUILD), 41, "!ping");
+    assert_eq!(fake.wait_texts(PLAIN, 1).await, ["pong"]);
+
+    // the host's slash command: answered by the host, not deferred by Kaiwa
+    let ping = fake.slash(PLAIN, Some(GUILD), 41, "ping", "");
+    fake.wait_for("the host's /ping", Duration::from_secs(20), |f| {
+        f.callbacks().iter().any(|(id, _, _)| *id == ping)
+    })
+    .await;
+    // a host's component: Kaiwa leaves it alone ("no longer active" would be its answer)
+    let foreign = fake.press(PLAIN, Some(GUILD), 41, 1, "host|vote");
+
+    // Kaiwa's help-desk channel is Kaiwa's, "!ping" too: a thread with Kaiwa's answer, and
+    // no "pong" from the host
+    fake.user_message(HELPDESK, Some(GUILD), 42, "!ping");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, parent, _) = fake.threads()[0].clone();
+    assert_eq!(parent, HELPDESK);
+    let answer = fake.wait_texts(thread, 1).await;
+    assert!(answer[0] != "pong", "{answer:?}");
+
+    // Kaiwa's slash command in its thread: deferred and answered by Kaiwa alone
+    let help = fake.slash(thread, Some(GUILD), 42, "help", "");
+    fake.wait_for("Kaiwa's /help", Duration::from_secs(20), |f| {
+        f.texts_in(thread).len() >= 2
+    })
+    .await;
+    kaiwa_tests::once_quiet(|| fake.texts_in(thread), 2).await;
+
+    let callbacks = fake.callbacks();
+    let of = |id: u64| -> Vec<u64> {
+        callbacks
+            .iter()
+            .filter(|(i, _, _)| *i == id)
+            .map(|(_, kind, _)| *kind)
+            .collect()
+    };
+    assert_eq!(of(ping), [4], "the host's reply only: {callbacks:?}");
+    assert_eq!(of(help), [5], "Kaiwa's deferral only: {callbacks:?}");
+    assert!(of(foreign).is_empty(), "{callbacks:?}");
+    assert_eq!(
+        fake.texts_in(PLAIN),
+        ["pong"],
+        "nothing else in the host's channel"
+    );
+    assert!(
+        fake.texts_in(HELPDESK).is_empty(),
+        "nothing in Kaiwa's channel itself"
+    );
+    assert!(
+        !fake.texts_in(thread).iter().any(|t| t == "pong"),
+        "{:?}",
+        fake.texts_in(thread)
+    );
+}
