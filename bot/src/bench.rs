@@ -7,14 +7,14 @@
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;
+use kaiwa::Kaiwa;
+use kaiwa::config::Settings;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
-use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::llm::scripted::ScriptedModel;
 use kaiwa_core::llm::{ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
 use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
 use kaiwa_core::orchestrator::Orchestrator;
 use kaiwa_core::store::Store;
-use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
 use std::cell::Cell;
@@ -266,7 +266,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<serde_json::Value> {
+pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<serde_json::Value> {
     if options.sessions == 0 || options.turns == 0 {
         bail!("--sessions and --turns must be at least 1");
     }
@@ -275,12 +275,6 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
         "assistant" => CHAT,
         other => bail!("kaiwa bench drives the interview or assistant flow, not {other:?}"),
     };
-    if flows.get(&options.flow).is_none() {
-        bail!(
-            "the flow {:?} is not enabled (is the form folder configured?)",
-            options.flow
-        );
-    }
     let temp = tempfile::tempdir().context("cannot create a temporary folder")?;
     let (url, db_path) = match &options.database {
         Some(url) => (
@@ -292,11 +286,38 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
             (format!("sqlite://{}", path.display()), Some(path))
         }
     };
-    let store = Arc::new(
-        SqliteStore::connect(&url)
-            .await
-            .context("opening the bench database")?,
-    );
+    let inner = match options.flow.as_str() {
+        "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
+        _ => ScriptedModel::repeating(|_| {
+            ChatResponse::text("Green tea and black tea come from the same plant.")
+        })
+        .unrecorded(),
+    };
+    let model = Arc::new(TimedModel {
+        inner,
+        latency: options.model_latency,
+        calls: AtomicU64::new(0),
+    });
+    let mut settings = settings;
+    // simulated users type as fast as the machine lets them: no per-user rate limit
+    settings.limits.messages_per_minute = 0;
+    // the bot as `kaiwa run` builds it, with the timed model and no admin chat
+    let kaiwa = Kaiwa::builder(settings)
+        .database_url(&url)
+        .models(ModelRouter::new(Some(model.clone())))
+        .admin_sink(Arc::new(NullAdmin))
+        .build()
+        .await
+        .context("opening the bench database")?;
+    let store = kaiwa.store().clone();
+    let orchestrator = kaiwa.orchestrator().clone();
+    if orchestrator.flows().get(&options.flow).is_none() {
+        store.close().await;
+        bail!(
+            "the flow {:?} is not enabled (is the form folder configured?)",
+            options.flow
+        );
+    }
     // its users would resume the sessions a run before left, and its message ids were used
     // there: the turns would be answered as duplicates, measuring nothing
     let earlier = store
@@ -310,28 +331,6 @@ pub async fn run(options: BenchOptions, flows: FlowRegistry) -> anyhow::Result<s
              (or leave it out for a temporary one)"
         );
     }
-    let inner = match options.flow.as_str() {
-        "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
-        _ => ScriptedModel::repeating(|_| {
-            ChatResponse::text("Green tea and black tea come from the same plant.")
-        })
-        .unrecorded(),
-    };
-    let model = Arc::new(TimedModel {
-        inner,
-        latency: options.model_latency,
-        calls: AtomicU64::new(0),
-    });
-    let orchestrator = Arc::new(
-        Orchestrator::new(
-            store.clone(),
-            flows,
-            ModelRouter::new(Some(model.clone())),
-            Arc::new(NullAdmin),
-        )
-        // simulated users type as fast as the machine lets them: no per-user rate limit
-        .with_rate_limit(0),
-    );
     // `concurrency` simulated users at a time, each a task that takes the next user when
     // its user is done: a user who is not talking is only rows in SQLite, as in the bot
     let next_user = Arc::new(AtomicUsize::new(0));

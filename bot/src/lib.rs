@@ -261,7 +261,22 @@ impl Kaiwa {
     /// Runs the bot as a service (`kaiwa run`): every platform with a token, `/healthz` and
     /// `/metrics`, the scheduled jobs, until SIGTERM or Ctrl-C.
     pub async fn run(self) -> anyhow::Result<()> {
-        service::run(self).await
+        self.run_until(service::shutdown_signal()).await
+    }
+
+    /// [`Kaiwa::run`] until `shutdown` resolves instead of a signal: then no new messages
+    /// are taken, the turns in flight finish (within `[server] shutdown_grace_secs`) and the
+    /// database is closed. An error when a platform's adapter fails.
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        service::run(self, shutdown).await
+    }
+
+    /// The store, for reading what Kaiwa keeps (sessions, submissions, the ledger).
+    pub fn store(&self) -> &Arc<SqliteStore> {
+        &self.store
     }
 
     /// A conversation with `options.flow` over `input` / `output` (`kaiwa chat`).

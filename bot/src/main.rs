@@ -385,7 +385,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     settings.flows.forms_dir
                 );
             }
-            let flows = app::build_flows(&settings)?;
             let options = bench::BenchOptions {
                 flow,
                 form,
@@ -396,7 +395,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 rate,
                 database,
             };
-            let report = bench::run(options, flows).await?;
+            let report = bench::run(options, settings).await?;
             println!("{report}");
             Ok(ExitCode::SUCCESS)
         }

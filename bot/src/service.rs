@@ -73,7 +73,7 @@ async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::warn!(error = %e, "cannot listen for Ctrl-C");
@@ -100,7 +100,10 @@ async fn shutdown_signal() {
     }
 }
 
-pub(crate) async fn run(kaiwa: Kaiwa) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    kaiwa: Kaiwa,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
     let settings = kaiwa.settings.clone();
     let (tg, dc) = (&settings.telegram, &settings.discord);
     if kaiwa.telegram.is_none() && kaiwa.discord.is_none() {
@@ -154,7 +157,7 @@ pub(crate) async fn run(kaiwa: Kaiwa) -> anyhow::Result<()> {
 
     let mut failure = None;
     tokio::select! {
-        () = shutdown_signal() => {
+        () = shutdown => {
             tracing::info!("shutting down: no new messages; finishing the turns in flight");
         }
         Some(done) = adapters.join_next() => {

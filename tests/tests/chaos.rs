@@ -3,15 +3,11 @@
 //! arguments) and otherwise plays the interview agents: every interview still completes,
 //! through the real HTTP client, orchestrator, flows and SQLite store.
 
-use kaiwa_core::admin::CollectingAdminSink;
-use kaiwa_core::flow::FlowRegistry;
-use kaiwa_core::flows::interview::form::Form;
-use kaiwa_core::flows::{FlowConfig, builtin};
+mod common;
+
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelRouter, ToolCall, ToolSpec};
 use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
-use kaiwa_core::orchestrator::Orchestrator;
-use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, SubmissionStatus};
 use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
@@ -20,8 +16,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
 
 /// The wire request as the agents' fake model sees it.
 fn request_of(body: &Value) -> ChatRequest {
@@ -139,23 +133,17 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
     let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config).expect("client"));
     let dir = tempfile::tempdir().expect("tempdir");
     let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
-    let store = Arc::new(SqliteStore::connect(&db).await.expect("store"));
-    let flows = FlowRegistry::new(builtin(&FlowConfig {
-        forms: vec![Form::parse("engineer", ENGINEER).expect("form")],
-        default_form: Some("engineer".into()),
-        kb: None,
-        catalogue: None,
-    }))
-    .expect("flows");
-    let orchestrator = Arc::new(
-        Orchestrator::new(
-            store.clone(),
-            flows,
-            ModelRouter::new(Some(client)),
-            Arc::new(CollectingAdminSink::default()),
-        )
-        .with_rate_limit(0),
-    );
+    // as `kaiwa run` builds it; fifty applicants type faster than the per-user rate limit
+    let kaiwa = common::kaiwa(
+        dir.path(),
+        "[limits]\nmessages_per_minute = 0\n",
+        &db,
+        (None, None),
+        ModelRouter::new(Some(client)),
+    )
+    .await;
+    let store = kaiwa.store().clone();
+    let orchestrator = kaiwa.orchestrator().clone();
 
     let mut interviews = Vec::new();
     for user in 0..50 {

@@ -1,16 +1,12 @@
 //! The Discord adapter end to end: the real serenity client (gateway and REST) against the
-//! fake Discord on 127.0.0.1, with the real orchestrator, flows and SQLite store.
+//! fake Discord on 127.0.0.1, with the real orchestrator, flows and SQLite store, started as
+//! `kaiwa run` starts them (`kaiwa::Kaiwa`).
 
-use kaiwa_adapters::discord::{DiscordAdapter, DiscordAdminSink, DiscordApi, DiscordConfig};
-use kaiwa_core::flow::FlowRegistry;
-use kaiwa_core::flows::interview::form::Form;
-use kaiwa_core::flows::reading::catalogue::Catalogue;
-use kaiwa_core::flows::{FlowConfig, builtin};
-use kaiwa_core::kb::KnowledgeBase;
+mod common;
+
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::message::Platform;
-use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, Store};
 use kaiwa_tests::fake_discord::{FakeDiscord, GUILD, MessageFailure, dm_channel_of};
@@ -27,8 +23,6 @@ const ADMIN_USER: u64 = 77;
 const HELPDESK: u64 = 10;
 const DM: u64 = 20;
 const READING: u64 = 30;
-const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
-const SURVEY: &str = kaiwa_tests::SURVEY_FORM;
 
 struct Bot {
     stop: Option<oneshot::Sender<()>>,
@@ -66,47 +60,22 @@ async fn start_on(
     dir: tempfile::TempDir,
 ) -> Bot {
     let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
-    let store = Arc::new(SqliteStore::connect(&db).await.expect("store"));
-    let api = DiscordApi::new(TOKEN, Some(fake.api_proxy()));
-    let admin = Arc::new(DiscordAdminSink::new(api.clone(), ADMIN));
-    let kb_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb");
-    let config = FlowConfig {
-        forms: vec![
-            Form::parse("engineer", ENGINEER).expect("engineer form"),
-            Form::parse("survey", SURVEY).expect("survey form"),
-        ],
-        default_form: Some("engineer".into()),
-        kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
-        catalogue: Some(Arc::new(
-            Catalogue::parse(include_str!("../../config/books.toml")).expect("catalogue"),
-        )),
-    };
-    let flows = FlowRegistry::new(builtin(&config)).expect("flows");
-    let access = AdminAccess {
-        admins: [(Platform::Discord, vec![ADMIN_USER.to_string()])].into(),
-        places: [(Platform::Discord, ADMIN.to_string())].into(),
-    };
-    let orchestrator =
-        Arc::new(Orchestrator::new(store.clone(), flows, models, admin).with_admin_access(access));
-    let config = DiscordConfig {
-        token: TOKEN.into(),
-        admin_channel_id: Some(ADMIN),
-        helpdesk_channel_ids: vec![HELPDESK],
-        reading_channel_ids: vec![READING],
-        api_proxy: Some(fake.api_proxy().into()),
-        dm_flow: Some("interview".into()),
-        dm_flow_arg: Some(form.into()),
-    };
-    let adapter = DiscordAdapter::new(api, config, orchestrator);
+    let sections = format!(
+        "[discord]\napi_proxy = \"{}\"\nadmin_channel_id = {ADMIN}\nadmins = [{ADMIN_USER}]\n\
+         helpdesk_channel_ids = [{HELPDESK}]\nreading_channel_ids = [{READING}]\n\
+         dm_flow = \"interview\"\ndm_flow_arg = \"{form}\"\n",
+        fake.api_proxy()
+    );
+    let config = dir.path().join("config");
+    let kaiwa = common::kaiwa(&config, &sections, &db, (None, Some(TOKEN)), models).await;
+    let store = kaiwa.store().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        if let Err(e) = adapter
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-        {
-            eprintln!("the Discord adapter stopped: {e}");
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = kaiwa.run_until(stopped).await {
+            eprintln!("Kaiwa stopped: {e}");
         }
     });
     fake.wait_ready().await;
@@ -444,12 +413,30 @@ async fn a_message_sent_while_the_bot_was_down_is_answered_when_it_starts() {
     say(&fake, DM, 97, "/start").await;
     tap(&fake, DM, 97, "English").await;
     let dir = bot.stop_keeping_the_database().await;
+    let created = |f: &FakeDiscord, method: &str| {
+        f.requests()
+            .iter()
+            .filter(|r| r.method == method && r.path.ends_with("/commands"))
+            .count()
+    };
+    let registered = created(&fake, "POST");
     // the applicant answers while the bot is down: the gateway will never deliver it
     let before = fake.texts_in(DM).len();
     fake.missed_message(DM, None, 97, "Japan");
     let bot = start_on(&fake, "engineer", ModelRouter::none(), dir).await;
     let answer = replies(&fake, DM, before).await;
     assert!(!answer.is_empty(), "answered after the start");
+    // the commands are looked at again and, unchanged, not written again
+    fake.wait_for("the commands read again", Duration::from_secs(20), |f| {
+        created(f, "GET") >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        created(&fake, "POST"),
+        registered,
+        "no command written again"
+    );
     let key = kaiwa_core::message::SessionKey {
         platform: Platform::Discord,
         chat: DM.to_string(),

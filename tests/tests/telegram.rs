@@ -1,15 +1,12 @@
 //! The Telegram adapter end to end: its long polling, lanes and Bot API client against
-//! the fake Bot API server on 127.0.0.1, the real orchestrator, flows and SQLite store.
+//! the fake Bot API server on 127.0.0.1, the real orchestrator, flows and SQLite store,
+//! started as `kaiwa run` starts them (`kaiwa::Kaiwa`).
 
-use kaiwa_adapters::telegram::{TelegramAdapter, TelegramAdminSink, TelegramApi, TelegramConfig};
-use kaiwa_core::flow::FlowRegistry;
-use kaiwa_core::flows::interview::form::Form;
-use kaiwa_core::flows::{FlowConfig, builtin};
-use kaiwa_core::kb::KnowledgeBase;
+mod common;
+
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::message::Platform;
-use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
 use kaiwa_core::store::sqlite::SqliteStore;
 use kaiwa_core::store::{Reads, Store};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
@@ -22,8 +19,6 @@ use tokio::task::JoinHandle;
 const TOKEN: &str = "123456:TEST-secret-token";
 const ADMIN: i64 = -100_999;
 const ADMIN_USER: i64 = 9;
-const ENGINEER: &str = include_str!("../../config/forms/engineer.toml");
-const SURVEY: &str = kaiwa_tests::SURVEY_FORM;
 
 struct Bot {
     stop: Option<oneshot::Sender<()>>,
@@ -46,50 +41,25 @@ impl Bot {
 }
 
 async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -> Bot {
-    let store = Arc::new(SqliteStore::connect(db).await.expect("store"));
-    let api = TelegramApi::new(TOKEN, Some(fake.url())).expect("api");
-    let admin = Arc::new(TelegramAdminSink::new(api.clone(), ADMIN));
-    let kb_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb");
-    let config = FlowConfig {
-        forms: vec![
-            Form::parse("engineer", ENGINEER).expect("engineer form"),
-            Form::parse("survey", SURVEY).expect("survey form"),
-        ],
-        default_form: Some("engineer".into()),
-        kb: Some(Arc::new(KnowledgeBase::open(kb_dir).expect("kb"))),
-        catalogue: Some(Arc::new(
-            kaiwa_core::flows::reading::catalogue::Catalogue::parse(include_str!(
-                "../../config/books.toml"
-            ))
-            .expect("catalogue"),
-        )),
-    };
-    let flows = FlowRegistry::new(builtin(&config)).expect("flows");
-    let access = AdminAccess {
-        admins: [(Platform::Telegram, vec![ADMIN_USER.to_string()])].into(),
-        places: [(Platform::Telegram, ADMIN.to_string())].into(),
-    };
-    let orchestrator = Arc::new(
-        Orchestrator::new(store.clone(), flows, models, admin)
-            .with_admin_access(access)
-            .with_turn_budget(Duration::from_secs(10)),
+    let dir = tempfile::tempdir().expect("tempdir");
+    // `[llm]` sets the turn budget; the models are the test's
+    let sections = format!(
+        "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"test\"\nturn_budget_secs = 10\n\n\
+         [telegram]\napi_url = \"{}\"\nadmin_chat_id = {ADMIN}\nadmins = [{ADMIN_USER}]\n\
+         private_flow = \"interview\"\nprivate_flow_arg = \"{form}\"\n\
+         group_flow = \"helpdesk\"\npoll_timeout_secs = 1\n",
+        fake.url()
     );
-    let config = TelegramConfig {
-        admin_chat_id: Some(ADMIN),
-        private_flow: Some("interview".into()),
-        private_flow_arg: Some(form.into()),
-        group_flow: Some("helpdesk".into()),
-        poll_timeout: Duration::from_secs(1),
-    };
-    let adapter = TelegramAdapter::new(api, config, orchestrator);
+    let kaiwa = common::kaiwa(dir.path(), &sections, db, (Some(TOKEN), None), models).await;
+    let store = kaiwa.store().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        adapter
-            .run(async {
+        kaiwa
+            .run_until(async {
                 let _ = stopped.await;
             })
             .await
-            .expect("adapter runs");
+            .expect("Kaiwa runs");
     });
     Bot {
         stop: Some(stop),
