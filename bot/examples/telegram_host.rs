@@ -22,11 +22,14 @@ async fn main() -> anyhow::Result<()> {
     host(kaiwa).await
 }
 
-/// The host bot: Kaiwa's branch first, then the host's own.
+/// The host bot: Kaiwa's branch first, then the host's own. Kaiwa polls for both (its
+/// updates stored before they are confirmed, its Stop button working); without the
+/// listener, `.dispatch()` polls and the branch takes Kaiwa's updates.
 pub async fn host(kaiwa: Kaiwa) -> anyhow::Result<()> {
     let bot = kaiwa.telegram_bot().context("no Telegram token")?;
+    let plugin = kaiwa.telegram().await?;
     let handler = dptree::entry()
-        .branch(kaiwa.telegram().await?.handler())
+        .branch(plugin.handler())
         .branch(Update::filter_message().filter(is_ping).endpoint(ping))
         .branch(
             Update::filter_callback_query()
@@ -34,7 +37,13 @@ pub async fn host(kaiwa: Kaiwa) -> anyhow::Result<()> {
                 .endpoint(again),
         );
     tokio::spawn(kaiwa.jobs(std::future::pending())); // weekly reviews, retention
-    Dispatcher::builder(bot, handler).build().dispatch().await;
+    let listener = plugin.listener();
+    let errors = LoggingErrorHandler::new();
+    Dispatcher::builder(bot, handler)
+        .build()
+        .dispatch_with_listener(listener, errors)
+        .await;
+    plugin.finish().await;
     kaiwa.close().await;
     Ok(())
 }

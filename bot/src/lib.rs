@@ -28,12 +28,17 @@ pub use kaiwa_adapters::teloxide;
 /// The serenity (0.12) Kaiwa is built against.
 pub use kaiwa_adapters::serenity;
 
+pub use kaiwa_adapters::console::ConsoleOptions;
 pub use kaiwa_adapters::discord::DiscordPlugin;
-pub use kaiwa_adapters::telegram::TelegramPlugin;
+pub use kaiwa_adapters::telegram::{TelegramListener, TelegramPlugin};
+
+/// The core (flows, orchestrator, store, models) and the adapters, for what the types
+/// above name: a `ModelRouter` for [`KaiwaBuilder::models`], an `AdminSink`, ….
+pub use {kaiwa_adapters, kaiwa_core};
 
 use anyhow::Context as _;
 use config::{Settings, optional_secret};
-use kaiwa_adapters::console::{self, ConsoleOptions};
+use kaiwa_adapters::console;
 use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
 use kaiwa_adapters::telegram::{TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox};
 use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};

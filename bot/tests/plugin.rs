@@ -11,10 +11,15 @@ mod telegram_host;
 #[path = "../examples/discord_host.rs"]
 mod discord_host;
 
+use kaiwa::teloxide::prelude::*;
 use kaiwa::{Kaiwa, Options};
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_tests::fake_discord::{FakeDiscord, GUILD};
+use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 const TOKEN: &str = "4242:plugin-test";
@@ -38,9 +43,19 @@ fn configured(dir: &Path, sections: &str) -> Options {
 }
 
 async fn open(options: &Options, telegram: Option<&str>, discord: Option<&str>) -> Kaiwa {
+    open_with(options, telegram, discord, ModelRouter::none()).await
+}
+
+async fn open_with(
+    options: &Options,
+    telegram: Option<&str>,
+    discord: Option<&str>,
+    models: ModelRouter,
+) -> Kaiwa {
     let (settings, _) = options.settings().expect("settings");
-    let mut builder =
-        Kaiwa::builder(settings).database_url(options.database_url.clone().unwrap_or_default());
+    let mut builder = Kaiwa::builder(settings)
+        .database_url(options.database_url.clone().unwrap_or_default())
+        .models(models);
     if let Some(token) = telegram {
         builder = builder.telegram_token(token);
     }
@@ -246,4 +261,127 @@ async fn the_discord_host_and_kaiwa_each_answer_only_their_own_events() {
         "{:?}",
         fake.texts_in(thread)
     );
+}
+
+/// A model server that streams `replies` for the assistant, a word every 200 ms.
+async fn streaming_assistant(replies: &[&str]) -> (FakeOpenAi, ModelRouter) {
+    let model = FakeOpenAi::start(replies.iter().map(|r| Reply::text(r)))
+        .await
+        .expect("model");
+    model.set_stream_pace(Duration::from_millis(200));
+    let client: Arc<dyn ChatModel> =
+        Arc::new(OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client"));
+    (model, ModelRouter::none().with_agent("assistant", client))
+}
+
+fn telegram_section(fake: &FakeTelegram) -> String {
+    format!(
+        "[telegram]\napi_url = \"{}\"\nprivate_flow = \"interview\"\n\
+         private_flow_arg = \"engineer\"\n",
+        fake.url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_reaches_kaiwa_through_its_listener_and_the_host_goes_on() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(dir.path(), &telegram_section(&fake));
+    let story = "Once upon a time there was a bot that told very long stories to everyone \
+                 who asked, and it went on and on about rivers, mountains, trains and tea.";
+    let (model, models) = streaming_assistant(&[story]).await;
+    let kaiwa = open_with(&options, Some(TOKEN), None, models).await;
+    let _host = Running(tokio::spawn(telegram_host::host(kaiwa)));
+    let chat = Chat::private(91);
+    fake.send_text(chat, 91, "/chat");
+    let before = settled(&fake, chat, 0).await.len();
+    fake.send_text(chat, 91, "tell me a story");
+    fake.wait_for("a draft with words", Duration::from_secs(10), |calls| {
+        calls.iter().any(|c| {
+            c.method == "sendmessagedraft"
+                && c.params["text"]
+                    .as_str()
+                    .is_some_and(|t| t.split_whitespace().count() >= 4)
+        })
+    })
+    .await;
+    let drafts = fake.calls_of("sendMessageDraft");
+    assert!(
+        drafts
+            .iter()
+            .all(|d| d.params["can_stop"] == true || d.params["text"] == ""),
+        "{drafts:?}"
+    );
+    let draft = drafts[0].params["draft_id"].as_i64().expect("draft id");
+    // the stop update comes through Kaiwa's polling, not the host's dispatcher
+    fake.stop_generation(chat, draft);
+    let reply = settled(&fake, chat, before).await;
+    assert_eq!(reply.len(), 1, "{reply:?}");
+    assert!(
+        reply[0].contains("(stopped)") && !reply[0].contains("tea"),
+        "{reply:?}"
+    );
+    for _ in 0..50 {
+        if model.abandoned() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(model.abandoned(), 1, "the model request was cancelled");
+    // and the host's own command still reaches the host
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 91, "/ping");
+    assert_eq!(settled(&fake, chat, before).await, ["pong"]);
+}
+
+/// A host that keeps teloxide's own polling and mounts only Kaiwa's branch.
+async fn polling_host(kaiwa: Kaiwa) -> anyhow::Result<()> {
+    let bot = kaiwa.telegram_bot().expect("a token");
+    let plugin = kaiwa.telegram().await?;
+    let ping = |bot: Bot, m: Message| async move {
+        bot.send_message(m.chat.id, "pong").await?;
+        Ok::<(), kaiwa::teloxide::RequestError>(())
+    };
+    let handler = dptree::entry().branch(plugin.handler()).branch(
+        Update::filter_message()
+            .filter(|m: Message| m.text() == Some("/ping"))
+            .endpoint(ping),
+    );
+    Dispatcher::builder(bot, handler).build().dispatch().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_its_own_polling_gets_its_updates_and_kaiwa_its_own_without_a_dead_stop() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(dir.path(), &telegram_section(&fake));
+    let (_model, models) = streaming_assistant(&["A short story about tea and trains."]).await;
+    let kaiwa = open_with(&options, Some(TOKEN), None, models).await;
+    let _host = Running(tokio::spawn(polling_host(kaiwa)));
+    let chat = Chat::private(92);
+    fake.send_text(chat, 92, "/ping");
+    assert_eq!(settled(&fake, chat, 0).await, ["pong"]);
+    fake.send_text(chat, 92, "/chat");
+    let opened = settled(&fake, chat, 1).await;
+    assert!(
+        !opened.iter().any(|t| t == "pong" || t.contains("Unknown")),
+        "{opened:?}"
+    );
+    let before = fake.texts_in(chat).len();
+    fake.send_text(chat, 92, "tell me a story");
+    let story = settled(&fake, chat, before).await;
+    assert_eq!(story, ["A short story about tea and trains."]);
+    // the host's dispatcher would drop a stop update: no Stop button is offered
+    let drafts = fake.calls_of("sendMessageDraft");
+    assert!(!drafts.is_empty());
+    assert!(
+        drafts.iter().all(|d| d.params["can_stop"] != true),
+        "{drafts:?}"
+    );
+    fake.send_text(chat, 92, "/frobnicate");
+    fake.send_text(chat, 92, "/ping");
+    let before = fake.texts_in(chat).len();
+    assert_eq!(settled(&fake, chat, before).await.len(), 1);
+    assert_eq!(fake.texts_in(chat).last().map(String::as_str), Some("pong"));
 }

@@ -107,6 +107,34 @@ impl Place {
     }
 }
 
+/// Updates for a host's dispatcher that may wait to be taken (polling waits beyond).
+const HOST_QUEUE: usize = 256;
+
+/// [`TelegramPlugin::listener`]: the updates that are not Kaiwa's, from Kaiwa's polling.
+pub struct TelegramListener {
+    updates: tokio::sync::mpsc::Receiver<Update>,
+    token: teloxide::stop::StopToken,
+}
+
+impl teloxide::update_listeners::UpdateListener for TelegramListener {
+    type Err = std::convert::Infallible;
+
+    fn stop_token(&mut self) -> teloxide::stop::StopToken {
+        self.token.clone()
+    }
+}
+
+impl<'a> teloxide::update_listeners::AsUpdateStream<'a> for TelegramListener {
+    type StreamErr = std::convert::Infallible;
+    type Stream = futures::stream::BoxStream<'a, Result<Update, std::convert::Infallible>>;
+
+    fn as_stream(&'a mut self) -> Self::Stream {
+        Box::pin(futures::stream::poll_fn(move |cx| {
+            self.updates.poll_recv(cx).map(|update| update.map(Ok))
+        }))
+    }
+}
+
 /// How many recent update ids are remembered to drop duplicates before they cost anything.
 const SEEN_UPDATES: usize = 4096;
 
@@ -153,8 +181,12 @@ impl Intake {
         if let Err(e) = api.set_commands(&commands, mounted).await {
             tracing::warn!(error = %e, "could not register the Telegram command menu");
         }
+        let outbox = TelegramOutbox::new(api.clone());
+        // a host's dispatcher drops the stop updates: no Stop button unless Kaiwa polls
+        // ([`TelegramPlugin::listener`])
+        outbox.set_stoppable(!mounted);
         let ctx = Arc::new(Context {
-            outbox: TelegramOutbox::new(api.clone()),
+            outbox,
             api,
             orchestrator: orchestrator.clone(),
             config,
@@ -274,83 +306,106 @@ impl TelegramAdapter {
             orchestrator,
             health,
         } = self;
-        let poll_timeout = config.poll_timeout;
-        let intake = Intake::start(api.clone(), config, orchestrator, false).await?;
+        let intake = Intake::start(api, config, orchestrator, false).await?;
         health.ok();
-        let ctx = intake.ctx.clone();
-
-        tokio::pin!(shutdown);
-        let mut offset: Option<i64> = None;
-        let mut failures: u32 = 0;
-        let mut last_logged: Option<Instant> = None;
-        loop {
-            let polled = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                polled = polling::poll(&api, offset, poll_timeout) => polled,
-            };
-            let batch = match polled {
-                Ok(batch) => batch,
-                Err(error) => {
-                    health.failed();
-                    failures += 1;
-                    if last_logged.is_none_or(|t| t.elapsed() >= FAILURE_LOG_EVERY) {
-                        tracing::warn!(%error, failures, "Telegram long polling failed; retrying");
-                        last_logged = Some(Instant::now());
-                    }
-                    let wait = match error {
-                        api::CallError::RetryAfter(wait) => wait,
-                        _ => api::backoff(failures).min(MAX_POLL_BACKOFF),
-                    };
-                    tokio::select! {
-                        biased;
-                        () = &mut shutdown => break,
-                        () = tokio::time::sleep(wait) => continue,
-                    }
-                }
-            };
-            health.ok();
-            for &(chat, draft) in &batch.stops {
-                intake.stop(chat, draft);
-            }
-            if failures > 0 {
-                tracing::info!(failures, "Telegram long polling works again");
-                failures = 0;
-                last_logged = None;
-            }
-            match keep(&ctx, batch.updates).await {
-                Ok(routed) => {
-                    // confirmed by the next poll: everything in it is in the inbox now
-                    offset = batch.next_offset.or(offset);
-                    for routed in routed {
-                        intake.dispatch(routed);
-                    }
-                }
-                Err(error) => {
-                    // not confirmed: the same batch comes again
-                    tracing::error!(%error, "received messages could not be stored; polling them again");
-                    tokio::select! {
-                        biased;
-                        () = &mut shutdown => break,
-                        () = tokio::time::sleep(MAX_POLL_BACKOFF) => {}
-                    }
-                }
-            }
-        }
+        long_poll(&intake, &health, shutdown, None).await;
         tracing::info!("Telegram adapter stopping; finishing turns in flight");
-        if let Some(offset) = offset {
-            // confirm the last batch now rather than have it sent again at the next start
-            let confirm = polling::confirm(&api, offset);
-            if tokio::time::timeout(Duration::from_secs(3), confirm)
-                .await
-                .is_err()
-            {
-                tracing::debug!("the last batch stays unconfirmed; the store deduplicates it");
-            }
-        }
         intake.finish().await;
         health.set_stopped();
         Ok(())
+    }
+}
+
+/// Long polling until `shutdown` resolves: a batch's stops go straight to their replies,
+/// Kaiwa's updates are kept in the inbox and queued in their lanes, the others go to
+/// `host` (a host bot's dispatcher; without one they are not Kaiwa's business), and only
+/// then is the batch confirmed (by the next poll's offset; the last one on the way out).
+async fn long_poll(
+    intake: &Intake,
+    health: &AdapterHealth,
+    shutdown: impl Future<Output = ()> + Send,
+    host: Option<tokio::sync::mpsc::Sender<Update>>,
+) {
+    let ctx = intake.ctx.clone();
+    let api = &ctx.api;
+    let poll_timeout = ctx.config.poll_timeout;
+    tokio::pin!(shutdown);
+    let mut offset: Option<i64> = None;
+    let mut failures: u32 = 0;
+    let mut last_logged: Option<Instant> = None;
+    loop {
+        let polled = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            polled = polling::poll(api, offset, poll_timeout) => polled,
+        };
+        let batch = match polled {
+            Ok(batch) => batch,
+            Err(error) => {
+                health.failed();
+                failures += 1;
+                if last_logged.is_none_or(|t| t.elapsed() >= FAILURE_LOG_EVERY) {
+                    tracing::warn!(%error, failures, "Telegram long polling failed; retrying");
+                    last_logged = Some(Instant::now());
+                }
+                let wait = match error {
+                    api::CallError::RetryAfter(wait) => wait,
+                    _ => api::backoff(failures).min(MAX_POLL_BACKOFF),
+                };
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(wait) => continue,
+                }
+            }
+        };
+        health.ok();
+        for &(chat, draft) in &batch.stops {
+            intake.stop(chat, draft);
+        }
+        if failures > 0 {
+            tracing::info!(failures, "Telegram long polling works again");
+            failures = 0;
+            last_logged = None;
+        }
+        match keep(&ctx, batch.updates, host.is_some()).await {
+            Ok((routed, others)) => {
+                if let Some(host) = &host {
+                    for update in others {
+                        if host.send(update).await.is_err() {
+                            // the host's dispatcher is gone: so is its listener
+                            tracing::info!("the host's dispatcher stopped listening");
+                            return;
+                        }
+                    }
+                }
+                // confirmed by the next poll: everything in it is in the inbox (or the
+                // host's hands) now
+                offset = batch.next_offset.or(offset);
+                for routed in routed {
+                    intake.dispatch(routed);
+                }
+            }
+            Err(error) => {
+                // not confirmed: the same batch comes again
+                tracing::error!(%error, "received messages could not be stored; polling them again");
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(MAX_POLL_BACKOFF) => {}
+                }
+            }
+        }
+    }
+    if let Some(offset) = offset {
+        // confirm the last batch now rather than have it sent again at the next start
+        let confirm = polling::confirm(api, offset);
+        if tokio::time::timeout(Duration::from_secs(3), confirm)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the last batch stays unconfirmed; the store deduplicates it");
+        }
     }
 }
 
@@ -363,7 +418,8 @@ impl TelegramAdapter {
 ///   topics when `group_flow` is set; the admin chat), except commands that are not
 ///   Kaiwa's, and except messages without text;
 /// - presses of its own buttons (callback data in [`keyboard::NAMESPACE`]);
-/// - the `stopped_message_generation` updates of its streamed replies.
+/// - the `stopped_message_generation` updates of its streamed replies, which only
+///   [`TelegramPlugin::listener`] delivers (without it drafts carry no Stop button).
 ///
 /// What it takes is in the store's inbox before the handler returns, and its turn runs in
 /// the session's lane afterwards: a slow model never holds up the host's dispatcher.
@@ -452,6 +508,43 @@ impl TelegramPlugin {
         .endpoint(|| async { Ok(()) })
     }
 
+    /// Kaiwa's own long polling as the host dispatcher's update listener, for
+    /// `Dispatcher::dispatch_with_listener`. Kaiwa's updates are kept in its inbox *before*
+    /// the batch is confirmed to Telegram (nothing is lost in a crash) and never reach the
+    /// dispatcher; every other update is handed to the dispatcher, then confirmed. The
+    /// stops of streamed replies (`stopped_message_generation`, which teloxide's
+    /// dispatcher drops as an update it cannot read) reach Kaiwa, so drafts in private
+    /// chats carry a Stop button again. The listener ends when the dispatcher stops it.
+    ///
+    /// ```no_run
+    /// # async fn host(kaiwa: kaiwa_adapters::telegram::TelegramPlugin, bot: teloxide::Bot) {
+    /// use teloxide::error_handlers::LoggingErrorHandler;
+    /// use teloxide::prelude::*;
+    ///
+    /// let handler = dptree::entry()
+    ///     .branch(kaiwa.handler())
+    ///     .branch(Update::filter_message().endpoint(|bot: Bot, m: Message| async move {
+    ///         bot.send_message(m.chat.id, "the host's answer").await?;
+    ///         Ok::<(), teloxide::RequestError>(())
+    ///     }));
+    /// Dispatcher::builder(bot, handler)
+    ///     .build()
+    ///     .dispatch_with_listener(kaiwa.listener(), LoggingErrorHandler::new())
+    ///     .await;
+    /// # }
+    /// ```
+    pub fn listener(&self) -> TelegramListener {
+        self.intake.ctx.outbox.set_stoppable(true);
+        let (tx, rx) = tokio::sync::mpsc::channel(HOST_QUEUE);
+        let (token, flag) = teloxide::stop::mk_stop_token();
+        let (intake, health) = (self.intake.clone(), self.health.clone());
+        tokio::spawn(async move {
+            long_poll(&intake, &health, flag, Some(tx)).await;
+            tracing::info!("Telegram listener stopped");
+        });
+        TelegramListener { updates: rx, token }
+    }
+
     /// Connected (it started), for a host's health check.
     pub fn health(&self) -> Arc<AdapterHealth> {
         self.health.clone()
@@ -464,13 +557,21 @@ impl TelegramPlugin {
     }
 }
 
-/// Routes a batch and keeps its messages in the inbox, committed: only then may the batch
-/// be confirmed to Telegram.
-async fn keep(ctx: &Context, updates: Vec<Update>) -> Result<Vec<Routed>, AdapterError> {
+/// Routes a batch and keeps Kaiwa's messages in the inbox, committed: only then may the
+/// batch be confirmed to Telegram. Returns Kaiwa's work and (with `others`) the updates that
+/// are not Kaiwa's.
+async fn keep(
+    ctx: &Context,
+    updates: Vec<Update>,
+    others: bool,
+) -> Result<(Vec<Routed>, Vec<Update>), AdapterError> {
     let mut routed = Vec::with_capacity(updates.len());
+    let mut rest = Vec::new();
     for update in updates {
-        if let Some(r) = ctx.route(update).await? {
-            routed.push(r);
+        let copy = others.then(|| update.clone());
+        match ctx.route(update).await? {
+            Some(r) => routed.push(r),
+            None => rest.extend(copy),
         }
     }
     let kept: Vec<_> = routed
@@ -481,7 +582,7 @@ async fn keep(ctx: &Context, updates: Vec<Update>) -> Result<Vec<Routed>, Adapte
     if !kept.is_empty() {
         ctx.orchestrator.store().inbox_keep(&kept).await?;
     }
-    Ok(routed)
+    Ok((routed, rest))
 }
 
 #[cfg(test)]

@@ -233,6 +233,9 @@ fn html_cost(c: char) -> usize {
 pub struct TelegramOutbox {
     api: TelegramApi,
     streams: std::sync::Arc<crate::streaming::Streams>,
+    /// Private chats' drafts carry a Stop button (`can_stop`): the
+    /// `stopped_message_generation` updates reach [`Self::streams`].
+    stoppable: std::sync::atomic::AtomicBool,
 }
 
 impl TelegramOutbox {
@@ -240,7 +243,15 @@ impl TelegramOutbox {
         TelegramOutbox {
             api,
             streams: Default::default(),
+            stoppable: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Whether drafts offer Stop: only where the stop updates come back to this outbox's
+    /// [`Self::streams`] (a host's dispatcher drops them).
+    pub fn set_stoppable(&self, stoppable: bool) {
+        self.stoppable
+            .store(stoppable, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The replies being streamed (a Stop update is given to them).
@@ -353,6 +364,7 @@ impl Outbox for TelegramOutbox {
             key,
             place,
             tap,
+            self.stoppable.load(std::sync::atomic::Ordering::Relaxed),
         )))
     }
 }

@@ -40,6 +40,8 @@ pub(super) struct TelegramStreamer {
     pub(super) draft: Option<i64>,
     /// The message showing the reply (groups, topics, no drafts).
     pub(super) message: Option<i32>,
+    /// The draft carries a Stop button: its stop update reaches this process.
+    pub(super) can_stop: bool,
 }
 
 impl TelegramStreamer {
@@ -49,10 +51,13 @@ impl TelegramStreamer {
         key: &SessionKey,
         place: Place,
         tap: &Arc<kaiwa_core::llm::stream::Tap>,
+        can_stop: bool,
     ) -> Self {
         let private = place.chat.0 > 0 && place.topic.is_none();
         let draft = (private && !api.drafts_unsupported()).then(|| draft_id(place));
-        if let Some(draft) = draft {
+        if let Some(draft) = draft
+            && can_stop
+        {
             streams.watch_stop(place.chat.0, draft, tap);
         }
         TelegramStreamer {
@@ -62,6 +67,7 @@ impl TelegramStreamer {
             place,
             draft,
             message: None,
+            can_stop,
         }
     }
 
@@ -100,7 +106,7 @@ impl Streamer for TelegramStreamer {
                 "draft_id": draft,
                 "text": Self::text(text),
                 "parse_mode": "HTML",
-                "can_stop": true,
+                "can_stop": self.can_stop,
             });
             return match self.update("sendMessageDraft", request).await {
                 Ok(()) => Ok(true),
