@@ -356,7 +356,9 @@ async fn a_host_with_its_own_polling_gets_its_updates_and_kaiwa_its_own_without_
     let fake = FakeTelegram::start(TOKEN).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let options = configured(dir.path(), &telegram_section(&fake));
-    let (_model, models) = streaming_assistant(&["A short story about tea and trains."]).await;
+    let story = "A long story about tea and trains, told slowly and one word at a time, \
+                 so that writing it takes the model a few seconds.";
+    let (_model, models) = streaming_assistant(&[story]).await;
     let kaiwa = open_with(&options, Some(TOKEN), None, models).await;
     let _host = Running(tokio::spawn(polling_host(kaiwa)));
     let chat = Chat::private(92);
@@ -370,8 +372,33 @@ async fn a_host_with_its_own_polling_gets_its_updates_and_kaiwa_its_own_without_
     );
     let before = fake.texts_in(chat).len();
     fake.send_text(chat, 92, "tell me a story");
-    let story = settled(&fake, chat, before).await;
-    assert_eq!(story, ["A short story about tea and trains."]);
+    // while Kaiwa's model writes, the host answers in the same chat at once
+    fake.wait_for(
+        "the story's first words",
+        Duration::from_secs(10),
+        |calls| {
+            calls
+                .iter()
+                .any(|c| c.method == "sendmessagedraft" && c.text().starts_with("A long"))
+        },
+    )
+    .await;
+    fake.send_text(chat, 92, "/ping");
+    fake.wait_for("the host's pong", Duration::from_secs(10), |calls| {
+        calls
+            .iter()
+            .filter(|c| c.method == "sendmessage" && c.text() == "pong")
+            .count()
+            == 2
+    })
+    .await;
+    assert!(
+        !fake.texts_in(chat).iter().any(|t| t.starts_with("A long")),
+        "the host did not wait for Kaiwa's turn: {:?}",
+        fake.texts_in(chat)
+    );
+    let told = settled(&fake, chat, before + 1).await;
+    assert_eq!(told, [story]);
     // the host's dispatcher would drop a stop update: no Stop button is offered
     let drafts = fake.calls_of("sendMessageDraft");
     assert!(!drafts.is_empty());
@@ -379,9 +406,8 @@ async fn a_host_with_its_own_polling_gets_its_updates_and_kaiwa_its_own_without_
         drafts.iter().all(|d| d.params["can_stop"] != true),
         "{drafts:?}"
     );
+    let before = fake.texts_in(chat).len();
     fake.send_text(chat, 92, "/frobnicate");
     fake.send_text(chat, 92, "/ping");
-    let before = fake.texts_in(chat).len();
-    assert_eq!(settled(&fake, chat, before).await.len(), 1);
-    assert_eq!(fake.texts_in(chat).last().map(String::as_str), Some("pong"));
+    assert_eq!(settled(&fake, chat, before).await, ["pong"]);
 }
