@@ -296,16 +296,7 @@ async fn a_stop_reaches_kaiwa_through_its_listener_and_the_host_goes_on() {
     fake.send_text(chat, 91, "/chat");
     let before = settled(&fake, chat, 0).await.len();
     fake.send_text(chat, 91, "tell me a story");
-    fake.wait_for("a draft with words", Duration::from_secs(10), |calls| {
-        calls.iter().any(|c| {
-            c.method == "sendmessagedraft"
-                && c.params["text"]
-                    .as_str()
-                    .is_some_and(|t| t.split_whitespace().count() >= 4)
-        })
-    })
-    .await;
-    let drafts = fake.calls_of("sendMessageDraft");
+    let drafts = fake.wait_draft(4).await;
     assert!(
         drafts
             .iter()
@@ -321,13 +312,11 @@ async fn a_stop_reaches_kaiwa_through_its_listener_and_the_host_goes_on() {
         reply[0].contains("(stopped)") && !reply[0].contains("tea"),
         "{reply:?}"
     );
-    for _ in 0..50 {
-        if model.abandoned() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(model.abandoned(), 1, "the model request was cancelled");
+    assert_eq!(
+        model.abandoned_soon(1).await,
+        1,
+        "the model request was cancelled"
+    );
     // and the host's own command still reaches the host
     let before = fake.texts_in(chat).len();
     fake.send_text(chat, 91, "/ping");

@@ -173,6 +173,18 @@ impl FakeOpenAi {
         self.lock().abandoned
     }
 
+    /// [`Self::abandoned`] once it reaches `n`, or after a second (a dropped connection is
+    /// noticed by the server a moment after the client let go).
+    pub async fn abandoned_soon(&self, n: usize) -> usize {
+        for _ in 0..50 {
+            if self.abandoned() >= n {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.abandoned()
+    }
+
     /// A streamed answer (`stream: true`) sends one word per `pace`.
     pub fn set_stream_pace(&self, pace: std::time::Duration) {
         self.lock().pace = pace;

@@ -387,6 +387,18 @@ impl FakeTelegram {
         inner.menus.insert("ja".into(), json!(list));
     }
 
+    /// Waits for a draft of at least `words` words (a reply being streamed); returns the
+    /// drafts sent so far.
+    pub async fn wait_draft(&self, words: usize) -> Vec<Call> {
+        self.wait_for("a draft with words", Duration::from_secs(10), |calls| {
+            calls.iter().any(|c| {
+                c.method == "sendmessagedraft" && c.text().split_whitespace().count() >= words
+            })
+        })
+        .await;
+        self.calls_of("sendMessageDraft")
+    }
+
     /// Every recorded call (not `getUpdates`).
     pub fn calls(&self) -> Vec<Call> {
         self.shared.lock().calls.clone()

@@ -1087,16 +1087,7 @@ async fn a_private_chat_sees_drafts_then_one_message_and_stop_ends_the_request()
     let before = fake.texts_in(chat).len();
     fake.send_text(chat, 1301, "tell me a story");
     // the draft grows; the user presses Stop after a few words
-    fake.wait_for("a draft with words", Duration::from_secs(10), |calls| {
-        calls.iter().any(|c| {
-            c.method == "sendmessagedraft"
-                && c.params["text"]
-                    .as_str()
-                    .is_some_and(|t| t.split_whitespace().count() >= 4)
-        })
-    })
-    .await;
-    let draft = fake.calls_of("sendMessageDraft");
+    let draft = fake.wait_draft(4).await;
     let draft_id = draft[0].params["draft_id"].as_i64().expect("draft id");
     assert!(
         draft
@@ -1112,13 +1103,11 @@ async fn a_private_chat_sees_drafts_then_one_message_and_stop_ends_the_request()
         !reply[0].contains("tea"),
         "the rest was not written: {reply:?}"
     );
-    for _ in 0..50 {
-        if model.abandoned() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(model.abandoned(), 1, "the model request was cancelled");
+    assert_eq!(
+        model.abandoned_soon(1).await,
+        1,
+        "the model request was cancelled"
+    );
     // the next message is a new turn as usual
     let next = say(&fake, chat, 1301, "another one").await;
     assert_eq!(next, vec!["A short one.".to_string()]);
