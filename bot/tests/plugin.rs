@@ -96,8 +96,9 @@ async fn the_telegram_host_and_kaiwa_each_answer_only_their_own_updates() {
     );
     let kaiwa = open(&options, Some(TOKEN), None).await;
     let _host = Running(tokio::spawn(telegram_host::host(kaiwa)));
-    fake.wait_for("Kaiwa's menu", Duration::from_secs(20), |_| {
-        fake.menu("").contains(&"help".to_string())
+    // the default menu first, then the Japanese one
+    fake.wait_for("Kaiwa's menus", Duration::from_secs(20), |_| {
+        fake.menu("ja").contains(&"help".to_string())
     })
     .await;
     assert!(

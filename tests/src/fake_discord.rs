@@ -542,7 +542,8 @@ impl FakeDiscord {
             .collect()
     }
 
-    /// Waits for the first Identify and Kaiwa's command registration (its `/help`).
+    /// Waits for the first Identify and Kaiwa's command registration: its `/help` is there
+    /// and no command has been written for a moment (they are registered one by one).
     pub async fn wait_ready(&self) {
         self.wait_for(
             "READY and the slash commands",
@@ -550,6 +551,21 @@ impl FakeDiscord {
             |f| f.identifies() >= 1 && f.command_names().iter().any(|n| n == "help"),
         )
         .await;
+        let written = |f: &FakeDiscord| {
+            f.requests()
+                .iter()
+                .filter(|r| r.method == "POST" && r.path.ends_with("/commands"))
+                .count()
+        };
+        let mut seen = written(self);
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = written(self);
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
     }
 }
 
