@@ -22,6 +22,7 @@ use kaiwa::{DiscordPlugin, Kaiwa, Options};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt::init(); // RUST_LOG=info shows Kaiwa's log
     let kaiwa = Kaiwa::open(&<Options as clap::Parser>::parse()).await?;
     host(kaiwa).await
 }
@@ -29,7 +30,9 @@ async fn main() -> anyhow::Result<()> {
 /// The host bot: its own handler and Kaiwa's, on one client.
 pub async fn host(kaiwa: Kaiwa) -> anyhow::Result<()> {
     let plugin = kaiwa.discord()?;
-    let http = kaiwa.discord_http().context("no Discord token")?;
+    let http = kaiwa
+        .discord_http()
+        .context("no Discord token: set the variable [discord] token_env names")?;
     let mut client = ClientBuilder::new_with_http(http, kaiwa::discord_intents())
         .event_handler(Host(plugin.clone()))
         .event_handler(plugin)

@@ -18,6 +18,7 @@ use kaiwa::{Kaiwa, Options};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt::init(); // RUST_LOG=info shows Kaiwa's log
     let kaiwa = Kaiwa::open(&<Options as clap::Parser>::parse()).await?;
     host(kaiwa).await
 }
@@ -26,7 +27,9 @@ async fn main() -> anyhow::Result<()> {
 /// updates stored before they are confirmed, its Stop button working); without the
 /// listener, `.dispatch()` polls and the branch takes Kaiwa's updates.
 pub async fn host(kaiwa: Kaiwa) -> anyhow::Result<()> {
-    let bot = kaiwa.telegram_bot().context("no Telegram token")?;
+    let bot = kaiwa
+        .telegram_bot()
+        .context("no Telegram token: set the variable [telegram] token_env names")?;
     let plugin = kaiwa.telegram().await?;
     let handler = dptree::entry()
         .branch(plugin.handler())
