@@ -103,6 +103,9 @@ pub struct DiscordSettings {
     #[serde(default = "default_dm_flow")]
     pub dm_flow: String,
     pub dm_flow_arg: Option<String>,
+    /// Whether direct messages are Kaiwa's (default true); false leaves them to a host bot.
+    #[serde(default = "default_true")]
+    pub dms: bool,
 }
 
 impl Default for DiscordSettings {
@@ -116,6 +119,7 @@ impl Default for DiscordSettings {
             api_proxy: None,
             dm_flow: default_dm_flow(),
             dm_flow_arg: None,
+            dms: true,
         }
     }
 }
@@ -173,11 +177,35 @@ pub struct TelegramSettings {
     /// (e.g. the form of an interview).
     pub private_flow: Option<String>,
     pub private_flow_arg: Option<String>,
-    /// The flow groups and forum topics run; unset: the bot stays silent in groups.
+    /// The flow groups and forum topics run; unset: the bot stays silent in groups (but
+    /// for the [`Self::places`] listed).
     pub group_flow: Option<String>,
+    /// Groups and forum topics that run a flow of their own (`[[telegram.places]]`); a
+    /// topic listed wins over its whole group listed, and both over `group_flow`.
+    #[serde(default)]
+    pub places: Vec<TelegramPlaceSettings>,
+    /// Whether private chats are Kaiwa's (default true); false leaves them to a host bot.
+    #[serde(default = "default_true")]
+    pub private_chats: bool,
     /// Long-poll timeout (at most 15: teloxide's HTTP client gives up after ~17 s).
     #[serde(default = "default_poll_timeout")]
     pub poll_timeout_secs: u64,
+}
+
+/// A group, or one forum topic of it, and the flow it runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramPlaceSettings {
+    /// The group's chat id (e.g. -1001234567890).
+    pub chat: i64,
+    /// A forum topic's id (its `message_thread_id`); unset: the whole group.
+    pub topic: Option<i32>,
+    pub flow: String,
+    pub flow_arg: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for TelegramSettings {
@@ -190,6 +218,8 @@ impl Default for TelegramSettings {
             private_flow: None,
             private_flow_arg: None,
             group_flow: None,
+            places: Vec::new(),
+            private_chats: true,
             poll_timeout_secs: default_poll_timeout(),
         }
     }

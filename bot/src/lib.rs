@@ -40,7 +40,9 @@ use anyhow::Context as _;
 use config::{Settings, optional_secret};
 use kaiwa_adapters::console;
 use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
-use kaiwa_adapters::telegram::{TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox};
+use kaiwa_adapters::telegram::{
+    PlaceFlow, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
+};
 use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
 use kaiwa_core::jobs::every;
 use kaiwa_core::jobs::retention::delete_old_transcripts;
@@ -219,6 +221,18 @@ impl KaiwaBuilder {
             .database_url
             .unwrap_or_else(|| settings.database_url.clone());
         let app = app::App::build(&settings, &database_url, admin, self.models).await?;
+        if let Some(place) = tg
+            .places
+            .iter()
+            .find(|p| app.orchestrator.flows().get(&p.flow).is_none())
+        {
+            anyhow::bail!(
+                "[[telegram.places]] chat {}: no flow {:?} (flows: {})",
+                place.chat,
+                place.flow,
+                app.orchestrator.flows().ids().join(", ")
+            );
+        }
         Ok(Kaiwa {
             settings,
             orchestrator: app.orchestrator,
@@ -398,6 +412,17 @@ impl Kaiwa {
             private_flow: tg.private_flow.clone(),
             private_flow_arg: tg.private_flow_arg.clone(),
             group_flow: tg.group_flow.clone(),
+            places: tg
+                .places
+                .iter()
+                .map(|p| PlaceFlow {
+                    chat: p.chat,
+                    topic: p.topic,
+                    flow: p.flow.clone(),
+                    flow_arg: p.flow_arg.clone(),
+                })
+                .collect(),
+            private_chats: tg.private_chats,
             poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
         }
     }
@@ -416,6 +441,7 @@ impl Kaiwa {
             api_proxy: dc.api_proxy.clone(),
             dm_flow: Some(dc.dm_flow.clone()),
             dm_flow_arg: dc.dm_flow_arg.clone(),
+            dms: dc.dms,
         }
     }
 

@@ -401,3 +401,110 @@ async fn a_host_with_its_own_polling_gets_its_updates_and_kaiwa_its_own_without_
     fake.send_text(chat, 92, "/ping");
     assert_eq!(settled(&fake, chat, before).await, ["pong"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kaiwa_takes_only_the_forum_topic_configured_for_it() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(
+        dir.path(),
+        &format!(
+            "[telegram]\napi_url = \"{}\"\nprivate_chats = false\n\n\
+             [[telegram.places]]\nchat = -100500\ntopic = 7\nflow = \"helpdesk\"\n",
+            fake.url()
+        ),
+    );
+    let kaiwa = open(&options, Some(TOKEN), None).await;
+    let _host = Running(tokio::spawn(telegram_host::host(kaiwa)));
+    let (kaiwas, other_topic) = (Chat::topic(-100500, 7), Chat::topic(-100500, 8));
+    let group = Chat {
+        id: -100500,
+        topic: None,
+    };
+    let private = Chat::private(93);
+
+    // the topic configured for the help-desk is Kaiwa's
+    fake.send_text(kaiwas, 93, "How do I stop a conversation?");
+    let answer = settled(&fake, kaiwas, 0).await;
+    assert!(answer[0].contains("/end"), "{answer:?}");
+    // another topic of the same group, and private chats, are not: the host's ping works
+    // there and nothing else is answered
+    fake.send_text(other_topic, 93, "How do I stop a conversation?");
+    fake.send_text(private, 93, "hello");
+    fake.send_text(private, 93, "/help");
+    fake.send_text(other_topic, 93, "/ping");
+    fake.send_text(private, 93, "/ping");
+    let pongs = |f: &FakeTelegram| {
+        f.calls_of("sendMessage")
+            .iter()
+            .filter(|c| c.text() == "pong")
+            .count()
+    };
+    fake.wait_for("both pongs", Duration::from_secs(20), |_| pongs(&fake) == 2)
+        .await;
+    kaiwa_tests::once_quiet(
+        || {
+            fake.calls_of("sendMessage")
+                .iter()
+                .map(|c| c.text().to_string())
+                .collect()
+        },
+        0,
+    )
+    .await;
+    assert!(
+        fake.texts_in(other_topic).is_empty(),
+        "{:?}",
+        fake.texts_in(other_topic)
+    );
+    assert_eq!(fake.texts_in(private), ["pong"]);
+    assert_eq!(fake.texts_in(group), ["pong"]);
+    assert_eq!(
+        fake.texts_in(kaiwas).len(),
+        answer.len(),
+        "nothing more in Kaiwa's topic"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_direct_messages_left_to_the_host_kaiwa_stays_out_of_them() {
+    let fake = FakeDiscord::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(
+        dir.path(),
+        &format!(
+            "[discord]\napi_proxy = \"{}\"\nhelpdesk_channel_ids = [{HELPDESK}]\ndms = false\n",
+            fake.api_proxy()
+        ),
+    );
+    let kaiwa = open(&options, None, Some("discord-plugin-token")).await;
+    let _host = Running(tokio::spawn(discord_host::host(kaiwa)));
+    fake.wait_ready().await;
+    let dm = kaiwa_tests::fake_discord::dm_channel_of(44);
+    fake.user_message(dm, None, 44, "hello");
+    fake.user_message(dm, None, 44, "!ping");
+    assert_eq!(fake.wait_texts(dm, 1).await, ["pong"]);
+    kaiwa_tests::once_quiet(|| fake.texts_in(dm), 0).await;
+    assert_eq!(fake.texts_in(dm), ["pong"], "nothing from Kaiwa in the DM");
+}
+
+#[tokio::test]
+async fn a_place_naming_a_flow_that_does_not_exist_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = configured(
+        dir.path(),
+        "[[telegram.places]]\nchat = -100500\nflow = \"helpdesks\"\n",
+    );
+    let (settings, _) = options.settings().expect("settings");
+    let built = Kaiwa::builder(settings)
+        .database_url(options.database_url.clone().unwrap_or_default())
+        .build()
+        .await;
+    let error = format!("{:#}", built.err().expect("refused"));
+    assert!(
+        error.contains("chat -100500")
+            && error.contains("\"helpdesks\"")
+            && error.contains("(flows: "),
+        "{error}"
+    );
+}

@@ -87,6 +87,8 @@ pub struct DiscordConfig {
     /// The flow direct messages run (`None`: the default flow) and its argument.
     pub dm_flow: Option<String>,
     pub dm_flow_arg: Option<String>,
+    /// Direct messages are Kaiwa's (`false`: left to a host bot, or ignored).
+    pub dms: bool,
 }
 
 impl std::fmt::Debug for DiscordConfig {
@@ -246,11 +248,13 @@ impl DiscordPlugin {
     }
 
     /// Whether a message in `channel` (`dm`: a direct message channel) is Kaiwa's: a
-    /// help-desk or reading channel or a thread in one, a DM, or the admin channel. A host
+    /// help-desk or reading channel or a thread in one, a DM (unless `dms` is off), or the
+    /// admin channel. A host
     /// answers its own text commands only where this is `false`.
     pub async fn owns(&self, channel: ChannelId, dm: bool) -> bool {
         let handler = &self.handler;
-        dm || handler.config.admin_channel_id == Some(channel.get())
+        (dm && handler.config.dms)
+            || handler.config.admin_channel_id == Some(channel.get())
             || handler.flow_of_channel(channel.get()).is_some()
             || handler.place_of(channel, false).await.is_some()
     }

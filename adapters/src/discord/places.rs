@@ -83,6 +83,9 @@ impl Handler {
     /// Where a message in `channel` belongs; `None` when the bot should stay silent.
     pub(super) async fn place_of(&self, channel: ChannelId, dm: bool) -> Option<Place> {
         if dm {
+            if !self.config.dms {
+                return None;
+            }
             return Some(Place {
                 chat: channel.get().to_string(),
                 thread: String::new(),

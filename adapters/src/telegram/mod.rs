@@ -60,10 +60,26 @@ pub struct TelegramConfig {
     /// The flow a private chat starts with (`None`: the default flow) and its argument.
     pub private_flow: Option<String>,
     pub private_flow_arg: Option<String>,
-    /// The flow groups and forum topics run; `None`: the bot ignores groups.
+    /// The flow groups and forum topics run; `None`: the bot ignores groups but for
+    /// [`Self::places`].
     pub group_flow: Option<String>,
+    /// Groups and forum topics with a flow of their own: a topic listed wins over its
+    /// group listed, both over `group_flow`.
+    pub places: Vec<PlaceFlow>,
+    /// Private chats are Kaiwa's (`false`: left to a host bot, or ignored).
+    pub private_chats: bool,
     /// Long-poll timeout.
     pub poll_timeout: Duration,
+}
+
+/// A group or one of its forum topics, and the flow it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceFlow {
+    pub chat: i64,
+    /// A forum topic; `None`: the whole group.
+    pub topic: Option<i32>,
+    pub flow: String,
+    pub flow_arg: Option<String>,
 }
 
 /// A chat and, in a forum, a topic.

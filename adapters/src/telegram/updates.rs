@@ -108,14 +108,24 @@ pub(super) fn lane_of(incoming: &Incoming) -> Option<(LaneKey, Place)> {
 }
 
 impl Context {
-    fn flow_for(&self, private: bool) -> Option<(Option<String>, Option<String>)> {
+    /// The flow of a place and its argument; `None`: the place is not Kaiwa's.
+    fn flow_for(&self, private: bool, place: Place) -> Option<(Option<String>, Option<String>)> {
+        let config = &self.config;
         if private {
-            Some((
-                self.config.private_flow.clone(),
-                self.config.private_flow_arg.clone(),
-            ))
-        } else {
-            self.config.group_flow.clone().map(|f| (Some(f), None))
+            return config
+                .private_chats
+                .then(|| (config.private_flow.clone(), config.private_flow_arg.clone()));
+        }
+        let listed = |topic: Option<i32>| {
+            config
+                .places
+                .iter()
+                .find(|p| p.chat == place.chat.0 && p.topic == topic)
+        };
+        let topic = place.topic.map(|t| t.0.0);
+        match topic.and_then(|t| listed(Some(t))).or_else(|| listed(None)) {
+            Some(p) => Some((Some(p.flow.clone()), p.flow_arg.clone())),
+            None => config.group_flow.clone().map(|f| (Some(f), None)),
         }
     }
 
@@ -138,10 +148,10 @@ impl Context {
             // the admin chat takes admin commands only
             return None;
         }
-        let (flow, flow_arg) = self
-            .flow_for(private)
-            .or_else(|| in_admin_chat.then_some((None, None)))?;
         let place = Place::of(message);
+        let (flow, flow_arg) = self
+            .flow_for(private, place)
+            .or_else(|| in_admin_chat.then_some((None, None)))?;
         let lane = (place.chat.0, place.topic_number(), from.id.0);
         let Some(text) = message.text().or(message.caption()) else {
             // a photo or a sticker: the host's, when Kaiwa is mounted in one
@@ -246,7 +256,7 @@ impl Context {
         };
         let shown = shown_choice(&request, &values);
         let private = message.chat.is_private();
-        let (flow, flow_arg) = self.flow_for(private).unwrap_or_default();
+        let (flow, flow_arg) = self.flow_for(private, place).unwrap_or_default();
         let incoming = Incoming {
             platform: Platform::Telegram,
             chat: key.chat,
