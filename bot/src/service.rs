@@ -1,7 +1,8 @@
-//! `kaiwa run`: the bot as a service. Starts every adapter whose token is set (Telegram,
-//! Discord), serves
-//! `/healthz` and `/metrics`, and on SIGTERM / Ctrl-C stops taking messages, lets the turns in
-//! flight finish (bounded by `[server] shutdown_grace_secs`) and closes the database.
+//! `kaiwa run` ([`crate::Kaiwa::run`], [`crate::Kaiwa::run_until`]): the bot as a service.
+//! Starts every adapter whose token is set (Telegram, Discord), serves `/healthz` and
+//! `/metrics`, and on SIGTERM / Ctrl-C (or when the given future resolves) stops taking
+//! messages, lets the turns in flight finish (bounded by `[server] shutdown_grace_secs`) and
+//! closes the database.
 
 use crate::Kaiwa;
 use anyhow::{Context, bail};
