@@ -184,8 +184,28 @@ async fn the_discord_host_and_kaiwa_each_answer_only_their_own_events() {
         ),
     );
     let kaiwa = open(&options, None, Some("discord-plugin-token")).await;
+    // what a host that overwrites its commands in bulk would put in its list
+    let listed = serde_json::to_value(kaiwa.discord().expect("plugin").commands())
+        .expect("commands as JSON");
     let _host = Running(tokio::spawn(discord_host::host(kaiwa)));
     fake.wait_ready().await;
+    let mut kaiwas: Vec<String> = fake
+        .command_names()
+        .into_iter()
+        .filter(|n| n != "ping")
+        .collect();
+    let mut offered: Vec<String> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_string))
+        .collect();
+    kaiwas.sort();
+    offered.sort();
+    assert_eq!(
+        offered, kaiwas,
+        "the commands a host can register are the ones Kaiwa does"
+    );
     fake.wait_for(
         "the host's ping registered again",
         Duration::from_secs(20),

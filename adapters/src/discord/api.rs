@@ -261,17 +261,7 @@ impl DiscordApi {
             if current {
                 continue;
             }
-            let builder = CreateCommand::new(c.name)
-                .description(description)
-                .description_localized("ja", description_ja)
-                .add_option(
-                    CreateCommandOption::new(
-                        CommandOptionType::String,
-                        "text",
-                        "what follows the command (optional)",
-                    )
-                    .required(false),
-                );
+            let builder = command_builder(c);
             self.call("createGlobalCommand", |http| {
                 let builder = builder.clone();
                 async move {
@@ -285,4 +275,20 @@ impl DiscordApi {
         }
         Ok(written)
     }
+}
+
+/// A slash command as Kaiwa registers it: its English description, the Japanese one, and one
+/// optional text option (what follows the command).
+pub(super) fn command_builder(c: &CommandInfo) -> CreateCommand {
+    CreateCommand::new(c.name)
+        .description(truncate(c.description_en, 100))
+        .description_localized("ja", truncate(c.description_ja, 100))
+        .add_option(
+            CreateCommandOption::new(
+                CommandOptionType::String,
+                "text",
+                "what follows the command (optional)",
+            )
+            .required(false),
+        )
 }

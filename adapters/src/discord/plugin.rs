@@ -59,6 +59,14 @@ impl DiscordPlugin {
             || handler.place_of(channel, false).await.is_some()
     }
 
+    /// Kaiwa's slash commands, for a host that registers its application's commands in one
+    /// bulk overwrite of its own (which would delete those Kaiwa registered): put these in
+    /// its list. Kaiwa registers them itself at `ready` otherwise.
+    pub fn commands(&self) -> Vec<serenity::all::CreateCommand> {
+        let commands = self.handler.orchestrator.flows().menu_commands();
+        commands.iter().map(api::command_builder).collect()
+    }
+
     /// Connected or not, for a host's health check.
     pub fn health(&self) -> Arc<AdapterHealth> {
         self.handler.health.clone()
