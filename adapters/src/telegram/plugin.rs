@@ -8,7 +8,8 @@ use std::sync::Arc;
 use teloxide::types::{Update, UpdateKind};
 
 /// Kaiwa mounted in a host bot's teloxide [`Dispatcher`](teloxide::dispatching::Dispatcher):
-/// the host polls (or takes webhooks) and confirms updates; Kaiwa takes what is its own
+/// the host's dispatcher gets its updates from its own polling or webhook, or from Kaiwa's
+/// polling ([`TelegramPlugin::listener`]); Kaiwa takes what is its own
 /// ([`TelegramPlugin::handler`], [`TelegramPlugin::take`]) and leaves the rest to the host's
 /// branches:
 ///
