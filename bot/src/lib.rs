@@ -341,7 +341,7 @@ impl Kaiwa {
 
     /// Kaiwa's Telegram handler for a host's dispatcher (see [`TelegramPlugin::handler`]):
     /// connects, adds Kaiwa's commands to the bot's menu and picks up what the last run
-    /// left. An error without a Telegram token.
+    /// left. An error without a Telegram token. Call it once (the plugin is `Clone`).
     ///
     /// ```no_run
     /// # async fn example(kaiwa: kaiwa::Kaiwa) -> anyhow::Result<()> {

@@ -115,6 +115,7 @@ impl TelegramPlugin {
     /// stops of streamed replies (`stopped_message_generation`, which teloxide's
     /// dispatcher drops as an update it cannot read) reach Kaiwa, so drafts in private
     /// chats carry a Stop button again. The listener ends when the dispatcher stops it.
+    /// Take one: a second would poll the same bot twice (Telegram refuses that with 409).
     ///
     /// ```no_run
     /// # async fn host(kaiwa: kaiwa_adapters::telegram::TelegramPlugin, bot: teloxide::Bot) {
