@@ -358,7 +358,7 @@ async fn long_poll(
             failures = 0;
             last_logged = None;
         }
-        match keep(&ctx, batch.updates, host.is_some()).await {
+        match keep(&ctx, batch.updates).await {
             Ok((routed, others)) => {
                 if let Some(host) = &host {
                     for update in others {
@@ -400,20 +400,18 @@ async fn long_poll(
 }
 
 /// Routes a batch and keeps Kaiwa's messages in the inbox, committed: only then may the
-/// batch be confirmed to Telegram. Returns Kaiwa's work and (with `others`) the updates that
-/// are not Kaiwa's.
+/// batch be confirmed to Telegram. Returns Kaiwa's work and the updates that are not
+/// Kaiwa's.
 async fn keep(
     ctx: &Context,
     updates: Vec<Update>,
-    others: bool,
 ) -> Result<(Vec<Routed>, Vec<Update>), AdapterError> {
     let mut routed = Vec::with_capacity(updates.len());
     let mut rest = Vec::new();
     for update in updates {
-        let copy = others.then(|| update.clone());
-        match ctx.route(update).await? {
+        match ctx.route(&update).await? {
             Some(r) => routed.push(r),
-            None => rest.extend(copy),
+            None => rest.push(update),
         }
     }
     let kept: Vec<_> = routed

@@ -58,7 +58,7 @@ impl TelegramPlugin {
             };
         }
         let ctx = &self.intake.ctx;
-        let routed = match ctx.route(update.clone()).await {
+        let routed = match ctx.route(update).await {
             Ok(Some(routed)) => routed,
             Ok(None) => return false,
             Err(error) => {

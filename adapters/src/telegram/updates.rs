@@ -131,10 +131,10 @@ impl Context {
 
     /// What `update` asks for; `None` when it asks for nothing (another bot's command, a
     /// group the bot does not serve, an update of a kind it does not read).
-    pub(super) async fn route(&self, update: Update) -> Result<Option<Routed>, OrchestratorError> {
+    pub(super) async fn route(&self, update: &Update) -> Result<Option<Routed>, OrchestratorError> {
         let id = update_key(update.id);
-        match update.kind {
-            UpdateKind::Message(message) => Ok(self.route_message(id, &message)),
+        match &update.kind {
+            UpdateKind::Message(message) => Ok(self.route_message(id, message)),
             UpdateKind::CallbackQuery(query) => self.route_callback(id, query).await,
             _ => Ok(None),
         }
@@ -195,7 +195,7 @@ impl Context {
     async fn route_callback(
         &self,
         id: String,
-        query: CallbackQuery,
+        query: &CallbackQuery,
     ) -> Result<Option<Routed>, OrchestratorError> {
         let user = query.from.id.0;
         let notice = |id: String, lane: LaneKey, query: String, text| Routed {
@@ -215,7 +215,12 @@ impl Context {
                 .flatten()
         });
         let (Some(message), Some(press)) = (query.regular_message(), press) else {
-            return Ok(Some(notice(id, (0, 0, user), query.id.0, STALE_NOTICE)));
+            return Ok(Some(notice(
+                id,
+                (0, 0, user),
+                query.id.0.clone(),
+                STALE_NOTICE,
+            )));
         };
         let place = Place::of(message);
         let lane = (place.chat.0, place.topic_number(), user);
@@ -227,12 +232,12 @@ impl Context {
         };
         let Some(request) = pending_request(&self.orchestrator, &key, press.request_id()).await?
         else {
-            return Ok(Some(notice(id, lane, query.id.0, STALE_NOTICE)));
+            return Ok(Some(notice(id, lane, query.id.0.clone(), STALE_NOTICE)));
         };
         let values = match press {
             Press::Toggle { index, mask, .. } => {
                 if index >= request.options.len() {
-                    return Ok(Some(notice(id, lane, query.id.0, STALE_NOTICE)));
+                    return Ok(Some(notice(id, lane, query.id.0.clone(), STALE_NOTICE)));
                 }
                 let work = Work::Toggle {
                     query: query.id.0.clone(),
@@ -245,13 +250,13 @@ impl Context {
             Press::Done { mask, .. } => {
                 let values = values_of(&request, mask);
                 if values.is_empty() {
-                    return Ok(Some(notice(id, lane, query.id.0, PICK_ONE)));
+                    return Ok(Some(notice(id, lane, query.id.0.clone(), PICK_ONE)));
                 }
                 values
             }
             Press::Pick { index, .. } => match chosen_values(&request, &[index]) {
                 Some(values) => values,
-                None => return Ok(Some(notice(id, lane, query.id.0, STALE_NOTICE))),
+                None => return Ok(Some(notice(id, lane, query.id.0.clone(), STALE_NOTICE))),
             },
         };
         let shown = shown_choice(&request, &values);
