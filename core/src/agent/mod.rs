@@ -176,33 +176,23 @@ impl<S: Send> Agent<S> {
                 source,
             })?;
             usage.add(response.usage);
-            if let Some(tap) = &tap {
-                if tap.was_stopped() {
-                    // the user stopped the answer: what was shown is the answer
-                    let text = tap.text();
-                    messages.push(ChatMessage::assistant(text.clone()));
-                    return Ok(AgentLoopResult {
-                        response_text: text,
-                        tool_calls: calls,
-                        awaiting_user_response: true,
-                        state,
-                        usage,
-                        messages,
-                    });
-                }
-                if !response.tool_calls.is_empty() {
-                    tap.reset();
-                }
-            }
             tracing::debug!(
                 iteration,
                 tools = response.tool_calls.len(),
                 "model answered"
             );
 
-            if response.tool_calls.is_empty() {
-                let text = response.text.unwrap_or_default();
-                let remaining = self.remaining_tasks(&state);
+            // the user stopped the answer: what was shown is the answer, work left or not
+            let stopped = tap
+                .as_ref()
+                .filter(|tap| tap.was_stopped())
+                .map(|tap| tap.text());
+            if stopped.is_some() || response.tool_calls.is_empty() {
+                let remaining = match &stopped {
+                    Some(_) => Vec::new(),
+                    None => self.remaining_tasks(&state),
+                };
+                let text = stopped.unwrap_or_else(|| response.text.unwrap_or_default());
                 if remaining.is_empty() {
                     messages.push(ChatMessage::assistant(text.clone()));
                     return Ok(AgentLoopResult {
@@ -228,6 +218,10 @@ impl<S: Send> Agent<S> {
                     remaining.join("; ")
                 )));
                 continue;
+            }
+            if let Some(tap) = &tap {
+                // what was streamed led to tool calls: the answer is still to come
+                tap.reset();
             }
 
             messages.push(ChatMessage::Assistant {
