@@ -32,9 +32,11 @@ mod commands;
 mod delivery;
 mod notices;
 mod routing;
+mod working;
 
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
 pub use notices::QUEUE_FULL;
+pub use working::Streamer;
 
 use admission::*;
 use delivery::*;
@@ -74,23 +76,6 @@ pub trait Outbox: Send + Sync {
     }
 }
 
-/// Shows one reply while it is written (see [`Outbox::streamer`]).
-#[async_trait]
-pub trait Streamer: Send {
-    /// The least time between two [`Streamer::show`]s.
-    fn interval(&self) -> Duration;
-
-    /// Shows the reply so far; `Ok(true)` once something is on the user's screen (a
-    /// streamer may wait for a whole sentence). A platform's rate limit comes back as
-    /// [`DeliveryError::RateLimited`]: the texts until then are skipped, not queued. Any
-    /// other error ends the streaming of this reply (it is delivered whole at the end).
-    async fn show(&mut self, text: &str) -> Result<bool, DeliveryError>;
-
-    /// The turn's reply was delivered (or could not be): forget the reply, and remove what
-    /// was shown if the reply did not replace it.
-    async fn finish(self: Box<Self>);
-}
-
 /// The language `text` is plainly written in: Japanese with any kana or kanji, English
 /// with two or more words of Latin letters and none; `None` for a name, a number, a word.
 fn written_language(text: &str) -> Option<&'static str> {
@@ -110,51 +95,6 @@ fn written_language(text: &str) -> Option<&'static str> {
 struct Handed {
     language: Option<String>,
     said: String,
-}
-
-/// What `working` leaves behind: the streamer to finish once the reply is delivered.
-struct Streaming {
-    streamer: Option<Box<dyn Streamer>>,
-    stopped: bool,
-}
-
-impl Streaming {
-    async fn finish(self) {
-        if let Some(streamer) = self.streamer {
-            streamer.finish().await;
-        }
-    }
-}
-
-/// Shows the tap's text at the streamer's pace until the turn is over (never returns).
-async fn pump(streamer: &mut dyn Streamer, tap: &Tap, shown: &std::sync::atomic::AtomicBool) {
-    let mut text = tap.watch();
-    let mut broken = false;
-    loop {
-        if text.changed().await.is_err() || broken {
-            return std::future::pending().await;
-        }
-        let now = text.borrow_and_update().clone();
-        if now.trim().is_empty() {
-            continue;
-        }
-        let pause = match streamer.show(&now).await {
-            Ok(visible) => {
-                if visible {
-                    shown.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                streamer.interval()
-            }
-            // the texts written meanwhile are skipped; the last one is shown after
-            Err(DeliveryError::RateLimited { retry_after }) => retry_after.max(streamer.interval()),
-            Err(e) => {
-                tracing::info!(error = %e, "streaming this reply stopped; it is sent whole");
-                broken = true;
-                Duration::ZERO
-            }
-        };
-        tokio::time::sleep(pause).await;
-    }
 }
 
 /// What happened to one incoming message.
@@ -420,77 +360,6 @@ impl Orchestrator {
         }
         .instrument(span)
         .await
-    }
-
-    /// Runs a flow's turn within the turn budget, showing a sign of life while it works:
-    /// the platform's typing indicator again before the last one fades (Telegram shows it
-    /// for 5 s, Discord for 10 s), and — where the outbox can show one — the reply as it
-    /// is written, instead of typing once text is shown.
-    async fn working<F: std::future::Future>(
-        &self,
-        key: &SessionKey,
-        outbox: &dyn Outbox,
-        work: F,
-    ) -> (F::Output, Streaming) {
-        let tap = Tap::new();
-        let mut streamer = if self.models.is_empty() {
-            None
-        } else {
-            outbox.streamer(key, &tap)
-        };
-        let streams = streamer.is_some();
-        let budgeted = async {
-            let work = async {
-                match self.turn_budget {
-                    Some(budget) => crate::llm::budget::within(budget, work).await,
-                    None => work.await,
-                }
-            };
-            if streams {
-                crate::llm::stream::within(tap.clone(), work).await
-            } else {
-                work.await
-            }
-        };
-        let every = match key.platform {
-            _ if self.models.is_empty() => None,
-            crate::message::Platform::Telegram => Some(Duration::from_secs(4)),
-            crate::message::Platform::Discord => Some(Duration::from_secs(8)),
-            _ => None,
-        };
-        let shown = std::sync::atomic::AtomicBool::new(false);
-        let output = {
-            let pump = async {
-                match streamer.as_deref_mut() {
-                    Some(streamer) => pump(streamer, &tap, &shown).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(budgeted, pump);
-            let mut tick = every
-                .map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
-            loop {
-                tokio::select! {
-                    output = &mut budgeted => break output,
-                    () = &mut pump => {}
-                    _ = async {
-                        match tick.as_mut() {
-                            Some(tick) => tick.tick().await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        // once text is shown it is the sign of life (a Telegram draft would
-                        // even be blanked by the "Thinking…" placeholder)
-                        if !shown.load(std::sync::atomic::Ordering::Relaxed) {
-                            // best effort, like the first
-                            let _ = outbox.deliver(key, &[Outgoing::Typing]).await;
-                        }
-                    }
-                }
-            }
-        };
-        let stopped = tap.was_stopped();
-        (output, Streaming { streamer, stopped })
     }
 
     /// A message refused before its turn: answered with `notice` when `tell` (the first of
