@@ -26,18 +26,11 @@ const TOKEN: &str = "4242:plugin-test";
 const HELPDESK: u64 = 8_100;
 const PLAIN: u64 = 8_200;
 
-/// Kaiwa's configuration as a host reads it: a file (`--config`) and a database URL
-/// (`--database-url`), the flows' folders those of this repository.
+/// Kaiwa's configuration as a host reads it: a file (`--config`, written by
+/// [`kaiwa_tests::write_config`]) and a database URL (`--database-url`).
 fn configured(dir: &Path, sections: &str) -> Options {
-    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let config = format!(
-        "[flows]\nforms_dir = \"{repo}/config/forms\"\nkb_dir = \"{repo}/config/kb\"\n\
-         books = \"{repo}/config/books.toml\"\n\n{sections}"
-    );
-    let path = dir.join("kaiwa.toml");
-    std::fs::write(&path, config).expect("config written");
     Options {
-        config: Some(path),
+        config: Some(kaiwa_tests::write_config(dir, sections)),
         database_url: Some(format!("sqlite://{}/kaiwa.db", dir.display())),
     }
 }

@@ -38,6 +38,28 @@ value = "python"
 label = "Python"
 "#;
 
+/// Writes a Kaiwa configuration file in `dir` and returns its path: the forms of these
+/// tests (the repository's engineer form and [`SURVEY_FORM`], in `dir/forms`), this
+/// repository's knowledge base and books, `/healthz` on a free port, then `sections`
+/// (`[telegram]`, `[discord]`, `[llm]`, …).
+pub fn write_config(dir: &std::path::Path, sections: &str) -> std::path::PathBuf {
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let forms = dir.join("forms");
+    std::fs::create_dir_all(&forms).expect("forms folder");
+    let engineer = std::fs::read_to_string(format!("{repo}/config/forms/engineer.toml"))
+        .expect("the engineer form");
+    std::fs::write(forms.join("engineer.toml"), engineer).expect("engineer form");
+    std::fs::write(forms.join("survey.toml"), SURVEY_FORM).expect("survey form");
+    let config = format!(
+        "[flows]\nforms_dir = {forms:?}\ndefault_form = \"engineer\"\n\
+         kb_dir = \"{repo}/config/kb\"\nbooks = \"{repo}/config/books.toml\"\n\n\
+         [server]\nlisten = \"127.0.0.1:0\"\n\n{sections}"
+    );
+    let path = dir.join("kaiwa.toml");
+    std::fs::write(&path, config).expect("config written");
+    path
+}
+
 /// The texts after the first `before`, once `texts` has stopped growing for a quarter second
 /// (a bot's reply can be several messages).
 pub async fn once_quiet(texts: impl Fn() -> Vec<String>, before: usize) -> Vec<String> {
