@@ -105,7 +105,7 @@ pub(crate) async fn run(
     kaiwa: Kaiwa,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let settings = kaiwa.settings.clone();
+    let settings = &kaiwa.settings;
     let (tg, dc) = (&settings.telegram, &settings.discord);
     if kaiwa.telegram.is_none() && kaiwa.discord.is_none() {
         bail!(
