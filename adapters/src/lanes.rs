@@ -6,11 +6,15 @@
 //! when the queue is empty. At most `max_waiting` messages wait behind the running one;
 //! more overflow, and only the first overflow of a burst (until the queue empties) is to
 //! be answered.
+//!
+//! [`Scheduler`] is what both chat adapters run their turns on: the lanes with their
+//! workers, and a `finish` that waits for them all.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use tokio::task::JoinSet;
 
 /// What became of a pushed item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +114,74 @@ impl<K: Hash + Eq + Clone, W> Lanes<K, W> {
     {
         while let Some(work) = self.next(&key) {
             run(work).await;
+        }
+    }
+}
+
+/// The lanes with their workers: each key's work runs in order in one task, every key in
+/// parallel; see the module's documentation.
+pub struct Scheduler<K, W> {
+    lanes: Arc<Lanes<K, W>>,
+    workers: Mutex<JoinSet<()>>,
+}
+
+impl<K, W> Scheduler<K, W>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    W: Send + 'static,
+{
+    pub fn new(max_waiting: usize) -> Self {
+        Scheduler {
+            lanes: Arc::new(Lanes::new(max_waiting)),
+            workers: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    fn workers(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `work` in `key`'s lane; an idle lane gets a worker that runs its work with
+    /// `run`, in order. Returns the work a full queue refused, and whether this refusal is
+    /// the burst's first (the one to answer).
+    pub fn schedule<R, Fut>(&self, key: K, work: W, run: R) -> Option<(W, bool)>
+    where
+        R: Fn(W) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut workers = self.workers();
+        let refused = match self.lanes.push(key.clone(), work) {
+            Pushed::Start => {
+                let lanes = self.lanes.clone();
+                workers.spawn(async move { lanes.drain(key, run).await });
+                None
+            }
+            Pushed::Queued => None,
+            Pushed::Overflow { work, tell } => Some((work, tell)),
+        };
+        // finished workers are reaped as we go
+        while workers.try_join_next().is_some() {}
+        refused
+    }
+
+    /// Runs `task` beside the lanes (a refusal's answer); [`Scheduler::finish`] waits for it.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.workers().spawn(task);
+    }
+
+    /// Sessions with a worker running.
+    pub fn busy(&self) -> usize {
+        self.lanes.busy()
+    }
+
+    /// Waits until every worker ended, those started meanwhile included.
+    pub async fn finish(&self) {
+        loop {
+            let mut workers = std::mem::take(&mut *self.workers());
+            if workers.is_empty() {
+                return;
+            }
+            while workers.join_next().await.is_some() {}
         }
     }
 }

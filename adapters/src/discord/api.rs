@@ -1,7 +1,15 @@
 //! [`DiscordApi`]: serenity's REST client with 429s waited out and sent again (when
 //! serenity's own rate limiter is off behind `api_proxy`), and slash-command registration.
 
-use super::*;
+use super::MESSAGE_LIMIT;
+use crate::split::{MAX_PIECES, split_capped, truncate};
+use kaiwa_core::flow::CommandInfo;
+use serenity::all::{
+    ChannelId, Command, CommandOptionType, CreateActionRow, CreateCommand, CreateCommandOption,
+    CreateMessage, ErrorResponse, Http, HttpBuilder, HttpError, Message, Nonce,
+};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// REST calls that wait out 429s (needed when serenity's rate limiter is off).
 #[derive(Clone)]

@@ -4,43 +4,48 @@
 //! session's last turn go through the usual path in order (the store's deduplication drops
 //! any already handled).
 
-use super::*;
+use super::events::Handler;
+use super::outbox::channel_of;
+use kaiwa_core::message::Platform;
 use serenity::all::GetMessages;
+use serenity::all::{ChannelId, Message};
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// Places looked at, most recently active first.
 const PLACES: usize = 200;
 /// Messages fetched per place (one REST call).
 const PER_PLACE: u8 = 50;
 /// Sessions idle for longer are not caught up.
-const WINDOW_SECS: i64 = 24 * 3600;
+const WINDOW_SECS: u64 = 24 * 3600;
 /// Messages this much older than a session's last turn are looked at too (a message that
 /// arrived while its turn was committing); handled ones are dropped as duplicates.
 const MARGIN_SECS: i64 = 60;
 
 impl Handler {
     pub(super) async fn catch_up(&self) {
-        let sessions = match self.orchestrator.store().active_sessions(PLACES * 4).await {
-            Ok(sessions) => sessions,
+        let window = Duration::from_secs(WINDOW_SECS);
+        let places = match self
+            .orchestrator
+            .active_places(Platform::Discord, window, PLACES * 4)
+            .await
+        {
+            Ok(places) => places,
             Err(e) => {
                 tracing::warn!(error = %e, "could not list the sessions to catch up");
                 return;
             }
         };
-        let now = serenity::all::Timestamp::now().unix_timestamp();
         // channel → the earliest last turn of its sessions (a thread may hold several users)
         let mut since: HashMap<ChannelId, i64> = HashMap::new();
-        for session in &sessions {
-            let updated = session.updated_at.timestamp();
-            if session.key.platform != Platform::Discord || now - updated > WINDOW_SECS {
-                continue;
-            }
-            let Some(channel) = channel_of(&session.key.chat, &session.key.thread) else {
+        for place in &places {
+            let Some(channel) = channel_of(&place.key.chat, &place.key.thread) else {
                 continue;
             };
             if since.len() >= PLACES && !since.contains_key(&channel) {
                 continue;
             }
+            let updated = place.last_turn.timestamp();
             let entry = since.entry(channel).or_insert(updated);
             *entry = (*entry).min(updated);
         }

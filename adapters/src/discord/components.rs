@@ -1,7 +1,12 @@
 //! Options as Discord components: buttons for a single choice (5 per row, 5 rows), a select
 //! menu for several; custom ids carry the request's short id and an index ([`Press`]).
 
-use super::*;
+use crate::split::truncate;
+use kaiwa_core::message::OptionsRequest;
+use serenity::all::{
+    ButtonStyle, CreateActionRow, CreateButton, CreateSelectMenu, CreateSelectMenuKind,
+    CreateSelectMenuOption,
+};
 
 /// What every custom id of Kaiwa's components starts with.
 pub const NAMESPACE: &str = "kaiwa|";

@@ -1,7 +1,29 @@
 //! The gateway's events: messages, component presses and slash commands turned into
 //! [`Incoming`]s for the orchestrator (a press read through [`crate::interaction`]).
 
-use super::*;
+use super::api::DiscordApi;
+use super::components::{NAMESPACE, Press, components};
+use super::outbox::DiscordOutbox;
+use super::outbox::channel_of;
+use super::places::{Parents, Place, target_of};
+use super::{DiscordConfig, MESSAGE_LIMIT};
+use crate::interaction::{
+    ALREADY_COMPLETE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request,
+    shown_choice,
+};
+use crate::lanes::Scheduler;
+use crate::split::truncate;
+use crate::{AdapterHealth, SeenIds};
+use async_trait::async_trait;
+use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
+use kaiwa_core::orchestrator::{Orchestrator, QUEUE_FULL};
+use serenity::all::{
+    ChannelId, CommandDataOptionValue, CommandInteraction, ComponentInteraction,
+    ComponentInteractionDataKind, Context, CreateInteractionResponse,
+    CreateInteractionResponseMessage, CreateThread, EditInteractionResponse, EventHandler, Http,
+    Interaction, Message, Ready,
+};
+use std::sync::Arc;
 
 pub(super) const SEEN: usize = 4096;
 
@@ -35,7 +57,7 @@ pub(super) struct Turns {
     pub(super) api: DiscordApi,
     pub(super) outbox: DiscordOutbox,
     pub(super) orchestrator: Arc<Orchestrator>,
-    pub(super) lanes: Lanes<LaneKey, Work>,
+    pub(super) lanes: Scheduler<LaneKey, Work>,
 }
 
 impl Turns {
@@ -47,9 +69,17 @@ impl Turns {
         reply_to: ChannelId,
         command: Option<(Box<CommandInteraction>, Arc<Http>)>,
     ) {
-        if let Err(e) = self.orchestrator.store().inbox_put(&incoming).await {
-            tracing::warn!(error = %e, "could not keep the message in the inbox");
-        }
+        self.orchestrator.accept(&incoming).await;
+        self.schedule(incoming, reply_to, command);
+    }
+
+    /// Queues a message already in the inbox in its session's lane.
+    pub(super) fn schedule(
+        self: &Arc<Self>,
+        incoming: Incoming,
+        reply_to: ChannelId,
+        command: Option<(Box<CommandInteraction>, Arc<Http>)>,
+    ) {
         let lane = (
             incoming.chat.clone(),
             incoming.thread.clone(),
@@ -60,30 +90,21 @@ impl Turns {
             reply_to,
             command,
         };
-        match self.lanes.push(lane.clone(), work) {
-            Pushed::Start => {
-                let turns = self.clone();
-                tokio::spawn(async move {
-                    let runner = turns.clone();
-                    turns
-                        .lanes
-                        .drain(lane, |work| {
-                            let runner = runner.clone();
-                            async move { runner.run(work).await }
-                        })
-                        .await;
-                });
-            }
-            Pushed::Queued => {}
-            Pushed::Overflow { work, tell } => self.refuse(work, tell).await,
+        let runner = self.clone();
+        let run = move |work| {
+            let runner = runner.clone();
+            async move { runner.run(work).await }
+        };
+        if let Some((work, tell)) = self.lanes.schedule(lane, work, run) {
+            let turns = self.clone();
+            self.lanes
+                .spawn(async move { turns.refuse(work, tell).await });
         }
     }
 
     /// Waits until no turn is queued or running.
     pub(super) async fn finish(&self) {
-        while self.lanes.busy() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.lanes.finish().await;
     }
 
     async fn run(&self, work: Work) {
@@ -114,15 +135,7 @@ impl Turns {
     /// burst (a slash command always: its interaction waits for an answer).
     async fn refuse(&self, work: Work, tell: bool) {
         tracing::info!(told = tell, "session queue full: message refused");
-        let incoming = &work.incoming;
-        if let Err(e) = self
-            .orchestrator
-            .store()
-            .inbox_done(incoming.platform, &incoming.chat, &incoming.message_id)
-            .await
-        {
-            tracing::warn!(error = %e, "could not clear a refused message");
-        }
+        self.orchestrator.release(&work.incoming).await;
         match work.command {
             Some((command, http)) => {
                 let busy = EditInteractionResponse::new().content(QUEUE_FULL);
@@ -163,12 +176,16 @@ impl EventHandler for Handler {
         self.health.ok();
         tracing::info!(bot = %ready.user.name, "Discord connected");
         self.api.http.set_application_id(ready.application.id);
-        if let Err(e) = self
+        // what the last run kept and did not answer goes first in its session's lane
+        for incoming in self
             .orchestrator
-            .replay_inbox(Platform::Discord, &self.turns.outbox)
+            .left_by_last_run(Platform::Discord, &self.turns.outbox)
             .await
         {
-            tracing::warn!(error = %e, "could not handle the messages left by the last run");
+            match channel_of(&incoming.chat, &incoming.thread) {
+                Some(channel) => self.turns.schedule(incoming, channel, None),
+                None => tracing::warn!("a kept Discord message names no channel"),
+            }
         }
         self.catch_up().await;
         let commands = self.orchestrator.flows().menu_commands();

@@ -22,32 +22,11 @@
 //! - A message is processed once: recent ids are remembered in memory and every turn is
 //!   deduplicated by the store.
 
-use crate::interaction::{
-    ALREADY_COMPLETE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request,
-    shown_choice,
-};
-use crate::lanes::{Lanes, Pushed};
-use crate::split::{MAX_PIECES, split_capped, truncate};
 use crate::{AdapterError, AdapterHealth, SeenIds};
-use async_trait::async_trait;
-use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
-use kaiwa_core::flow::CommandInfo;
-use kaiwa_core::message::{
-    Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
-};
-use kaiwa_core::orchestrator::{Orchestrator, Outbox, QUEUE_FULL};
-use serenity::all::{
-    ButtonStyle, ChannelId, ChannelType, Command, CommandDataOptionValue, CommandInteraction,
-    CommandOptionType, ComponentInteraction, ComponentInteractionDataKind, Context,
-    CreateActionRow, CreateButton, CreateCommand, CreateCommandOption, CreateEmbed,
-    CreateInteractionResponse, CreateInteractionResponseMessage, CreateMessage, CreateSelectMenu,
-    CreateSelectMenuKind, CreateSelectMenuOption, CreateThread, EditInteractionResponse,
-    ErrorResponse, EventHandler, GatewayIntents, Http, HttpBuilder, HttpError, Interaction,
-    Message, Nonce, Ready,
-};
+use kaiwa_core::orchestrator::Orchestrator;
+use serenity::all::GatewayIntents;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 mod api;
 mod catch_up;
@@ -58,16 +37,14 @@ mod places;
 mod plugin;
 mod stream;
 
+use crate::discord::events::{Handler, SEEN, Turns};
+use crate::discord::places::Parents;
+use crate::lanes::Scheduler;
 pub use api::{DiscordApi, build_http};
 pub use components::{NAMESPACE, Press, components};
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use plugin::DiscordPlugin;
 pub use stream::STOP_ID;
-
-use api::*;
-use events::*;
-use outbox::*;
-use places::*;
 
 /// Discord's limit on one message's content, in characters.
 pub const MESSAGE_LIMIT: usize = 2000;
@@ -188,7 +165,7 @@ impl Handler {
         let turns = Arc::new(Turns {
             api: api.clone(),
             outbox: DiscordOutbox::new(api.clone()),
-            lanes: Lanes::new(orchestrator.max_waiting()),
+            lanes: Scheduler::new(orchestrator.max_waiting()),
             orchestrator: orchestrator.clone(),
         });
         Handler {
@@ -207,7 +184,7 @@ impl Handler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kaiwa_core::message::OptionItem;
+    use kaiwa_core::message::{OptionItem, OptionsRequest};
 
     #[test]
     fn custom_ids_round_trip_and_stay_short() {

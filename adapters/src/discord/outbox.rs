@@ -1,7 +1,18 @@
 //! Where replies and admin notices go: [`DiscordOutbox`] renders a turn's [`Outgoing`]s in
 //! the session's channel or thread, [`DiscordAdminSink`] posts embeds to the admin channel.
 
-use super::*;
+use super::MESSAGE_LIMIT;
+use super::api::DiscordApi;
+use super::api::is_rate_limited;
+use super::components::components;
+use crate::split::{MAX_PIECES, split_capped, truncate};
+use async_trait::async_trait;
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::message::{Outgoing, SessionKey};
+use kaiwa_core::orchestrator::Outbox;
+use serenity::all::{ChannelId, CreateEmbed, CreateMessage, Message};
+use std::sync::Arc;
+use std::time::Duration;
 
 pub(super) fn delivery_error(e: serenity::Error) -> DeliveryError {
     if is_rate_limited(&e) {

@@ -1,8 +1,10 @@
 //! Which place a channel is: a help-desk or reading channel (a new message opens a thread
 //! that is its own session), a thread of one, or a DM; the parents of threads are cached.
 
-use super::*;
+use super::events::Handler;
+use super::outbox::channel_of;
 use dashmap::DashMap;
+use serenity::all::{ChannelId, ChannelType};
 
 /// Where a message belongs: the session's channel and thread, and the flow a new session runs.
 pub(super) struct Place {

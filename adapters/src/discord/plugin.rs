@@ -1,6 +1,13 @@
 //! Kaiwa beside a host bot's own serenity event handlers: [`DiscordPlugin`].
 
-use super::*;
+use super::api::DiscordApi;
+use super::events::Handler;
+use super::{DiscordConfig, api};
+use crate::AdapterHealth;
+use async_trait::async_trait;
+use kaiwa_core::orchestrator::Orchestrator;
+use serenity::all::{ChannelId, Context, EventHandler, Interaction, Message, Ready};
+use std::sync::Arc;
 
 /// Kaiwa beside a host bot's own serenity [`EventHandler`]s: the host builds and runs the
 /// client (and resumes its gateway); this handler takes only what is Kaiwa's and stays

@@ -4,11 +4,20 @@
 //! model's answer where it is. Intermediate posts and edits are one try each: a 429 skips
 //! them until its wait is over; the final edit is made with the usual retries.
 
-use super::*;
+use super::MESSAGE_LIMIT;
+use super::api::DiscordApi;
+use super::outbox::delivery_error;
+use crate::split::truncate;
 use crate::streaming::{Streams, has_sentence};
+use async_trait::async_trait;
+use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::llm::stream::Tap;
+use kaiwa_core::message::SessionKey;
 use kaiwa_core::orchestrator::Streamer;
+use serenity::all::{ButtonStyle, ChannelId, CreateActionRow, CreateButton, CreateMessage};
 use serenity::all::{EditMessage, MessageId};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The Stop button's custom id.
 pub const STOP_ID: &str = "kaiwa|stop";

@@ -41,7 +41,7 @@ pub use plugin::{TelegramListener, TelegramPlugin};
 pub use send::{MESSAGE_LIMIT, TelegramAdminSink, TelegramOutbox, escape_html};
 pub use updates::command_for_me;
 
-use crate::lanes::{Lanes, Pushed};
+use crate::lanes::Scheduler;
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::{Platform, SessionKey};
@@ -50,7 +50,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use teloxide::types::{ChatId, Message, MessageId, ThreadId, Update};
-use tokio::task::JoinSet;
 use updates::{Context, LaneKey, Routed, Work};
 
 /// How the adapter behaves (from `[telegram]` in the configuration). The token and the API
@@ -148,8 +147,7 @@ pub struct TelegramAdapter {
 /// dispatcher): routes, keeps in the inbox and hands each update to its session's lane.
 struct Intake {
     ctx: Arc<Context>,
-    lanes: Arc<Lanes<LaneKey, Work>>,
-    workers: std::sync::Mutex<JoinSet<()>>,
+    turns: Scheduler<LaneKey, Work>,
     seen: SeenIds<String>,
 }
 
@@ -184,43 +182,24 @@ impl Intake {
             mounted,
         });
         let intake = Arc::new(Intake {
-            lanes: Arc::new(Lanes::new(orchestrator.max_waiting())),
+            turns: Scheduler::new(orchestrator.max_waiting()),
             ctx: ctx.clone(),
-            workers: std::sync::Mutex::new(JoinSet::new()),
             seen: SeenIds::new(SEEN_UPDATES),
         });
         // what the last run left: replies not delivered, then the messages confirmed to
         // Telegram and not answered, each in its session's lane
-        if let Err(e) = orchestrator
-            .resend_unreached(Platform::Telegram, &ctx.outbox)
+        for incoming in orchestrator
+            .left_by_last_run(Platform::Telegram, &ctx.outbox)
             .await
         {
-            tracing::warn!(error = %e, "could not send the replies the last run left");
-        }
-        match orchestrator.store().inbox_pending(Platform::Telegram).await {
-            Ok(pending) => {
-                if !pending.is_empty() {
-                    tracing::info!(
-                        messages = pending.len(),
-                        "handling messages left unfinished by the last run"
-                    );
-                }
-                for incoming in pending {
-                    let Some((lane, place)) = updates::lane_of(&incoming) else {
-                        continue;
-                    };
-                    let id = incoming.message_id.clone();
-                    let work = Work::Turn { incoming, place };
-                    intake.dispatch(Routed { id, lane, work });
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read the inbox"),
+            let Some((lane, place)) = updates::lane_of(&incoming) else {
+                continue;
+            };
+            let id = incoming.message_id.clone();
+            let work = Work::Turn { incoming, place };
+            intake.dispatch(Routed { id, lane, work });
         }
         Ok(intake)
-    }
-
-    fn workers(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Hands `routed` to its session's lane (a worker is started for an idle session).
@@ -230,28 +209,17 @@ impl Intake {
             tracing::debug!("duplicate Telegram update ignored");
             return;
         }
-        let mut workers = self.workers();
-        match self.lanes.push(lane, work) {
-            Pushed::Start => {
-                let (lanes, ctx) = (self.lanes.clone(), self.ctx.clone());
-                workers.spawn(async move {
-                    lanes
-                        .drain(lane, |work| {
-                            let ctx = ctx.clone();
-                            async move { ctx.run(work).await }
-                        })
-                        .await;
-                });
-            }
-            Pushed::Queued => {}
-            Pushed::Overflow { work, tell } => {
-                tracing::info!(told = tell, "session queue full: message refused");
-                let ctx = self.ctx.clone();
-                workers.spawn(async move { ctx.refuse(work, tell).await });
-            }
+        let ctx = self.ctx.clone();
+        let run = move |work| {
+            let ctx = ctx.clone();
+            async move { ctx.run(work).await }
+        };
+        if let Some((work, tell)) = self.turns.schedule(lane, work, run) {
+            tracing::info!(told = tell, "session queue full: message refused");
+            let ctx = self.ctx.clone();
+            self.turns
+                .spawn(async move { ctx.refuse(work, tell).await });
         }
-        // finished workers are reaped as we go
-        while workers.try_join_next().is_some() {}
     }
 
     /// A Stop of a streamed reply goes to that reply at once: the turn writing it holds the
@@ -264,13 +232,7 @@ impl Intake {
 
     /// Waits for the turns queued and running.
     async fn finish(&self) {
-        loop {
-            let mut workers = std::mem::take(&mut *self.workers());
-            if workers.is_empty() {
-                return;
-            }
-            while workers.join_next().await.is_some() {}
-        }
+        self.turns.finish().await;
     }
 }
 
@@ -420,7 +382,7 @@ async fn keep(
         .cloned()
         .collect();
     if !kept.is_empty() {
-        ctx.orchestrator.store().inbox_keep(&kept).await?;
+        ctx.orchestrator.keep(&kept).await?;
     }
     Ok((routed, rest))
 }

@@ -67,11 +67,7 @@ impl TelegramPlugin {
             }
         };
         if let Some(incoming) = routed.work.kept()
-            && let Err(error) = ctx
-                .orchestrator
-                .store()
-                .inbox_keep(std::slice::from_ref(incoming))
-                .await
+            && let Err(error) = ctx.orchestrator.keep(std::slice::from_ref(incoming)).await
         {
             tracing::error!(%error, "a received message could not be stored");
             ctx.save_failed(&routed.work).await;

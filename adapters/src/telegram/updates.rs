@@ -331,14 +331,8 @@ impl Context {
     /// `work` found its session's queue full: the first refusal of a burst is answered, the
     /// rest dropped; a message kept for it leaves the inbox (its answer is the refusal).
     pub(super) async fn refuse(&self, work: Work, tell: bool) {
-        if let Some(incoming) = work.kept()
-            && let Err(e) = self
-                .orchestrator
-                .store()
-                .inbox_done(incoming.platform, &incoming.chat, &incoming.message_id)
-                .await
-        {
-            tracing::warn!(error = %e, "could not clear a refused message");
+        if let Some(incoming) = work.kept() {
+            self.orchestrator.release(incoming).await;
         }
         match work {
             Work::Turn { place, .. } | Work::TextOnly { place } => {

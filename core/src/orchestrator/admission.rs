@@ -2,10 +2,12 @@
 //! and the per-session locks, whose queue is bounded (turns of one session never
 //! interleave; other sessions run in parallel). Used by [`Orchestrator::handle`].
 
-use super::*;
+use crate::message::SessionKey;
 use dashmap::DashMap;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use std::time::Instant;
 
 /// At most `per_minute` messages per user and place in any 60 seconds (0: no limit).

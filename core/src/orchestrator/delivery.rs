@@ -2,7 +2,19 @@
 //! through the adapter's [`Outbox`] and its notices to the [`AdminSink`]. Replies the
 //! platform did not take are kept and sent first next time (`unreached`).
 
-use super::*;
+use super::notices::pick;
+use super::{Orchestrator, Outbox};
+use super::{OrchestratorError, TurnReport};
+use crate::admin::DeliveryError;
+use crate::agent::LlmLedger;
+use crate::flow::TurnOutput;
+use crate::message::{Incoming, Outgoing, SessionKey};
+use crate::metrics::kind;
+use crate::store::{
+    CommittedTurn, ProcessedUpdate, SessionRecord, SessionStatus, StateChange, StoreError,
+    TurnCommit,
+};
+use std::time::Duration;
 
 /// Why replies are sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

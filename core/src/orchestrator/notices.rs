@@ -2,7 +2,10 @@
 //! message), stale buttons, apologies, unknown commands and the model-outage notice, in the
 //! session's language.
 
-use super::*;
+use super::Orchestrator;
+use crate::flow::FlowError;
+use crate::message::{Body, SessionKey};
+use crate::store::SessionRecord;
 
 /// A user over the rate limit (no session is loaded yet: both languages).
 pub(super) const RATE_LIMITED: &str = "You are sending messages faster than I can take them. Please wait a moment, then send that again. / メッセージが速すぎます。少し待ってからもう一度送ってください。";

@@ -3,7 +3,12 @@
 //! flow's start command, a press on the pending options, or a stale press. Called by the
 //! turn in `mod.rs`.
 
-use super::*;
+use super::Orchestrator;
+use super::OrchestratorError;
+use super::notices::{STALE_EN, pick};
+use crate::flow::TurnInput;
+use crate::message::{Body, Incoming, OptionsRequest, SessionKey};
+use crate::store::SessionRecord;
 
 pub(super) enum Plan {
     /// Run the flow.
@@ -39,10 +44,7 @@ impl Orchestrator {
         active: Option<SessionRecord>,
     ) -> Result<Plan, OrchestratorError> {
         let key = incoming.key();
-        let fresh = |flow: &str, active: &Option<SessionRecord>| {
-            let finish = active.as_ref().map(|s| s.id);
-            (SessionRecord::draft(key.clone(), flow), finish)
-        };
+        // the flow the place asks for (its configured flow), else the default one
         let requested = incoming
             .flow
             .as_deref()
@@ -50,124 +52,151 @@ impl Orchestrator {
             .unwrap_or(self.flows.default_flow())
             .to_string();
         Ok(match &incoming.body {
-            Body::Open => match active {
-                // opening a place for another flow (`kaiwa chat mentor` after `chat reading`)
-                // finishes the old session and starts the requested one
-                Some(session)
-                    if incoming
-                        .flow
-                        .as_deref()
-                        .is_some_and(|f| f == requested && f != session.flow) =>
-                {
-                    let (session, finish_session) = fresh(&requested, &Some(session));
-                    Plan::Turn {
-                        session,
-                        finish_session,
-                        input: TurnInput::Start,
-                    }
-                }
-                Some(session) => Plan::Turn {
-                    session,
-                    finish_session: None,
-                    input: TurnInput::Resume,
-                },
-                None => Plan::Turn {
-                    session: SessionRecord::draft(key, &requested),
-                    finish_session: None,
-                    input: TurnInput::Start,
-                },
-            },
-            Body::Command { name, args } => match name.as_str() {
-                "start" => {
-                    let flow = active
-                        .as_ref()
-                        .map_or(requested.clone(), |s| s.flow.clone());
-                    let (session, finish_session) = fresh(&flow, &active);
-                    Plan::Turn {
-                        session,
-                        finish_session,
-                        input: TurnInput::Start,
-                    }
-                }
-                "help" => Plan::Reply {
-                    text: self.help_text(active.as_ref()),
-                    session: active,
-                },
-                "end" | "cancel" => match active {
-                    Some(session) => Plan::Turn {
-                        session,
-                        finish_session: None,
-                        input: TurnInput::Command {
-                            name: "end".into(),
-                            args: args.clone(),
-                        },
-                    },
-                    None => Plan::Reply {
-                        session: None,
-                        text: "There is no conversation in progress. Send /start to begin one."
-                            .into(),
-                    },
-                },
-                other => match (self.flows.by_start_command(other), active) {
-                    (Some(flow), active) => {
-                        let (session, finish_session) = fresh(flow.id(), &active);
-                        Plan::Turn {
-                            session,
-                            finish_session,
-                            input: TurnInput::Start,
-                        }
-                    }
-                    (None, Some(session)) => Plan::Turn {
-                        session,
-                        finish_session: None,
-                        input: TurnInput::Command {
-                            name: other.to_string(),
-                            args: args.clone(),
-                        },
-                    },
-                    (None, None) => Plan::Reply {
-                        session: None,
-                        text: format!("Unknown command /{other}. Send /help to see what I can do."),
-                    },
-                },
-            },
+            Body::Open => plan_open(key, incoming.flow.as_deref(), &requested, active),
+            Body::Command { name, args } => self.plan_command(key, name, args, &requested, active),
             Body::Text { text } => Plan::Turn {
                 session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
                 finish_session: None,
                 input: TurnInput::Text(text.clone()),
             },
-            Body::Choice { request_id, values } => {
-                let pending = answered_options(active.as_ref(), request_id);
-                match (active, pending) {
-                    (Some(session), Some(request)) => {
-                        let known: Vec<String> = values
-                            .iter()
-                            .filter(|v| request.options.iter().any(|o| &o.value == *v))
-                            .cloned()
-                            .collect();
-                        if known.is_empty() || known.len() != values.len() || (!request.allow_multiple && known.len() > 1) {
-                            Plan::Reply {
-                                text: pick(&session, "That choice is not one of the options. Please pick again.", "その選択肢はありません。もう一度お選びください。"),
-                                session: Some(session),
-                            }
-                        } else {
-                            Plan::Turn {
-                                session,
-                                finish_session: None,
-                                input: TurnInput::Choice { request, values: known },
-                            }
-                        }
-                    }
-                    (session, _) => Plan::Reply {
-                        text: session.as_ref().map_or_else(
-                            || STALE_EN.to_string(),
-                            |s| pick(s, STALE_EN, "このボタンはもう使えません。最新のメッセージに答えてください。"),
-                        ),
-                        session,
-                    },
-                }
-            }
+            Body::Choice { request_id, values } => plan_choice(request_id, values, active),
         })
+    }
+
+    /// A command: `/start`, `/help`, `/end` (`/cancel`), a flow's start command, or one
+    /// for the session's flow.
+    fn plan_command(
+        &self,
+        key: SessionKey,
+        name: &str,
+        args: &str,
+        requested: &str,
+        active: Option<SessionRecord>,
+    ) -> Plan {
+        match name {
+            "start" => {
+                let flow = active.as_ref().map_or(requested, |s| s.flow.as_str());
+                fresh(key, flow, &active, TurnInput::Start)
+            }
+            "help" => Plan::Reply {
+                text: self.help_text(active.as_ref()),
+                session: active,
+            },
+            "end" | "cancel" => match active {
+                Some(session) => Plan::Turn {
+                    session,
+                    finish_session: None,
+                    input: TurnInput::Command {
+                        name: "end".into(),
+                        args: args.to_string(),
+                    },
+                },
+                None => Plan::Reply {
+                    session: None,
+                    text: "There is no conversation in progress. Send /start to begin one.".into(),
+                },
+            },
+            other => match (self.flows.by_start_command(other), active) {
+                (Some(flow), active) => fresh(key, flow.id(), &active, TurnInput::Start),
+                (None, Some(session)) => Plan::Turn {
+                    session,
+                    finish_session: None,
+                    input: TurnInput::Command {
+                        name: other.to_string(),
+                        args: args.to_string(),
+                    },
+                },
+                (None, None) => Plan::Reply {
+                    session: None,
+                    text: format!("Unknown command /{other}. Send /help to see what I can do."),
+                },
+            },
+        }
+    }
+}
+
+/// A new session of `flow` in the place, replacing `active` (finished with the turn).
+fn fresh(key: SessionKey, flow: &str, active: &Option<SessionRecord>, input: TurnInput) -> Plan {
+    Plan::Turn {
+        session: SessionRecord::draft(key, flow),
+        finish_session: active.as_ref().map(|s| s.id),
+        input,
+    }
+}
+
+/// The place opened (a console chat started, a DM opened): the session goes on, or a new
+/// one starts. Opening a place for another flow (`kaiwa chat mentor` after `chat reading`)
+/// finishes the old session and starts the requested one.
+fn plan_open(
+    key: SessionKey,
+    asked: Option<&str>,
+    requested: &str,
+    active: Option<SessionRecord>,
+) -> Plan {
+    match active {
+        Some(session) if asked.is_some_and(|f| f == requested && f != session.flow) => {
+            fresh(key, requested, &Some(session), TurnInput::Start)
+        }
+        Some(session) => Plan::Turn {
+            session,
+            finish_session: None,
+            input: TurnInput::Resume,
+        },
+        None => Plan::Turn {
+            session: SessionRecord::draft(key, requested),
+            finish_session: None,
+            input: TurnInput::Start,
+        },
+    }
+}
+
+/// A press: a turn when it answers the pending options with values among them; a stale
+/// press (other options, or none pending) or a value not offered is answered instead.
+fn plan_choice(request_id: &str, values: &[String], active: Option<SessionRecord>) -> Plan {
+    let pending = answered_options(active.as_ref(), request_id);
+    let (session, request) = match (active, pending) {
+        (Some(session), Some(request)) => (session, request),
+        (session, _) => {
+            return Plan::Reply {
+                text: session.as_ref().map_or_else(
+                    || STALE_EN.to_string(),
+                    |s| {
+                        pick(
+                            s,
+                            STALE_EN,
+                            "このボタンはもう使えません。最新のメッセージに答えてください。",
+                        )
+                    },
+                ),
+                session,
+            };
+        }
+    };
+    let known: Vec<String> = values
+        .iter()
+        .filter(|v| request.options.iter().any(|o| &o.value == *v))
+        .cloned()
+        .collect();
+    if known.is_empty()
+        || known.len() != values.len()
+        || (!request.allow_multiple && known.len() > 1)
+    {
+        return Plan::Reply {
+            text: pick(
+                &session,
+                "That choice is not one of the options. Please pick again.",
+                "その選択肢はありません。もう一度お選びください。",
+            ),
+            session: Some(session),
+        };
+    }
+    Plan::Turn {
+        session,
+        finish_session: None,
+        input: TurnInput::Choice {
+            request,
+            values: known,
+        },
     }
 }
 

@@ -4,6 +4,7 @@ use super::*;
 use crate::admin::CollectingAdminSink;
 use crate::flow::{Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::message::{Body, OptionItem, Platform, UserRef};
+use crate::store::SessionStatus;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Inbox, Reads};
 use serde::{Deserialize, Serialize};
@@ -1002,16 +1003,19 @@ async fn privacy_commands_in_a_shared_place_show_and_delete_nothing() {
 
 #[test]
 fn the_written_language_is_read_only_when_it_is_plain() {
-    assert_eq!(super::written_language("こんにちは"), Some("ja"));
+    assert_eq!(super::language::written_language("こんにちは"), Some("ja"));
     assert_eq!(
-        super::written_language("「こころ」を読んでいます"),
+        super::language::written_language("「こころ」を読んでいます"),
         Some("ja")
     );
-    assert_eq!(super::written_language("Where is the guide?"), Some("en"));
     assert_eq!(
-        super::written_language("Rust"),
+        super::language::written_language("Where is the guide?"),
+        Some("en")
+    );
+    assert_eq!(
+        super::language::written_language("Rust"),
         None,
         "one word says little"
     );
-    assert_eq!(super::written_language("42"), None);
+    assert_eq!(super::language::written_language("42"), None);
 }

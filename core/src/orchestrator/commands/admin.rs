@@ -2,7 +2,10 @@
 //! users, only in their platform's admin chat or channel ([`AdminAccess`]). Nothing of them
 //! is stored in a transcript.
 
-use crate::orchestrator::*;
+use crate::message::SessionKey;
+use crate::orchestrator::Orchestrator;
+use crate::orchestrator::OrchestratorError;
+use std::collections::HashMap;
 
 /// Who may use the admin commands (`/sessions`, `/transcript ID`, `/export FORM`), and where:
 /// only listed users, and only in their platform's admin chat or channel.
@@ -28,10 +31,16 @@ impl AdminAccess {
     }
 }
 
-/// The admin commands.
-pub const ADMIN_COMMANDS: [&str; 3] = ["sessions", "transcript", "export"];
+/// The admin commands the orchestrator answers itself; flows add theirs
+/// ([`crate::flow::Flow::admin_commands`]: the interview's `/export`).
+pub const ADMIN_COMMANDS: [&str; 2] = ["sessions", "transcript"];
 
 impl Orchestrator {
+    /// Whether `/name` is an admin command: the orchestrator's own or a flow's.
+    pub(in crate::orchestrator) fn is_admin_command(&self, name: &str) -> bool {
+        ADMIN_COMMANDS.contains(&name) || self.flows.by_admin_command(name).is_some()
+    }
+
     /// `/sessions`, `/transcript ID`, `/export FORM` for admins in the admin place; everyone
     /// else is refused and the attempt is logged. Nothing of it is stored in a transcript.
     pub(in crate::orchestrator) async fn admin_command(
@@ -84,22 +93,17 @@ impl Orchestrator {
                     }
                 }
             }
-            _ => {
-                let form = args.trim();
-                if form.is_empty() {
-                    return Ok("Usage: /export FORM_ID".into());
-                }
-                let records = self.store.submissions(Some(form)).await?;
-                if records.is_empty() {
-                    format!("No submissions for the form {form:?}.")
-                } else {
-                    format!(
-                        "{} submissions of {form}:\n{}",
-                        records.len(),
-                        crate::export::csv(None, &records)
-                    )
-                }
-            }
+            _ => match self.flows.by_admin_command(name) {
+                Some(flow) => match flow.admin_command(name, args, self.store.as_ref()).await {
+                    Ok(text) => text,
+                    Err(crate::flow::FlowError::Store(e)) => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, command = name, "admin command failed");
+                        "That command failed; the details are in the log.".into()
+                    }
+                },
+                None => format!("Unknown admin command /{name}."),
+            },
         })
     }
 }

@@ -1,7 +1,8 @@
 //! `/help`: the generic commands, every flow's start commands and the active flow's own.
 
 use crate::flow::CommandInfo;
-use crate::orchestrator::*;
+use crate::orchestrator::Orchestrator;
+use crate::store::SessionRecord;
 
 impl Orchestrator {
     pub(in crate::orchestrator) fn help_text(&self, active: Option<&SessionRecord>) -> String {

@@ -2,8 +2,14 @@
 //! language, set on the conversation and stored in the user's profile, where each new
 //! conversation takes it from ([`Orchestrator::profile_language`]).
 
-use crate::orchestrator::*;
+use crate::agent::LlmLedger;
+use crate::flow::TurnOutput;
+use crate::message::{Body, Incoming, SessionKey};
+use crate::orchestrator::delivery::FinishedTurn;
+use crate::orchestrator::{Orchestrator, Outbox};
+use crate::orchestrator::{OrchestratorError, TurnReport};
 use crate::store::reading::{ProfileKind, ReadingChange};
+use crate::store::{SessionRecord, StateChange};
 
 /// The language a `/lang` argument names.
 fn language_of(arg: &str) -> Option<&'static str> {

@@ -1,7 +1,13 @@
 //! `/mydata` (everything stored about the user, as JSON) and `/forget` (deleted after a
 //! confirmation button), handled before any flow runs.
 
-use crate::orchestrator::*;
+use crate::agent::LlmLedger;
+use crate::flow::TurnOutput;
+use crate::message::{Body, Incoming, OptionItem, OptionsRequest, Outgoing, SessionKey};
+use crate::orchestrator::delivery::FinishedTurn;
+use crate::orchestrator::{Orchestrator, Outbox};
+use crate::orchestrator::{OrchestratorError, TurnReport};
+use crate::store::SessionRecord;
 
 const FORGET_PREFIX: &str = "fg";
 

@@ -3,7 +3,22 @@
 //! numbered here so that no row comes back. Anything out of the ordinary answers `None`
 //! and the writer redoes the batch turn by turn ([`super::turn`]).
 
-use super::*;
+use super::inbox::{inbox_rows, push_delivered, push_inbox_done, push_inbox_put};
+use super::rows::{Prepared, corrupt, from_ms, ms};
+use super::statements::{
+    CallRow, SessionUpdate, message_rows, push_finished, push_llm_calls, push_messages,
+    push_new_sessions, push_processed, push_session_updates, push_submissions, push_users,
+    session_rows, submission_rows,
+};
+use super::turn::{turn_written, write_extras};
+use super::{Job, Sql};
+use crate::store::hot::HotChange;
+use crate::store::{
+    CommittedTurn, ProcessedUpdate, SessionRecord, StateChange, StoreError, TurnCommit,
+};
+use chrono::Utc;
+use sqlx::SqlitePool;
+use std::collections::HashMap;
 
 /// The fast path of a batch, in one round trip to the connection's worker thread: `BEGIN`,
 /// every row of the batch and `COMMIT` as one query ([`Trip`]): each trip wakes that

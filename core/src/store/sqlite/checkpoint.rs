@@ -3,7 +3,13 @@
 //! next in the page cache ([`super::wal_readahead`]). Started by [`super::open`], on the
 //! writer's thread.
 
-use super::*;
+use super::wal_readahead::WalReadahead;
+use super::writer::WriteGate;
+use sqlx::Connection;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Checkpoints the WAL into the database file every 50 ms on a connection of its own, and
 /// restarts the WAL from its beginning once it holds `restart_frames` frames

@@ -3,6 +3,7 @@
 use super::tests::{commit, first_turn, key, said};
 use super::*;
 use crate::store::hot::{HOT_HISTORY, HOT_SESSIONS};
+use crate::store::{FlowState, StateChange};
 
 impl SqliteStore {
     /// Waits until the processed updates of the database are read into the cache.

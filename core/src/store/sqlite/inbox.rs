@@ -1,7 +1,16 @@
 //! The inbox: received messages kept until their turn is done (a crash mid-turn loses
 //! nothing), written with the writer's batches, and [`Inbox`] on [`SqliteStore`].
 
-use super::*;
+use super::rows::{corrupt, ms};
+use super::statements::{push_each, push_rows};
+use super::turn::execute_rows;
+use super::{Job, Sql, SqliteStore, writer_gone};
+use crate::message::{Incoming, Platform};
+use crate::store::{Inbox, StoreError, TurnCommit};
+use async_trait::async_trait;
+use chrono::Utc;
+use std::sync::atomic::Ordering;
+use tokio::sync::oneshot;
 
 /// A row of the inbox: the message as JSON under its platform key.
 pub(super) struct InboxEntry {

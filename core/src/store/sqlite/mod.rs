@@ -33,40 +33,23 @@ pub(crate) mod tests;
 #[cfg(test)]
 mod write_paths;
 
-use batch::*;
-use checkpoint::*;
-use inbox::*;
-use rows::*;
-use statements::*;
-use turn::*;
-use writer::*;
-
-use super::hot::{HotChange, HotSessions, HotTurn};
-use super::reading::{
-    Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
-    ReadingChange, ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
-};
+use super::hot::HotSessions;
 use super::{
-    CommittedTurn, FlowState, Inbox, LlmCallRecord, ProcessedUpdate, Reads, Role, SessionRecord,
-    SessionStatus, Store, StoreError, StoredMessage, Submission, SubmissionRecord,
-    SubmissionStatus, Ticket, TurnCommit, TurnLoad,
+    CommittedTurn, LlmCallRecord, Role, SessionRecord, Store, StoreError, StoredMessage,
+    TurnCommit, TurnLoad,
 };
-use crate::message::{Incoming, Platform, SessionKey, UserRef};
-use crate::store::StateChange;
+use crate::message::{Platform, SessionKey};
+use crate::store::sqlite::inbox::InboxEntry;
+use crate::store::sqlite::rows::{
+    Prepared, SESSION_COLUMNS, corrupt, from_ms, message_from_row, ms, session_from_row,
+};
+use crate::store::sqlite::turn::insert_llm_calls;
 use async_trait::async_trait;
-use chrono::{DateTime, TimeZone, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Connection, Row, SqlitePool};
-use std::collections::HashMap;
-use std::str::FromStr;
+use chrono::{DateTime, Utc};
+use sqlx::{Row, SqlitePool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument;
-use wal_readahead::WalReadahead;
 
 /// The store on one SQLite database: a reader pool, one writer connection driven by the
 /// group-commit thread, the WAL checkpointer and the hot-session cache.

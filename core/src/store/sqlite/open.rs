@@ -3,7 +3,22 @@
 //! of processed updates into the hot-session cache. [`SqliteStore::connect`] is called by
 //! the binary, the tests and `kaiwa bench`.
 
-use super::*;
+use super::batch::BATCH_CHECKS;
+use super::checkpoint::{
+    PAGE_SIZE, RESTART_WAIT, WAL_RESTART_BYTES, checkpoints, frames_in, page_size_of,
+};
+use super::writer::{WriteGate, group_commit};
+use super::{MAX_BATCH, SqliteStore};
+use crate::store::StoreError;
+use crate::store::hot::HotSessions;
+use sqlx::ConnectOptions;
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 /// Reads every processed update id into the hot-session cache's filter, a page at a time (a
 /// short read each: one long read would keep the WAL from restarting), then lets the cache

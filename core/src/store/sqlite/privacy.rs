@@ -1,7 +1,9 @@
 //! What `/forget` deletes, in one transaction on the writer connection; called by
 //! [`Store::forget_user`].
 
-use super::*;
+use super::SqliteStore;
+use crate::message::Platform;
+use crate::store::StoreError;
 
 impl SqliteStore {
     /// [`Store::forget_user`]'s deletions, in one transaction.

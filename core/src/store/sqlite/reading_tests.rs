@@ -1,6 +1,7 @@
 use super::*;
 use crate::message::UserRef;
 use crate::store::reading::*;
+use crate::store::{Reads, StateChange};
 
 fn key(user: &str) -> SessionKey {
     SessionKey {

@@ -2,7 +2,21 @@
 //! writer). The turn's own first read is [`Store::load_for_turn`] in `mod.rs`, which also
 //! answers from the hot-session cache.
 
-use super::*;
+use super::SqliteStore;
+use super::rows::{
+    SESSION_COLUMNS, corrupt, from_ms, message_from_row, session_from_row, submission_from_row,
+};
+use crate::message::{Platform, SessionKey};
+use crate::store::reading::{
+    Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
+    ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
+};
+use crate::store::{
+    LlmCallRecord, Reads, SessionRecord, StoreError, StoredMessage, SubmissionRecord, Ticket,
+};
+use async_trait::async_trait;
+use sqlx::Row;
+use std::sync::LazyLock;
 
 #[async_trait]
 impl Reads for SqliteStore {

@@ -2,7 +2,15 @@
 //! (`*_from_row`), time and error helpers, and [`Prepared`], worked out on the turn's own
 //! task before it reaches the writer. Used by the reads, both write paths and the tests.
 
-use super::*;
+use crate::message::{Platform, SessionKey};
+use crate::store::{
+    FlowState, Role, SessionRecord, SessionStatus, StoreError, StoredMessage, Submission,
+    SubmissionRecord, SubmissionStatus, TurnCommit,
+};
+use chrono::TimeZone;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
 pub(super) const SESSION_COLUMNS: &str = "id, platform, chat, thread, user_id, flow, current_agent, language, country, \
      timezone, state, pending_options, status, version, created_ms, updated_ms";

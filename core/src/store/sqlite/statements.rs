@@ -3,7 +3,16 @@
 //! SQLite prepares it once. Used by [`super::batch`] (all of a batch in one query) and
 //! [`super::turn`] (one turn at a time).
 
-use super::*;
+use super::Sql;
+use super::rows::{Prepared, corrupt, ms};
+use crate::message::{SessionKey, UserRef};
+use crate::store::{
+    LlmCallRecord, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, Submission,
+    TurnCommit,
+};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+use std::collections::HashMap;
 
 /// A model call's row: its session (the turn's, where the call names none) and the call.
 pub(super) type CallRow<'a> = (Option<i64>, &'a LlmCallRecord);

@@ -1,7 +1,18 @@
 use super::*;
+use crate::message::Incoming;
 use crate::message::UserRef;
 use crate::store::ProcessedUpdate;
+use crate::store::sqlite::checkpoint::{PAGE_SIZE, RESTART_BACKOFF};
+use crate::store::sqlite::writer::{COMMIT_GAP, commit_delay};
+use crate::store::{
+    FlowState, Inbox, Reads, SessionStatus, StateChange, Submission, SubmissionStatus,
+};
+use sqlx::ConnectOptions;
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub(crate) fn key() -> SessionKey {
     SessionKey {

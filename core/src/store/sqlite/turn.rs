@@ -3,7 +3,21 @@
 //! conflict, failed statement). Also the writes of reading data and tickets, which the
 //! fast path ([`super::batch`]) makes the same way after its query.
 
-use super::*;
+use super::Sql;
+use super::rows::{Prepared, corrupt, from_ms};
+use super::statements::{
+    CallRow, SessionUpdate, message_rows, messages_written, push_finished, push_llm_calls,
+    push_messages, push_new_sessions, push_processed, push_session_updates, push_submissions,
+    push_users, session_rows, submission_rows,
+};
+use crate::message::SessionKey;
+use crate::store::hot::{HotChange, HotTurn};
+use crate::store::reading::ReadingChange;
+use crate::store::{
+    CommittedTurn, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, StoredMessage,
+    TurnCommit,
+};
+use std::collections::HashMap;
 
 /// Model calls (of one turn or of a batch), in one statement.
 pub(super) async fn insert_llm_calls(

@@ -5,9 +5,16 @@
 //! (all columns but the write times) and every turn's answer.
 
 use super::*;
+use crate::message::UserRef;
 use crate::message::{OptionItem, OptionsRequest};
+use crate::store::reading::ReadingChange;
 use crate::store::reading::{InsightKind, MoodPhase};
+use crate::store::sqlite::writer::{WritePath, run_batch};
+use crate::store::{
+    FlowState, ProcessedUpdate, SessionStatus, StateChange, Submission, SubmissionStatus, Ticket,
+};
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 /// One change of a generated turn.
 #[derive(Debug, Clone)]

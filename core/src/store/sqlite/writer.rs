@@ -4,7 +4,20 @@
 //! out of the ordinary, else turn by turn in savepoints ([`super::turn`]), so that a
 //! refused turn is rolled back and answered alone. Started by [`super::open`].
 
-use super::*;
+use super::batch::{NextIds, fast_batch};
+use super::inbox::{mark_delivered_in, write_inbox};
+use super::rows::ms;
+use super::turn::write_turn;
+use super::{Job, MAX_BATCH, writer_gone};
+use crate::store::hot::{HotChange, HotSessions};
+use crate::store::{CommittedTurn, StoreError};
+use chrono::Utc;
+use sqlx::SqlitePool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 /// Group commit, on the writer's own thread: every turn waiting when the writer becomes
 /// free goes into one transaction — one statement each for all their sessions, processed

@@ -1,0 +1,98 @@
+//! Which language a conversation speaks: decided once, on the first message that says it,
+//! and kept until `/lang` changes it.
+
+use super::Orchestrator;
+use crate::message::{Body, Incoming};
+use crate::store::SessionRecord;
+
+/// A message another conversation handed over ([`crate::flow::TurnOutput::hand_off`]):
+/// that conversation's language, and what the user wrote (stored as written, not as the
+/// command it stood for).
+pub(super) struct Handed {
+    pub(super) language: Option<String>,
+    pub(super) said: String,
+}
+
+/// The language `text` is plainly written in: Japanese with any kana or kanji, English
+/// with two or more words of Latin letters and none; `None` for a name, a number, a word.
+pub(super) fn written_language(text: &str) -> Option<&'static str> {
+    if crate::i18n::has_japanese(text) {
+        return Some("ja");
+    }
+    let words = text
+        .split_whitespace()
+        .filter(|w| w.chars().filter(char::is_ascii_alphabetic).count() >= 2)
+        .count();
+    (words >= 2).then_some("en")
+}
+
+/// The language the user's own words in `body` are written in (a command's arguments
+/// count as words).
+fn language_of_words(body: &Body) -> Option<&'static str> {
+    match body {
+        Body::Text { text } => written_language(text),
+        Body::Command { args, .. } => written_language(args),
+        Body::Choice { .. } | Body::Open => None,
+    }
+}
+
+/// The language of the app the user runs, as the platform reports it (Telegram's
+/// `language_code`, Discord's locale), when it is one Kaiwa speaks.
+fn app_language(incoming: &Incoming) -> Option<&'static str> {
+    let code = incoming.user.language.as_deref()?;
+    match code.split(['-', '_']).next() {
+        Some("ja") => Some("ja"),
+        Some("en") => Some("en"),
+        _ => None,
+    }
+}
+
+impl Orchestrator {
+    /// Gives `session` a language if it has none yet. A conversation takes, in this order:
+    /// the one it was handed with; Japanese the user writes (kana or kanji say it plainly);
+    /// the one chosen with /lang (the profile); English the user writes (a few plain
+    /// words); the app's language the platform reports; the user's last conversation's.
+    /// A flow that does not follow the written language (the interview's Greeter asks
+    /// instead of guessing) takes only the first and the profile.
+    ///
+    /// Returns the language detected from this message, which the turn stores with its
+    /// changes (`None` when it was set from what is already stored, or not at all).
+    pub(super) async fn settle_language(
+        &self,
+        session: &mut SessionRecord,
+        follows_written: bool,
+        incoming: &Incoming,
+        handed: Option<String>,
+    ) -> Option<String> {
+        if session.language.is_some() {
+            return None;
+        }
+        let new = session.is_new();
+        let written = language_of_words(&incoming.body).filter(|_| follows_written);
+        let app = app_language(incoming).filter(|_| follows_written);
+        let mut detected: Option<String> = None;
+        if let Some(handed) = handed.filter(|_| new) {
+            session.language = Some(handed);
+        } else if written == Some("ja") {
+            detected = Some("ja".into());
+        } else if let Some(chosen) = match new {
+            true => self.profile_language(&session.key).await,
+            false => None,
+        } {
+            session.language = Some(chosen);
+        } else if let Some(found) = written.or(app) {
+            detected = Some(found.into());
+        } else if new && follows_written {
+            // nothing to go by: the user's last language
+            let key = &session.key;
+            match self.store.last_language(key.platform, &key.user).await {
+                Ok(last) => detected = last,
+                Err(e) => tracing::warn!(error = %e, "could not read the user's last language"),
+            }
+        }
+        if detected.is_some() {
+            session.language = detected.clone();
+        }
+        detected
+    }
+}

@@ -1,0 +1,370 @@
+//! One message, its session's lock held: the steps of a turn in the order they decide.
+//!
+//! 1. [`Orchestrator::answer_before_loading`] — an oversized message or an admin command is
+//!    answered before the session is read.
+//! 2. `load_for_turn` — the session, its history, and whether the update was processed.
+//! 3. [`Orchestrator::answer_personal_command`] — `/mydata`, `/forget`, `/lang`.
+//! 4. [`Orchestrator::plan`] (`routing.rs`) — a turn of a flow, or a reply without one.
+//! 5. [`Orchestrator::settle_language`] (`language.rs`) — the conversation's language.
+//! 6. [`Orchestrator::run_flow`] — the flow's turn within the budget (`working.rs`).
+//! 7. A hand-off to another flow runs as that flow's command, in the same lock.
+//! 8. [`Orchestrator::annotate`] — what the orchestrator adds to the flow's output.
+//! 9. [`Orchestrator::commit_and_deliver`] (`delivery.rs`) — written, then delivered.
+
+use super::delivery::FinishedTurn;
+use super::language::Handed;
+use super::notices::{apology, pick, too_long, unknown_command};
+use super::routing::Plan;
+use super::working::Streaming;
+use super::{HISTORY_LIMIT, Orchestrator, OrchestratorError, Outbox, TurnReport};
+use crate::agent::LlmLedger;
+use crate::flow::{Flow, TurnContext, TurnInput, TurnOutput};
+use crate::message::{Body, Incoming, Outgoing, SessionKey};
+use crate::metrics::kind;
+use crate::store::{SessionRecord, StateChange, StoredMessage, TurnLoad};
+use std::sync::Arc;
+
+/// A flow's turn that ran: its output (or its error), the reply's live view to finish, and
+/// the model calls it made.
+struct Ran {
+    result: Result<TurnOutput, crate::flow::FlowError>,
+    streaming: Streaming,
+    ledger: LlmLedger,
+}
+
+impl Orchestrator {
+    /// One message, the session's lock held. `handed`: the message was handed over by
+    /// another conversation (see [`Handed`]).
+    pub(super) async fn handle_locked(
+        &self,
+        incoming: Incoming,
+        key: SessionKey,
+        outbox: &dyn Outbox,
+        handed: Option<Handed>,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let (handed_language, said) = match handed {
+            Some(Handed { language, said }) => (language, Some(said)),
+            None => (None, None),
+        };
+        if let Some(text) = self.answer_before_loading(&incoming, &key).await? {
+            return self.reply_only(&incoming, None, text, outbox).await;
+        }
+        let TurnLoad {
+            duplicate,
+            session: active,
+            history,
+        } = self
+            .store
+            .load_for_turn(&key, &incoming.message_id, HISTORY_LIMIT)
+            .await?;
+        if duplicate {
+            return Ok(self.skip_duplicate(&key, active.as_ref(), outbox).await);
+        }
+        if let Some(report) = self
+            .answer_personal_command(&incoming, &key, &active, outbox)
+            .await?
+        {
+            return Ok(report);
+        }
+        let history_of = active.as_ref().map(|s| s.id);
+        let (mut session, finish_session, input) = match self.plan(&incoming, active)? {
+            Plan::Reply { session, text } => {
+                return self.reply_only(&incoming, session, text, outbox).await;
+            }
+            Plan::Turn {
+                session,
+                finish_session,
+                input,
+            } => (session, finish_session, input),
+        };
+        let Some(flow) = self.flows.get(&session.flow).cloned() else {
+            let text = format!(
+                "This conversation uses the flow {:?}, which is not enabled here.",
+                session.flow
+            );
+            return self.reply_only(&incoming, None, text, outbox).await;
+        };
+        let detected = self
+            .settle_language(
+                &mut session,
+                flow.follows_written_language(),
+                &incoming,
+                handed_language,
+            )
+            .await;
+        // the history belongs to the session that runs, not to one it replaces
+        let history = match history_of == Some(session.id) && !session.is_new() {
+            true => history,
+            false => Vec::new(),
+        };
+        let is_command = matches!(input, TurnInput::Command { .. });
+        let Ran {
+            result,
+            streaming,
+            ledger,
+        } = self
+            .run_flow(&flow, &session, &incoming, &history, input, outbox)
+            .await;
+        let mut output = match result {
+            Ok(output) => output,
+            Err(error) => {
+                streaming.finish().await;
+                return self
+                    .apologise(&incoming, session, &error, ledger, outbox)
+                    .await;
+            }
+        };
+        if let Some(language) = detected
+            && !output
+                .changes
+                .iter()
+                .any(|c| matches!(c, StateChange::SetLanguage { .. }))
+        {
+            output
+                .changes
+                .insert(0, StateChange::SetLanguage { language });
+        }
+        if let Some(handoff) = output.handoff.take()
+            && !matches!(incoming.body, Body::Command { .. })
+        {
+            // the message stands for a command of another flow: handled as that command
+            tracing::info!(command = %handoff.command, "message handed to another flow");
+            streaming.finish().await;
+            let handed = Handed {
+                language: language_after(&output, &session),
+                said: incoming.body.transcript_text(),
+            };
+            let incoming = Incoming {
+                body: Body::Command {
+                    name: handoff.command,
+                    args: handoff.args,
+                },
+                ..incoming
+            };
+            return Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await;
+        }
+        self.annotate(&mut output, &session, &incoming, is_command, &streaming);
+        let kept = keeps_replaced_session(finish_session, &session, &incoming, &output);
+        let turn = FinishedTurn {
+            session,
+            finish_session: finish_session.filter(|_| !kept),
+            output,
+            ledger,
+            replace_pending: true,
+            said,
+        };
+        let report = self.commit_and_deliver(&incoming, turn, outbox).await;
+        streaming.finish().await;
+        let mut report = report?;
+        if kept {
+            // the session it was to replace goes on
+            report.finished = false;
+        }
+        Ok(report)
+    }
+
+    /// The answer to a message no session needs to be read for: one over the length limit
+    /// (refused, nothing stored) or an admin command.
+    async fn answer_before_loading(
+        &self,
+        incoming: &Incoming,
+        key: &SessionKey,
+    ) -> Result<Option<String>, OrchestratorError> {
+        // a command's arguments are stored and read like any text: the same limit
+        let length = match &incoming.body {
+            Body::Text { text } => text.chars().count(),
+            Body::Command { .. } => incoming.body.transcript_text().chars().count(),
+            Body::Choice { .. } | Body::Open => 0,
+        };
+        if length > self.max_message_chars {
+            tracing::info!(length, "oversized message refused");
+            self.metrics.error(kind::OVERSIZED);
+            return Ok(Some(too_long(length, self.max_message_chars)));
+        }
+        if let Body::Command { name, args } = &incoming.body
+            && self.is_admin_command(name)
+        {
+            return Ok(Some(self.admin_command(key, name, args).await?));
+        }
+        Ok(None)
+    }
+
+    /// An update processed before: nothing runs. The platform sending it again may mean
+    /// our reply did not reach it, so a reply it did not take goes out now.
+    async fn skip_duplicate(
+        &self,
+        key: &SessionKey,
+        active: Option<&SessionRecord>,
+        outbox: &dyn Outbox,
+    ) -> TurnReport {
+        tracing::info!("duplicate update ignored");
+        if let Some(session) = active
+            && self.is_unreached(session.id)
+        {
+            self.send_unreached(key, session, &[], outbox).await;
+        }
+        TurnReport {
+            session_id: 0,
+            outgoing: Vec::new(),
+            finished: false,
+            duplicate: true,
+        }
+    }
+
+    /// `/mydata`, `/forget` and `/lang`: answered by the orchestrator for every flow.
+    async fn answer_personal_command(
+        &self,
+        incoming: &Incoming,
+        key: &SessionKey,
+        active: &Option<SessionRecord>,
+        outbox: &dyn Outbox,
+    ) -> Result<Option<TurnReport>, OrchestratorError> {
+        if let Some(report) = self.privacy(incoming, key, active, outbox).await? {
+            return Ok(Some(report));
+        }
+        self.language_command(incoming, key, active, outbox).await
+    }
+
+    /// Runs the flow's turn (or its end, for `/end`) with a sign of life for the user.
+    async fn run_flow(
+        &self,
+        flow: &Arc<dyn Flow>,
+        session: &SessionRecord,
+        incoming: &Incoming,
+        history: &[StoredMessage],
+        input: TurnInput,
+        outbox: &dyn Outbox,
+    ) -> Ran {
+        let key = &session.key;
+        // a start command's argument (`/interview engineer`), else the place's flow argument
+        let start_arg = match (&incoming.body, session.is_new()) {
+            (_, false) => None,
+            (Body::Command { args, .. }, true) if !args.is_empty() => Some(args.as_str()),
+            (_, true) => incoming.flow_arg.as_deref(),
+        };
+        if !self.models.is_empty() {
+            // best effort: a lost typing indicator harms nobody
+            let _ = outbox.deliver(key, &[Outgoing::Typing]).await;
+        }
+        let ledger = LlmLedger::new();
+        let ctx = TurnContext {
+            session,
+            user: &incoming.user,
+            history,
+            models: &self.models,
+            ledger: &ledger,
+            store: self.store.as_ref(),
+            start_arg,
+        };
+        let work = async {
+            match input {
+                TurnInput::Command { name, .. } if name == "end" => flow.end(ctx).await,
+                input => flow.turn(ctx, input).await,
+            }
+        };
+        let (result, streaming) = self.working(key, outbox, work).await;
+        Ran {
+            result,
+            streaming,
+            ledger,
+        }
+    }
+
+    /// A flow that failed: its model calls are recorded, the user gets an apology, and the
+    /// session stays as it was.
+    async fn apologise(
+        &self,
+        incoming: &Incoming,
+        session: SessionRecord,
+        error: &crate::flow::FlowError,
+        ledger: LlmLedger,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        tracing::error!(%error, flow = %session.flow, "turn failed");
+        self.metrics.error(kind::FLOW);
+        let calls = ledger.drain();
+        self.metrics.model_calls(&calls);
+        if let Err(e) = self.store.record_llm_calls(&calls).await {
+            tracing::warn!(error = %e, "could not record the failed turn's model calls");
+        }
+        let text = apology(&session, error);
+        let session = (!session.is_new()).then_some(session);
+        self.reply_only(incoming, session, text, outbox).await
+    }
+
+    /// What the orchestrator adds to a flow's replies: the mark of a reply the user
+    /// stopped, the answer to an unknown command, and the notice of a model outage (once
+    /// per outage and place).
+    fn annotate(
+        &self,
+        output: &mut TurnOutput,
+        session: &SessionRecord,
+        incoming: &Incoming,
+        is_command: bool,
+        streaming: &Streaming,
+    ) {
+        if streaming.stopped {
+            // stored and shown as stopped: the answer is what was written until then
+            tracing::info!("the user stopped the reply");
+            if let Some(Outgoing::Text { text }) = output
+                .outgoing
+                .iter_mut()
+                .find(|o| matches!(o, Outgoing::Text { .. }))
+            {
+                text.push_str(&pick(session, " … (stopped)", " …（停止しました）"));
+            }
+        }
+        if is_command && output.unknown_command {
+            output
+                .outgoing
+                .push(Outgoing::text(unknown_command(session, &incoming.body)));
+        }
+        if let Some(outage) = self.models.outage()
+            && self.first_to_hear_of(outage, &session.key)
+        {
+            let notice = pick(
+                session,
+                "(The language model is not answering right now, so my replies are simpler for a while.)",
+                "（現在、言語モデルが応答しないため、しばらく簡易的な応答になります。）",
+            );
+            let at = output
+                .outgoing
+                .iter()
+                .position(|o| matches!(o, Outgoing::Options(_)))
+                .unwrap_or(output.outgoing.len());
+            output.outgoing.insert(at, Outgoing::text(notice));
+        }
+    }
+}
+
+/// The language a conversation has after `output`: the one the turn set, else its own.
+fn language_after(output: &TurnOutput, session: &SessionRecord) -> Option<String> {
+    output
+        .changes
+        .iter()
+        .rev()
+        .find_map(|c| match c {
+            StateChange::SetLanguage { language } => Some(language.clone()),
+            _ => None,
+        })
+        .or(session.language.clone())
+}
+
+/// Whether the session a command was to replace goes on: the command's flow ended its new
+/// session on the first turn — it would not start (an unknown form) or it answered once
+/// (`/recommend`). A typo in `/interview FORM` must not end an interview half done.
+/// (Opening a place for another flow, `kaiwa chat recommend`, still replaces.)
+fn keeps_replaced_session(
+    finish_session: Option<i64>,
+    session: &SessionRecord,
+    incoming: &Incoming,
+    output: &TurnOutput,
+) -> bool {
+    finish_session.is_some()
+        && session.is_new()
+        && matches!(incoming.body, Body::Command { .. })
+        && output
+            .changes
+            .iter()
+            .any(|c| matches!(c, StateChange::EndSession))
+}
