@@ -10,18 +10,48 @@ use async_trait::async_trait;
 use kaiwa::Kaiwa;
 use kaiwa::config::Settings;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::flows::interview::simulated::fake_model;
 use kaiwa_core::llm::scripted::ScriptedModel;
 use kaiwa_core::llm::{ChatModel, ChatRequest, ChatResponse, ModelError, ModelRouter};
-use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::message::{
+    Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
+};
+use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use kaiwa_core::store::Store;
-use kaiwa_core::testing::RecordingOutbox;
-use kaiwa_core::testing::interview_agents::fake_model;
+use kaiwa_core::store::sqlite::SqliteStore;
 use std::cell::Cell;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// A simulated user's outbox: it keeps only the options last shown, to press one.
+#[derive(Default)]
+struct LastOptions(std::sync::Mutex<Option<OptionsRequest>>);
+
+impl LastOptions {
+    fn last_options(&self) -> Option<OptionsRequest> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+#[async_trait]
+impl Outbox for LastOptions {
+    async fn deliver(&self, _: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        if let Some(options) = items.iter().rev().find_map(|o| match o {
+            Outgoing::Options(req) => Some(req),
+            _ => None,
+        }) {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(options.clone());
+        }
+        Ok(())
+    }
+}
 
 pub struct BenchOptions {
     pub flow: String,
@@ -136,7 +166,7 @@ async fn simulate_user(
     mut pace: Option<&mut mpsc::UnboundedReceiver<Instant>>,
     updates: &AtomicU64,
 ) -> anyhow::Result<Vec<f64>> {
-    let outbox = RecordingOutbox::default();
+    let outbox = LastOptions::default();
     let mut overheads = Vec::with_capacity(turns);
     for t in 0..turns {
         let body = match script[t % script.len()] {
@@ -276,25 +306,9 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         other => bail!("kaiwa bench drives the interview or assistant flow, not {other:?}"),
     };
     let temp = tempfile::tempdir().context("cannot create a temporary folder")?;
-    let (url, db_path) = match &options.database {
-        Some(url) => (
-            url.clone(),
-            url.strip_prefix("sqlite://").map(std::path::PathBuf::from),
-        ),
-        None => {
-            let path = temp.path().join("bench.db");
-            (format!("sqlite://{}", path.display()), Some(path))
-        }
-    };
-    let inner = match options.flow.as_str() {
-        "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
-        _ => ScriptedModel::repeating(|_| {
-            ChatResponse::text("Green tea and black tea come from the same plant.")
-        })
-        .unrecorded(),
-    };
+    let (url, db_path) = bench_database(&options, temp.path());
     let model = Arc::new(TimedModel {
-        inner,
+        inner: bench_model(&options.flow),
         latency: options.model_latency,
         calls: AtomicU64::new(0),
     });
@@ -311,30 +325,10 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         .context("opening the bench database")?;
     let store = kaiwa.store().clone();
     let orchestrator = kaiwa.orchestrator().clone();
-    if orchestrator.flows().get(&options.flow).is_none() {
+    if let Err(e) = check_fresh(&orchestrator, &store, &options.flow).await {
         store.close().await;
-        bail!(
-            "the flow {:?} is not enabled (is the form folder configured?)",
-            options.flow
-        );
+        return Err(e);
     }
-    // its users would resume the sessions a run before left, and its message ids were used
-    // there: the turns would be answered as duplicates, measuring nothing
-    let earlier = store
-        .session_count()
-        .await
-        .context("reading the bench database")?;
-    if earlier > 0 {
-        store.close().await;
-        bail!(
-            "the bench database already holds {earlier} sessions: give --database a new file \
-             (or leave it out for a temporary one)"
-        );
-    }
-    // `concurrency` simulated users at a time, each a task that takes the next user when
-    // its user is done: a user who is not talking is only rows in SQLite, as in the bot
-    let next_user = Arc::new(AtomicUsize::new(0));
-    let updates = Arc::new(AtomicU64::new(1));
     let stop_probe = StopOnDrop(Arc::new(AtomicBool::new(false)));
     let probe = {
         let stop = stop_probe.0.clone();
@@ -345,8 +339,131 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     };
     let ticks_before = cpu_ticks();
     let started = Instant::now();
+    let tasks = start_users(&options, &orchestrator, script, started)?;
+    let (mut all, first, last) = collect_overheads(tasks).await?;
+    let wall = started.elapsed().as_secs_f64();
+    drop(stop_probe);
+    // the share of the machine's CPU time its host took while the bench ran
+    let steal_pct = match (ticks_before, cpu_ticks()) {
+        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+            Some(100.0 * s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+        }
+        _ => None,
+    };
+    // (it wakes within one period: joined off the runtime's threads)
+    let mut stalls = tokio::task::spawn_blocking(move || probe.join())
+        .await
+        .context("waiting for the stall probe")?
+        .map_err(|_| anyhow::anyhow!("the stall probe panicked"))?;
+    stalls.sort_by(f64::total_cmp);
+    let turns = all.len();
+    all.sort_by(f64::total_cmp);
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let wal_restarts = store.wal_restarts();
+    store.close().await;
+    let db_bytes = db_path.as_deref().map_or(0, database_bytes);
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    Ok(serde_json::json!({
+        "turns_per_sec": round(turns as f64 / wall),
+        "p50_ms": round(percentile(&all, 0.50)),
+        "p99_ms": round(percentile(&all, 0.99)),
+        "max_ms": round(all.last().copied().unwrap_or(0.0)),
+        "first20_mean_ms": round(mean(&first)),
+        "last20_mean_ms": round(mean(&last)),
+        "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
+        "peak_rss_mb": round(rss_peak_mb()),
+        "db_bytes": db_bytes,
+        "wal_restarts": wal_restarts,
+        "sessions": options.sessions,
+        "turns": turns,
+        "wall_secs": round(wall),
+        "offered_rate": options.rate,
+        "stall_p99_ms": round(percentile(&stalls, 0.99)),
+        "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
+        "cpu_steal_pct": steal_pct.map(round),
+    }))
+}
+
+/// The database the bench writes: `--database`, else a file in `temp`; and its path, to
+/// weigh it at the end.
+fn bench_database(options: &BenchOptions, temp: &std::path::Path) -> (String, Option<PathBuf>) {
+    match &options.database {
+        Some(url) => (
+            url.clone(),
+            url.strip_prefix("sqlite://").map(PathBuf::from),
+        ),
+        None => {
+            let path = temp.join("bench.db");
+            (format!("sqlite://{}", path.display()), Some(path))
+        }
+    }
+}
+
+/// The model the simulated users' flow talks to: the interview's simulated agents, or a
+/// one-line answer for the assistant.
+fn bench_model(flow: &str) -> ScriptedModel {
+    match flow {
+        "interview" => fake_model(Arc::new(|_| None)).unrecorded(),
+        _ => ScriptedModel::repeating(|_| {
+            ChatResponse::text("Green tea and black tea come from the same plant.")
+        })
+        .unrecorded(),
+    }
+}
+
+/// The flow is enabled and the database new: its users would resume the sessions a run
+/// before left, and its message ids were used there (the turns would be answered as
+/// duplicates, measuring nothing).
+async fn check_fresh(
+    orchestrator: &Orchestrator,
+    store: &SqliteStore,
+    flow: &str,
+) -> anyhow::Result<()> {
+    if orchestrator.flows().get(flow).is_none() {
+        bail!("the flow {flow:?} is not enabled (is the form folder configured?)");
+    }
+    let earlier = store
+        .session_count()
+        .await
+        .context("reading the bench database")?;
+    if earlier > 0 {
+        bail!(
+            "the bench database already holds {earlier} sessions: give --database a new file \
+             (or leave it out for a temporary one)"
+        );
+    }
+    Ok(())
+}
+
+/// The database file with its write-ahead log and shared memory, in bytes.
+fn database_bytes(path: &std::path::Path) -> u64 {
+    ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", path.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+type UserTask = tokio::task::JoinHandle<anyhow::Result<Vec<Vec<f64>>>>;
+
+/// `concurrency` simulated users at a time, each a task that takes the next user when its
+/// user is done: a user who is not talking is only rows in the database, as in the bot.
+/// Open loop (`--rate`): each user sends every `workers / rate` seconds, spread evenly.
+fn start_users(
+    options: &BenchOptions,
+    orchestrator: &Arc<Orchestrator>,
+    script: &'static [Step],
+    started: Instant,
+) -> anyhow::Result<Vec<UserTask>> {
+    let next_user = Arc::new(AtomicUsize::new(0));
+    let updates = Arc::new(AtomicU64::new(1));
     let workers = options.concurrency.clamp(1, options.sessions);
-    // open loop: each user sends every `workers / rate` seconds, the users spread evenly
     let mut paces = match options.rate {
         Some(rate) if rate > 0.0 && rate.is_finite() => {
             let (senders, receivers): (Vec<_>, Vec<_>) =
@@ -397,6 +514,11 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             },
         )));
     }
+    Ok(tasks)
+}
+
+/// Every user's per-turn overheads, and each user's first and last 20 of them.
+async fn collect_overheads(tasks: Vec<UserTask>) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let mut all = Vec::new();
     let (mut first, mut last) = (Vec::new(), Vec::new());
     for task in tasks {
@@ -407,59 +529,5 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             all.extend(overheads);
         }
     }
-    let wall = started.elapsed().as_secs_f64();
-    drop(stop_probe);
-    // the share of the machine's CPU time its host took while the bench ran
-    let steal_pct = match (ticks_before, cpu_ticks()) {
-        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
-            Some(100.0 * s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
-        }
-        _ => None,
-    };
-    // (it wakes within one period: joined off the runtime's threads)
-    let mut stalls = tokio::task::spawn_blocking(move || probe.join())
-        .await
-        .context("waiting for the stall probe")?
-        .map_err(|_| anyhow::anyhow!("the stall probe panicked"))?;
-    stalls.sort_by(f64::total_cmp);
-    let turns = all.len();
-    all.sort_by(f64::total_cmp);
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    let wal_restarts = store.wal_restarts();
-    store.close().await;
-    let db_bytes: u64 = db_path
-        .map(|p| {
-            ["", "-wal", "-shm"]
-                .iter()
-                .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", p.display())).ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0);
-    let round = |x: f64| (x * 1000.0).round() / 1000.0;
-    Ok(serde_json::json!({
-        "turns_per_sec": round(turns as f64 / wall),
-        "p50_ms": round(percentile(&all, 0.50)),
-        "p99_ms": round(percentile(&all, 0.99)),
-        "max_ms": round(all.last().copied().unwrap_or(0.0)),
-        "first20_mean_ms": round(mean(&first)),
-        "last20_mean_ms": round(mean(&last)),
-        "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
-        "peak_rss_mb": round(rss_peak_mb()),
-        "db_bytes": db_bytes,
-        "wal_restarts": wal_restarts,
-        "sessions": options.sessions,
-        "turns": turns,
-        "wall_secs": round(wall),
-        "offered_rate": options.rate,
-        "stall_p99_ms": round(percentile(&stalls, 0.99)),
-        "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
-        "cpu_steal_pct": steal_pct.map(round),
-    }))
+    Ok((all, first, last))
 }

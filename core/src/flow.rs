@@ -226,6 +226,22 @@ pub trait Flow: Send + Sync {
         out.end();
         Ok(out)
     }
+    /// Admin commands this flow answers (the interview's `/export`). The orchestrator
+    /// answers them only for the configured admins in their admin place, before any
+    /// session is read, and never stores them in a transcript.
+    fn admin_commands(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Answers one of [`Flow::admin_commands`], reading only.
+    async fn admin_command(
+        &self,
+        name: &str,
+        args: &str,
+        store: &dyn Reads,
+    ) -> Result<String, FlowError> {
+        let _ = (args, store);
+        Err(FlowError::Other(format!("no admin command /{name}")))
+    }
     /// What `/end` says in `lang`; `None` ends the session without a word.
     fn farewell(&self, lang: &str) -> Option<String> {
         Some(crate::i18n::pick(
@@ -295,6 +311,13 @@ impl FlowRegistry {
     }
 
     /// The flow a start command opens.
+    /// The flow that answers the admin command `/name`, if one does.
+    pub fn by_admin_command(&self, name: &str) -> Option<&Arc<dyn Flow>> {
+        self.flows
+            .iter()
+            .find(|f| f.admin_commands().contains(&name))
+    }
+
     pub fn by_start_command(&self, name: &str) -> Option<&Arc<dyn Flow>> {
         self.flows
             .iter()

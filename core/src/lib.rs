@@ -16,7 +16,6 @@
 
 pub mod admin;
 pub mod agent;
-pub mod export;
 pub mod flow;
 pub mod flows;
 pub mod i18n;

@@ -16,7 +16,9 @@ pub mod workflow;
 
 pub use tool::{Control, Tool, ToolError, ToolOutput, TypedTool, typed};
 
-use crate::llm::{ChatMessage, ChatModel, ChatRequest, ModelError, TokenUsage, ToolChoice};
+use crate::llm::{
+    ChatMessage, ChatModel, ChatRequest, ModelError, TokenUsage, ToolCall, ToolChoice,
+};
 use crate::store::LlmCallRecord;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -228,50 +230,9 @@ impl<S: Send> Agent<S> {
                 content: response.text.clone(),
                 tool_calls: response.tool_calls.clone(),
             });
-            let mut stop: Option<Control> = None;
-            for call in &response.tool_calls {
-                let arguments = serde_json::from_str(&call.arguments)
-                    .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
-                let result = if stop.is_some() {
-                    Err("not run: an earlier call in this step ended the turn".to_string())
-                } else {
-                    match self.tool(&call.name) {
-                        None => Err(format!(
-                            "unknown tool {:?}; the available tools are: {}",
-                            call.name,
-                            self.tools
-                                .iter()
-                                .map(|t| t.name())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )),
-                        Some(tool) => match tool.call(&mut state, &call.arguments).await {
-                            Ok(output) => {
-                                if output.control != Control::Continue {
-                                    stop = Some(output.control.clone());
-                                }
-                                Ok(output.content)
-                            }
-                            Err(e) => Err(format!("error: {e}")),
-                        },
-                    }
-                };
-                if let Err(e) = &result {
-                    tracing::debug!(tool = %call.name, error = %e, "tool call failed; reported to the model");
-                }
-                messages.push(ChatMessage::Tool {
-                    tool_call_id: call.id.clone(),
-                    content: match &result {
-                        Ok(s) => s.clone(),
-                        Err(e) => e.clone(),
-                    },
-                });
-                calls.push(ToolCallResult {
-                    name: call.name.clone(),
-                    arguments,
-                    result,
-                });
-            }
+            let stop = self
+                .run_tools(&mut state, &response.tool_calls, &mut messages, &mut calls)
+                .await;
             match stop {
                 Some(Control::AwaitUser { message }) => {
                     return Ok(AgentLoopResult {
@@ -300,6 +261,71 @@ impl<S: Send> Agent<S> {
             agent: self.name.clone(),
             iterations: self.max_iterations,
         })
+    }
+
+    /// Runs one step's tool calls in order, each result told to the model in `messages`
+    /// and kept in `calls`. A call that ends the turn (or asks the user) stops the rest:
+    /// they are reported as not run. Returns that call's control.
+    async fn run_tools(
+        &self,
+        state: &mut S,
+        tool_calls: &[ToolCall],
+        messages: &mut Vec<ChatMessage>,
+        calls: &mut Vec<ToolCallResult>,
+    ) -> Option<Control> {
+        let mut stop: Option<Control> = None;
+        for call in tool_calls {
+            let arguments = serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+            let result = if stop.is_some() {
+                Err("not run: an earlier call in this step ended the turn".to_string())
+            } else {
+                let (result, control) = self.call_tool(state, call).await;
+                stop = control;
+                result
+            };
+            if let Err(e) = &result {
+                tracing::debug!(tool = %call.name, error = %e, "tool call failed; reported to the model");
+            }
+            messages.push(ChatMessage::Tool {
+                tool_call_id: call.id.clone(),
+                content: match &result {
+                    Ok(s) => s.clone(),
+                    Err(e) => e.clone(),
+                },
+            });
+            calls.push(ToolCallResult {
+                name: call.name.clone(),
+                arguments,
+                result,
+            });
+        }
+        stop
+    }
+
+    /// One tool call: its result as the model reads it (an unknown tool or bad arguments
+    /// are errors the model can correct), and the control it gave unless it continues.
+    async fn call_tool(
+        &self,
+        state: &mut S,
+        call: &ToolCall,
+    ) -> (Result<String, String>, Option<Control>) {
+        let Some(tool) = self.tool(&call.name) else {
+            let names: Vec<_> = self.tools.iter().map(|t| t.name()).collect();
+            let error = format!(
+                "unknown tool {:?}; the available tools are: {}",
+                call.name,
+                names.join(", ")
+            );
+            return (Err(error), None);
+        };
+        match tool.call(state, &call.arguments).await {
+            Ok(output) => {
+                let control = (output.control != Control::Continue).then_some(output.control);
+                (Ok(output.content), control)
+            }
+            Err(e) => (Err(format!("error: {e}")), None),
+        }
     }
 }
 

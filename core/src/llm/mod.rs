@@ -2,14 +2,13 @@
 //! tool calls with token usage.
 //!
 //! Implementations: [`openai::OpenAiClient`] (any OpenAI-compatible Chat Completions server)
-//! and, behind the `test-utils` feature, [`scripted::ScriptedModel`]. A provider's wire types
+//! and [`scripted::ScriptedModel`] (a playback model for `kaiwa bench` and tests). A provider's wire types
 //! stay in its own module; everything above speaks the types here. [`ModelRouter`] picks the
 //! model an agent uses (per-agent overrides, or none: then agents use their rule-based floor).
 
 pub mod breaker;
 pub mod budget;
 pub mod openai;
-#[cfg(any(test, feature = "test-utils"))]
 pub mod scripted;
 pub mod stream;
 

@@ -1,4 +1,4 @@
-//! Submissions as CSV (`kaiwa export`, the admins' `/export`) (one row per submission, one column per form field, in
+//! Submissions as CSV (`kaiwa export`, the admins' `/export`: one row per submission, one column per form field, in
 //! the form's order; fields no longer in the form follow) or JSON.
 
 use crate::flows::interview::form::Form;

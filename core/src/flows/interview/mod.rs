@@ -13,11 +13,13 @@
 pub mod architect;
 pub mod auditor;
 pub mod compliance;
+pub mod export;
 pub mod form;
 pub mod greeter;
 pub mod interviewer;
 pub mod quick_check;
 pub mod reviewer;
+pub mod simulated;
 pub mod state;
 
 mod confirmation;

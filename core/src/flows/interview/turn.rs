@@ -2,6 +2,7 @@
 //! resume, text, a choice, a command) to the step that handles it.
 
 use super::*;
+use crate::store::Reads;
 
 #[async_trait]
 impl Flow for InterviewFlow {
@@ -29,6 +30,36 @@ impl Flow for InterviewFlow {
         }]
     }
 
+    fn admin_commands(&self) -> &'static [&'static str] {
+        &["export"]
+    }
+
+    /// `/export FORM`: the form's submissions as CSV, in the form's field order.
+    async fn admin_command(
+        &self,
+        name: &str,
+        args: &str,
+        store: &dyn Reads,
+    ) -> Result<String, FlowError> {
+        if name != "export" {
+            return Err(FlowError::Other(format!("no admin command /{name}")));
+        }
+        let form = args.trim();
+        if form.is_empty() {
+            return Ok("Usage: /export FORM_ID".into());
+        }
+        let records = store.submissions(Some(form)).await?;
+        if records.is_empty() {
+            return Ok(format!("No submissions for the form {form:?}."));
+        }
+        let definition = self.forms.iter().find(|f| f.id == form);
+        Ok(format!(
+            "{} submissions of {form}:\n{}",
+            records.len(),
+            super::export::csv(definition.map(|f| f.as_ref()), &records)
+        ))
+    }
+
     /// The Greeter asks for the language (and reads it from what is written there).
     fn follows_written_language(&self) -> bool {
         false
@@ -45,53 +76,8 @@ impl Flow for InterviewFlow {
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {
         let mut out = TurnOutput::default();
         let mut st: InterviewState = ctx.state()?;
-        if st.form_id.is_empty() {
-            let wanted = ctx
-                .start_arg
-                .map(str::to_string)
-                .or_else(|| self.default_form.clone())
-                .or_else(|| self.forms.first().map(|f| f.id.clone()));
-            match wanted.as_deref().and_then(|id| self.form(id)) {
-                Some(form) => {
-                    st.form_id = form.id.clone();
-                    out.change(StateChange::SetCurrentAgent {
-                        agent: greeter::AGENT.into(),
-                    });
-                    out.say(format!(
-                        "Hello {}! Thank you for your interest: {}. / {}さん、こんにちは。「{}」へのご関心ありがとうございます。",
-                        ctx.user.display_name,
-                        form.title.get("en"),
-                        ctx.user.display_name,
-                        form.title.get("ja")
-                    ));
-                }
-                None => {
-                    let known: Vec<&str> = self.forms.iter().map(|f| f.id.as_str()).collect();
-                    out.say(if known.is_empty() {
-                        "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。".to_string()
-                    } else {
-                        format!(
-                            "There is no form {:?}. Available forms: {}. Start with /interview FORM.",
-                            wanted.unwrap_or_default(),
-                            known.join(", ")
-                        )
-                    });
-                    out.end();
-                    return Ok(out);
-                }
-            }
-            if let Some(lang) = ctx.session.language.clone() {
-                st.language = Some(lang);
-            }
-            if let Some(form) = self.form(&st.form_id).cloned()
-                && let Some((old_id, old, _)) = self.resumable(&ctx, &form.id).await?
-            {
-                // the hello goes; the offer replaces it
-                out.outgoing.clear();
-                self.offer_resume(&form, &mut st, old_id, &old, &mut out);
-                out.set_state(&st)?;
-                return Ok(out);
-            }
+        if st.form_id.is_empty() && self.open_form(&ctx, &mut st, &mut out).await? {
+            return Ok(out);
         }
         let Some(form) = self.form(&st.form_id).cloned() else {
             out.say(format!("The form {:?} of this interview is no longer configured. Send /interview to start again.", st.form_id));
@@ -129,93 +115,181 @@ impl Flow for InterviewFlow {
                     None => self.show_resume_options(&lang, &mut out),
                 }
             }
-            TurnInput::Text(text) => match st.stage {
-                Stage::Greeting => {
-                    self.greeting_text(&ctx, &form, &mut st, &text, &mut out)
-                        .await?
-                }
-                Stage::Interviewing => self.answer(&ctx, &form, &mut st, &mut out, &text).await?,
-                Stage::Confirming => {
-                    let t = text.trim().to_lowercase();
-                    if ["yes", "ok", "confirm", "はい", "確定"].contains(&t.as_str()) {
-                        self.submit(&ctx, &form, &mut st, None, &mut out);
-                    } else {
-                        self.show_confirmation(&form, &st, &mut out);
-                    }
-                }
-                Stage::ChoosingChange => {
-                    out.say(pick(
-                        &lang,
-                        "Please pick the answer to change with the buttons.",
-                        "修正する項目をボタンで選んでください。",
-                    ));
-                    self.show_change_options(&form, &st, &mut out);
-                }
-                Stage::Finished => {}
-            },
+            TurnInput::Text(text) => self.on_text(&ctx, &form, &mut st, &mut out, &text).await?,
             TurnInput::Choice { values, .. } => {
-                let value = values.first().cloned().unwrap_or_default();
-                match st.stage {
-                    Stage::Greeting => {
-                        match greeter::section(&st) {
-                            Section::Language => self.set_language(
-                                &mut st,
-                                &mut out,
-                                if value == "ja" { "ja" } else { "en" },
-                            ),
-                            Section::Timezone if st.zone_choices.contains(&value) => {
-                                self.set_timezone(&mut st, &mut out, &value)
-                            }
-                            Section::Country => {
-                                if let Some(code) = greeter::resolve_country(&value) {
-                                    self.set_country(&mut st, &mut out, code)
-                                }
-                            }
-                            _ => {}
-                        }
-                        self.advance(&ctx, &form, &mut st, &mut out).await?;
-                    }
-                    Stage::Interviewing => {
-                        // the reviewer maps option values back (and checks them)
-                        let answer = values.join(", ");
-                        self.answer(&ctx, &form, &mut st, &mut out, &answer).await?;
-                    }
-                    Stage::Confirming if value == "confirm" => {
-                        self.submit(&ctx, &form, &mut st, None, &mut out)
-                    }
-                    Stage::Confirming => {
-                        st.stage = Stage::ChoosingChange;
-                        self.show_change_options(&form, &st, &mut out);
-                    }
-                    Stage::ChoosingChange => {
-                        if form.field(&value).is_some() {
-                            *st.field_mut(&value) = state::FieldProgress::default();
-                            st.stage = Stage::Interviewing;
-                            self.advance(&ctx, &form, &mut st, &mut out).await?;
-                        }
-                    }
-                    Stage::Finished => {}
-                }
+                self.on_choice(&ctx, &form, &mut st, &mut out, &values)
+                    .await?
             }
             TurnInput::Command { name, .. } if name == "status" => {
-                let done = st.closed_count();
-                out.say(pick(
-                    &lang,
-                    &format!(
-                        "{}: {done} of {} questions answered.",
-                        form.title.get("en"),
-                        st.plan.len()
-                    ),
-                    &format!(
-                        "{}: {} 問中 {done} 問に回答済みです。",
-                        form.title.get("ja"),
-                        st.plan.len()
-                    ),
-                ));
+                self.status(&form, &st, &mut out)
             }
             TurnInput::Command { .. } => out.unknown_command = true,
         }
         out.set_state(&st)?;
         Ok(out)
+    }
+}
+
+/// The turn, one method per kind of input.
+impl InterviewFlow {
+    /// A new interview's first turn: the form it asked for (or the default one) and the
+    /// hello, or the offer to resume an earlier interview of that form. `Ok(true)`: the
+    /// turn is over (no such form, or the offer is made).
+    async fn open_form(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+    ) -> Result<bool, FlowError> {
+        let wanted = ctx
+            .start_arg
+            .map(str::to_string)
+            .or_else(|| self.default_form.clone())
+            .or_else(|| self.forms.first().map(|f| f.id.clone()));
+        match wanted.as_deref().and_then(|id| self.form(id)) {
+            Some(form) => {
+                st.form_id = form.id.clone();
+                out.change(StateChange::SetCurrentAgent {
+                    agent: greeter::AGENT.into(),
+                });
+                out.say(format!(
+                    "Hello {}! Thank you for your interest: {}. / {}さん、こんにちは。「{}」へのご関心ありがとうございます。",
+                    ctx.user.display_name,
+                    form.title.get("en"),
+                    ctx.user.display_name,
+                    form.title.get("ja")
+                ));
+            }
+            None => {
+                let known: Vec<&str> = self.forms.iter().map(|f| f.id.as_str()).collect();
+                out.say(if known.is_empty() {
+                    "No interview forms are set up on this bot yet. / このボットにはまだ面接フォームが設定されていません。".to_string()
+                } else {
+                    format!(
+                        "There is no form {:?}. Available forms: {}. Start with /interview FORM.",
+                        wanted.unwrap_or_default(),
+                        known.join(", ")
+                    )
+                });
+                out.end();
+                return Ok(true);
+            }
+        }
+        if let Some(lang) = ctx.session.language.clone() {
+            st.language = Some(lang);
+        }
+        if let Some(form) = self.form(&st.form_id).cloned()
+            && let Some((old_id, old, _)) = self.resumable(ctx, &form.id).await?
+        {
+            // the hello goes; the offer replaces it
+            out.outgoing.clear();
+            self.offer_resume(&form, st, old_id, &old, out);
+            out.set_state(st)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// What the applicant wrote, at each stage of the interview.
+    async fn on_text(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        text: &str,
+    ) -> Result<(), FlowError> {
+        let lang = lang_of(st);
+        match st.stage {
+            Stage::Greeting => self.greeting_text(ctx, form, st, text, out).await?,
+            Stage::Interviewing => self.answer(ctx, form, st, out, text).await?,
+            Stage::Confirming => {
+                let t = text.trim().to_lowercase();
+                if ["yes", "ok", "confirm", "はい", "確定"].contains(&t.as_str()) {
+                    self.submit(ctx, form, st, None, out);
+                } else {
+                    self.show_confirmation(form, st, out);
+                }
+            }
+            Stage::ChoosingChange => {
+                out.say(pick(
+                    &lang,
+                    "Please pick the answer to change with the buttons.",
+                    "修正する項目をボタンで選んでください。",
+                ));
+                self.show_change_options(form, st, out);
+            }
+            Stage::Finished => {}
+        }
+        Ok(())
+    }
+
+    /// A press on the options shown, at each stage of the interview.
+    async fn on_choice(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        values: &[String],
+    ) -> Result<(), FlowError> {
+        let value = values.first().cloned().unwrap_or_default();
+        match st.stage {
+            Stage::Greeting => {
+                match greeter::section(st) {
+                    Section::Language => {
+                        self.set_language(st, out, if value == "ja" { "ja" } else { "en" })
+                    }
+                    Section::Timezone if st.zone_choices.contains(&value) => {
+                        self.set_timezone(st, out, &value)
+                    }
+                    Section::Country => {
+                        if let Some(code) = greeter::resolve_country(&value) {
+                            self.set_country(st, out, code)
+                        }
+                    }
+                    _ => {}
+                }
+                self.advance(ctx, form, st, out).await?;
+            }
+            Stage::Interviewing => {
+                // the reviewer maps option values back (and checks them)
+                let answer = values.join(", ");
+                self.answer(ctx, form, st, out, &answer).await?;
+            }
+            Stage::Confirming if value == "confirm" => self.submit(ctx, form, st, None, out),
+            Stage::Confirming => {
+                st.stage = Stage::ChoosingChange;
+                self.show_change_options(form, st, out);
+            }
+            Stage::ChoosingChange => {
+                if form.field(&value).is_some() {
+                    *st.field_mut(&value) = state::FieldProgress::default();
+                    st.stage = Stage::Interviewing;
+                    self.advance(ctx, form, st, out).await?;
+                }
+            }
+            Stage::Finished => {}
+        }
+        Ok(())
+    }
+
+    /// `/status`: how many questions are answered.
+    fn status(&self, form: &Form, st: &InterviewState, out: &mut TurnOutput) {
+        let lang = lang_of(st);
+        let done = st.closed_count();
+        out.say(pick(
+            &lang,
+            &format!(
+                "{}: {done} of {} questions answered.",
+                form.title.get("en"),
+                st.plan.len()
+            ),
+            &format!(
+                "{}: {} 問中 {done} 問に回答済みです。",
+                form.title.get("ja"),
+                st.plan.len()
+            ),
+        ));
     }
 }

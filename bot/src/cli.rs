@@ -1,0 +1,187 @@
+//! The command line: `kaiwa run|chat|migrate|stats|check|bench|kb|export`, and the log each
+//! command writes.
+
+use clap::{Parser, Subcommand};
+use kaiwa::Options;
+use std::path::PathBuf;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "kaiwa",
+    version,
+    about = "Kaiwa: LLM agents where people already chat"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub options: Options,
+    /// More detail in the log (debug level); `kaiwa chat` also says where its log file is.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the bot: every adapter whose token is set, plus /healthz and /metrics.
+    Run,
+    /// Talk to a flow in the terminal, through the same core and database as the bot. Its
+    /// log goes to a file, never into the conversation: `--log-file`, by default
+    /// `data/kaiwa-chat.log` (the system's temporary directory if that cannot be written).
+    Chat {
+        /// Where the log goes.
+        #[arg(long, env = "KAIWA_CHAT_LOG", default_value = "data/kaiwa-chat.log")]
+        log_file: PathBuf,
+        /// The flow to talk to (e.g. assistant).
+        flow: String,
+        /// The form to use (interview flows).
+        #[arg(long)]
+        form: Option<String>,
+        /// Your user name in this conversation.
+        #[arg(long, default_value = "guest")]
+        user: String,
+    },
+    /// Create or upgrade the database schema.
+    Migrate,
+    /// Model calls, tokens and latency per flow and agent, from the llm_calls ledger.
+    Stats {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate the configuration and the forms.
+    Check,
+    /// Load-test the bot: simulated users through the real orchestrator, flows and SQLite.
+    Bench {
+        /// interview or assistant
+        #[arg(long, default_value = "interview")]
+        flow: String,
+        /// The form the interview uses.
+        #[arg(long, default_value = "engineer")]
+        form: String,
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        /// Turns per simulated user.
+        #[arg(long, default_value_t = 11)]
+        turns: usize,
+        /// Users active at once (default: all).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Simulated model latency per call.
+        #[arg(long, default_value_t = 0)]
+        model_latency_ms: u64,
+        /// Offered load in turns per second across all users (open loop: each user sends on
+        /// a schedule, and a turn's time counts from its scheduled send). Default: every
+        /// user sends the next message as soon as the last reply came (closed loop).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Database URL (default: a temporary file).
+        #[arg(long)]
+        database: Option<String>,
+    },
+    /// Knowledge-base maintenance.
+    Kb {
+        #[command(subcommand)]
+        command: KbCommand,
+    },
+    /// Write the stored submissions of a form as CSV or JSON.
+    Export {
+        /// The form id.
+        #[arg(long)]
+        form: String,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+        format: ExportFormat,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum KbCommand {
+    /// Index the knowledge base and report what it holds.
+    Index,
+    /// Search the knowledge base (to check what the help-desk will find).
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 3)]
+        k: usize,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Json,
+}
+
+/// Whether to colour what goes to a stream: a terminal, and `NO_COLOR` not set.
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Opens the chat's log file (its directory made if need be), else one in the temporary
+/// directory; returns it and where it is.
+fn open_chat_log(wanted: &std::path::Path) -> Option<(std::fs::File, PathBuf)> {
+    let open = |path: &std::path::Path| {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).ok()?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    };
+    let fallback = std::env::temp_dir().join("kaiwa-chat.log");
+    open(wanted)
+        .map(|f| (f, wanted.to_path_buf()))
+        .or_else(|| open(&fallback).map(|f| (f, fallback)))
+}
+
+/// A service logs what it does to stderr; the terminal commands stay quiet unless asked;
+/// `kaiwa chat` writes its log to a file, never into the conversation.
+pub fn init_logging(cli: &Cli) {
+    use std::io::IsTerminal;
+    let default_filter = match (&cli.command, cli.verbose) {
+        (_, true) => "debug",
+        (Command::Run | Command::Chat { .. }, false) => "info",
+        (_, false) => "warn",
+    };
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // serenity warns with a whole gateway event it could not read (users' messages in it):
+    // kept out of the log unless asked for by name
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("serenity"))
+        && let Ok(quiet) = "serenity::gateway::ws=error".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
+    if let Command::Chat { log_file, .. } = &cli.command {
+        match open_chat_log(log_file) {
+            Some((file, path)) => {
+                if cli.verbose {
+                    eprintln!("(log: {})", path.display());
+                }
+                tracing_subscriber::fmt()
+                    .with_env_filter(filter)
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .init();
+            }
+            // nowhere to write it: no log rather than one in the conversation
+            None => {
+                if cli.verbose {
+                    eprintln!("(no log: {} cannot be written)", log_file.display());
+                }
+            }
+        }
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour(std::io::stderr().is_terminal()))
+        .with_writer(std::io::stderr)
+        .init();
+}

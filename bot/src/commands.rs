@@ -1,0 +1,217 @@
+//! The commands of the binary that work on a piece of Kaiwa (the database, the forms, the
+//! knowledge base) rather than on the running bot: each a function `main.rs` calls.
+
+use crate::bench;
+use crate::cli::{ExportFormat, KbCommand};
+use anyhow::{Context, bail};
+use kaiwa::app;
+use kaiwa::config::Settings;
+use kaiwa_core::store::{Reads, Store};
+use std::path::{Path, PathBuf};
+
+/// `kaiwa stats`: model calls, tokens and latency per flow and agent.
+pub async fn stats(database_url: &str, json: bool) -> anyhow::Result<()> {
+    let store = app::open_store(database_url).await?;
+    let usage = store.llm_usage().await?;
+    store.close().await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&usage)?);
+    } else if usage.is_empty() {
+        println!("no model calls recorded yet");
+    } else {
+        println!(
+            "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10} {:>10}",
+            "flow", "agent", "calls", "errors", "prompt_tok", "compl_tok", "avg_ms", "max_ms"
+        );
+        for u in &usage {
+            println!(
+                "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10.0} {:>10}",
+                u.flow,
+                u.agent,
+                u.calls,
+                u.errors,
+                u.prompt_tokens,
+                u.completion_tokens,
+                u.avg_latency_ms,
+                u.max_latency_ms
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `kaiwa migrate`: the database created or upgraded.
+pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    let store = app::open_store(database_url).await?;
+    store.close().await;
+    println!("database is up to date: {}", app::redact_url(database_url));
+    Ok(())
+}
+
+/// `kaiwa check`: the configuration, the model settings, every form and the paths the
+/// configuration names. `defaults`: no configuration file was found at `path`.
+pub fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result<()> {
+    if defaults {
+        println!(
+            "configuration: none at {} (built-in defaults; run kaiwa where config/ is, or pass --config)",
+            path.display()
+        );
+    } else {
+        println!("configuration: ok ({})", path.display());
+    }
+    app::build_models(settings.llm.as_ref()).context("model configuration")?;
+    match &settings.llm {
+        Some(llm) => println!(
+            "model: {} at {} ({} agent overrides)",
+            llm.model,
+            llm.base_url,
+            llm.agents.len()
+        ),
+        None => println!("model: none configured; agents use their rule-based floor"),
+    }
+    let flows = app::build_flows(settings)?;
+    println!(
+        "flows: {} (default {})",
+        flows.ids().join(", "),
+        flows.default_flow()
+    );
+    let (files, passages) = app::open_kb(settings)?.stats();
+    println!(
+        "knowledge base: {files} files, {passages} passages ({})",
+        settings.flows.kb_dir
+    );
+    let forms = app::load_forms(settings)?;
+    let mut failed = false;
+    for form in &forms {
+        let problems = form.validate();
+        if problems.is_empty() {
+            println!(
+                "form {}: ok ({} fields, {:?})",
+                form.id,
+                form.fields.len(),
+                form.variant
+            );
+        } else {
+            failed = true;
+            for p in problems {
+                println!("form {}: error: {p}", form.id);
+            }
+        }
+    }
+    if forms.is_empty() {
+        println!("forms: none in {}", settings.flows.forms_dir);
+    }
+    // what the configuration names must be there
+    let mut missing = Vec::new();
+    for (what, path) in [
+        ("[flows] forms_dir", &settings.flows.forms_dir),
+        ("[flows] kb_dir", &settings.flows.kb_dir),
+        ("[flows] books", &settings.flows.books),
+    ] {
+        if !std::path::Path::new(path).exists() {
+            println!("{what}: {path} does not exist");
+            missing.push(what);
+        }
+    }
+    if failed {
+        bail!("some forms are invalid");
+    }
+    if !missing.is_empty() {
+        bail!(
+            "the configuration names what is not there: {}",
+            missing.join(", ")
+        );
+    }
+    if forms.is_empty() {
+        bail!("no interview forms in {}", settings.flows.forms_dir);
+    }
+    Ok(())
+}
+
+/// `kaiwa bench`: simulated users through the real orchestrator (see `bench.rs`).
+pub async fn bench(options: bench::BenchOptions, settings: Settings) -> anyhow::Result<()> {
+    let (flow, form) = (&options.flow, &options.form);
+    // an interview without its form answers every turn "unknown form" and calls no
+    // model: a report of that would measure nothing the bot does
+    if flow == "interview" && !app::load_forms(&settings)?.iter().any(|f| &f.id == form) {
+        bail!(
+            "the form {form:?} is not in {} (run kaiwa bench where config/ is, or set \
+             [flows] forms_dir, or name a form with --form)",
+            settings.flows.forms_dir
+        );
+    }
+    let report = bench::run(options, settings).await?;
+    println!("{report}");
+    Ok(())
+}
+
+/// `kaiwa kb index|search`: what the help-desk's knowledge base holds and finds.
+pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
+    let kb = app::open_kb(settings)?;
+    match command {
+        KbCommand::Index => {
+            let (files, passages) = kb.stats();
+            println!(
+                "knowledge base {}: {files} files, {passages} passages indexed",
+                settings.flows.kb_dir
+            );
+        }
+        KbCommand::Search { query, k } => {
+            for (i, p) in kb
+                .search(&query, k)
+                .context("search failed")?
+                .iter()
+                .enumerate()
+            {
+                println!("[{}] {} (score {:.2})", i + 1, p.citation(), p.score);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `kaiwa export`: a form's submissions as CSV or JSON, to a file or stdout.
+pub async fn export(
+    settings: &Settings,
+    database_url: &str,
+    form: String,
+    format: ExportFormat,
+    output: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let store = app::open_store(database_url).await?;
+    let records = store
+        .submissions(Some(&form))
+        .await
+        .context("reading submissions")?;
+    store.close().await;
+    let forms = app::load_forms(settings)?;
+    let definition = forms.iter().find(|f| f.id == form);
+    if records.is_empty() {
+        // a mistyped form id would otherwise write an empty file and succeed
+        if definition.is_none() {
+            let known: Vec<&str> = forms.iter().map(|f| f.id.as_str()).collect();
+            bail!(
+                "no form {form:?}: it is not in {} and nothing was submitted for it (forms: {})",
+                settings.flows.forms_dir,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            );
+        }
+        eprintln!("no submissions for the form {form:?} yet");
+    }
+    let text = match format {
+        ExportFormat::Json => {
+            serde_json::to_string_pretty(&records).context("encoding JSON")? + "\n"
+        }
+        ExportFormat::Csv => kaiwa_core::flows::interview::export::csv(definition, &records),
+    };
+    match output {
+        Some(path) => std::fs::write(&path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
