@@ -43,8 +43,6 @@ pub enum AdapterError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Orchestrator(#[from] kaiwa_core::orchestrator::OrchestratorError),
-    #[error(transparent)]
-    Store(#[from] kaiwa_core::store::StoreError),
     #[error("adapter set-up: {0}")]
     Setup(String),
     #[error("{0}")]

@@ -85,11 +85,6 @@ pub fn truncate(text: &str, max: usize) -> String {
     out
 }
 
-/// UTF-16 code units of a character (Telegram counts message length in them).
-pub fn utf16_len(c: char) -> usize {
-    c.len_utf16()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! The wiring behind [`crate::Kaiwa`] — store, models, flows, orchestrator — built from
 //! [`Settings`], and the pieces `kaiwa check`, `kaiwa bench` and `kaiwa kb` use alone.
 
+use crate::Error;
 use crate::config::{LlmSettings, Settings, secret_from_env};
 use anyhow::Context;
 use kaiwa_core::admin::AdminSink;
@@ -15,6 +16,7 @@ use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
+use kaiwa_core::store::Store;
 use kaiwa_core::store::sqlite::SqliteStore;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,22 +24,31 @@ use std::time::Duration;
 
 pub struct App {
     pub orchestrator: Arc<Orchestrator>,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn Store>,
 }
 
 impl App {
     pub async fn build(
         settings: &Settings,
         database_url: &str,
+        store: Option<Arc<dyn Store>>,
         admin: Arc<dyn AdminSink>,
         models: Option<ModelRouter>,
-    ) -> anyhow::Result<App> {
-        let store = Arc::new(open_store(database_url).await?);
+    ) -> Result<App, Error> {
+        let store: Arc<dyn Store> = match store {
+            Some(store) => store,
+            None => Arc::new(SqliteStore::connect(database_url).await.map_err(|source| {
+                Error::Database {
+                    url: redact_url(database_url),
+                    source,
+                }
+            })?),
+        };
         let models = match models {
             Some(models) => models,
-            None => build_models(settings.llm.as_ref())?,
+            None => build_models(settings.llm.as_ref()).map_err(Error::setup("[llm]"))?,
         };
-        let flows = build_flows(settings)?;
+        let flows = build_flows(settings).map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
         let mut orchestrator = Orchestrator::new(store.clone(), flows, models, admin);
         if let Some(llm) = &settings.llm {

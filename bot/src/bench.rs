@@ -316,14 +316,18 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     // simulated users type as fast as the machine lets them: no per-user rate limit
     settings.limits.messages_per_minute = 0;
     // the bot as `kaiwa run` builds it, with the timed model and no admin chat
+    let store = Arc::new(
+        SqliteStore::connect(&url)
+            .await
+            .context("opening the bench database")?,
+    );
     let kaiwa = Kaiwa::builder(settings)
-        .database_url(&url)
+        .store(store.clone())
         .models(ModelRouter::new(Some(model.clone())))
         .admin_sink(Arc::new(NullAdmin))
         .build()
         .await
         .context("opening the bench database")?;
-    let store = kaiwa.store().clone();
     let orchestrator = kaiwa.orchestrator().clone();
     if let Err(e) = check_fresh(&orchestrator, &store, &options.flow).await {
         store.close().await;

@@ -11,7 +11,8 @@
 //!
 //! // --config / KAIWA_CONFIG, --database-url / KAIWA_DATABASE_URL, the token variables
 //! let kaiwa = kaiwa::Kaiwa::open(&kaiwa::Options::parse()).await?;
-//! kaiwa.run().await // what `kaiwa run` does
+//! kaiwa.run().await?; // what `kaiwa run` does
+//! # Ok(())
 //! # }
 //! ```
 //!
@@ -20,7 +21,10 @@
 
 pub mod app;
 pub mod config;
+mod error;
 mod service;
+
+pub use error::{BoxError, Error};
 
 /// The teloxide (0.17) Kaiwa is built against.
 pub use kaiwa_adapters::teloxide;
@@ -36,7 +40,6 @@ pub use kaiwa_adapters::telegram::{TelegramListener, TelegramPlugin};
 /// above name: a `ModelRouter` for [`KaiwaBuilder::models`], an `AdminSink`, ….
 pub use {kaiwa_adapters, kaiwa_core};
 
-use anyhow::Context as _;
 use config::{Settings, optional_secret};
 use kaiwa_adapters::console;
 use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
@@ -51,7 +54,6 @@ use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{Orchestrator, Outbox};
 use kaiwa_core::store::Store;
-use kaiwa_core::store::sqlite::SqliteStore;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,12 +85,12 @@ impl Options {
     /// The settings these options name: the file given (which must exist), else
     /// [`DEFAULT_CONFIG`] if it exists, else the built-in defaults; and whether the
     /// defaults were used because no file was there.
-    pub fn settings(&self) -> anyhow::Result<(Settings, bool)> {
+    pub fn settings(&self) -> Result<(Settings, bool), Error> {
         let (path, required) = match &self.config {
             Some(p) => (p.clone(), true),
             None => (PathBuf::from(DEFAULT_CONFIG), false),
         };
-        let settings = Settings::load(&path, required)?;
+        let settings = Settings::load(&path, required).map_err(Error::config)?;
         // (the default file may be missing: the built-in defaults apply, but say so, since
         // a bot started from the wrong folder would otherwise run without its forms)
         let defaults = !required && !path.exists();
@@ -110,7 +112,7 @@ impl Options {
 pub struct Kaiwa {
     settings: Settings,
     orchestrator: Arc<Orchestrator>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
     telegram: Option<(TelegramApi, String)>,
     discord: Option<(DiscordApi, String)>,
 }
@@ -137,6 +139,7 @@ pub struct KaiwaBuilder {
     discord_token: Option<String>,
     admin: Option<Arc<dyn AdminSink>>,
     models: Option<ModelRouter>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl KaiwaBuilder {
@@ -180,16 +183,26 @@ impl KaiwaBuilder {
         self
     }
 
+    /// A store opened by the caller instead of the database URL's (it is migrated by
+    /// whoever opened it).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// Opens the database (migrating it), indexes the knowledge base, loads the forms and
     /// wires the orchestrator.
-    pub async fn build(self) -> anyhow::Result<Kaiwa> {
+    pub async fn build(self) -> Result<Kaiwa, Error> {
         let settings = self.settings;
         let (tg, dc) = (&settings.telegram, &settings.discord);
         let telegram = self
             .telegram_token
             .map(|token| TelegramApi::new(&token, tg.api_url.as_deref()).map(|api| (api, token)))
             .transpose()
-            .context("[telegram]")?;
+            .map_err(|source| Error::Platform {
+                platform: "Telegram",
+                source,
+            })?;
         let discord = self
             .discord_token
             .map(|token| (DiscordApi::new(&token, dc.api_proxy.as_deref()), token));
@@ -220,18 +233,21 @@ impl KaiwaBuilder {
         let database_url = self
             .database_url
             .unwrap_or_else(|| settings.database_url.clone());
-        let app = app::App::build(&settings, &database_url, admin, self.models).await?;
+        let app = app::App::build(&settings, &database_url, self.store, admin, self.models).await?;
         if let Some(place) = tg
             .places
             .iter()
             .find(|p| app.orchestrator.flows().get(&p.flow).is_none())
         {
-            anyhow::bail!(
-                "[[telegram.places]] chat {}: no flow {:?} (flows: {})",
-                place.chat,
-                place.flow,
-                app.orchestrator.flows().ids().join(", ")
-            );
+            return Err(Error::Config(
+                format!(
+                    "[[telegram.places]] chat {}: no flow {:?} (flows: {})",
+                    place.chat,
+                    place.flow,
+                    app.orchestrator.flows().ids().join(", ")
+                )
+                .into(),
+            ));
         }
         Ok(Kaiwa {
             settings,
@@ -253,12 +269,13 @@ impl Kaiwa {
             discord_token: None,
             admin: None,
             models: None,
+            store: None,
         }
     }
 
     /// Kaiwa as `kaiwa run` opens it: the configuration `options` name, the database URL
     /// from them or the file, the bot tokens from the variables the file names.
-    pub async fn open(options: &Options) -> anyhow::Result<Kaiwa> {
+    pub async fn open(options: &Options) -> Result<Kaiwa, Error> {
         let (settings, _) = options.settings()?;
         let database_url = options.database_url(&settings);
         Kaiwa::builder(settings)
@@ -279,7 +296,7 @@ impl Kaiwa {
 
     /// Runs the bot as a service (`kaiwa run`): every platform with a token, `/healthz` and
     /// `/metrics`, the scheduled jobs, until SIGTERM or Ctrl-C.
-    pub async fn run(self) -> anyhow::Result<()> {
+    pub async fn run(self) -> Result<(), Error> {
         self.run_until(service::shutdown_signal()).await
     }
 
@@ -289,12 +306,13 @@ impl Kaiwa {
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Error> {
         service::run(self, shutdown).await
     }
 
-    /// The store, for reading what Kaiwa keeps (sessions, submissions, the ledger).
-    pub fn store(&self) -> &Arc<SqliteStore> {
+    /// The store, for reading what Kaiwa keeps (sessions, submissions, the ledger): its
+    /// capabilities ([`Store`], with [`kaiwa_core::store::Reads`]), whatever the backend.
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -304,7 +322,7 @@ impl Kaiwa {
         input: R,
         output: W,
         options: ConsoleOptions,
-    ) -> anyhow::Result<console::ConsoleExit>
+    ) -> Result<console::ConsoleExit, Error>
     where
         R: tokio::io::AsyncBufRead + Unpin + Send,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -312,14 +330,14 @@ impl Kaiwa {
         if let Some(flow) = &options.flow
             && self.orchestrator.flows().get(flow).is_none()
         {
-            anyhow::bail!(
-                "unknown flow {flow:?}; available: {}",
-                self.orchestrator.flows().ids().join(", ")
-            );
+            return Err(Error::UnknownFlow {
+                flow: flow.clone(),
+                available: self.orchestrator.flows().ids().join(", "),
+            });
         }
         let result = console::run(&self.orchestrator, input, output, options).await;
         self.close().await;
-        result.context("the console conversation stopped")
+        result.map_err(Error::Console)
     }
 
     /// A teloxide `Bot` for the host's dispatcher, with Kaiwa's token and `[telegram]
@@ -358,14 +376,17 @@ impl Kaiwa {
     /// Dispatcher::builder(bot, handler).build().dispatch().await;
     /// # Ok(()) }
     /// ```
-    pub async fn telegram(&self) -> anyhow::Result<TelegramPlugin> {
-        let (api, _) = self
-            .telegram
-            .clone()
-            .context("no Telegram token (set the variable [telegram] token_env names)")?;
+    pub async fn telegram(&self) -> Result<TelegramPlugin, Error> {
+        let (api, _) = self.telegram.clone().ok_or(Error::NoToken {
+            platform: "Telegram",
+            variable: "[telegram] token_env",
+        })?;
         TelegramPlugin::start(api, self.telegram_config(), self.orchestrator.clone())
             .await
-            .context("Telegram")
+            .map_err(|source| Error::Platform {
+                platform: "Telegram",
+                source,
+            })
     }
 
     /// A serenity `Http` for the host's client, with Kaiwa's token and `[discord]
@@ -393,11 +414,11 @@ impl Kaiwa {
     /// client.start().await?;
     /// # Ok(()) }
     /// ```
-    pub fn discord(&self) -> anyhow::Result<DiscordPlugin> {
-        let (api, _) = self
-            .discord
-            .clone()
-            .context("no Discord token (set the variable [discord] token_env names)")?;
+    pub fn discord(&self) -> Result<DiscordPlugin, Error> {
+        let (api, _) = self.discord.clone().ok_or(Error::NoToken {
+            platform: "Discord",
+            variable: "[discord] token_env",
+        })?;
         Ok(DiscordPlugin::new(
             api,
             self.discord_config(),

@@ -4,8 +4,7 @@
 //! messages, lets the turns in flight finish (bounded by `[server] shutdown_grace_secs`) and
 //! closes the database.
 
-use crate::Kaiwa;
-use anyhow::{Context, bail};
+use crate::{Error, Kaiwa};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -104,16 +103,14 @@ pub(crate) async fn shutdown_signal() {
 pub(crate) async fn run(
     kaiwa: Kaiwa,
     shutdown: impl std::future::Future<Output = ()> + Send,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let settings = &kaiwa.settings;
     let (tg, dc) = (&settings.telegram, &settings.discord);
     if kaiwa.telegram.is_none() && kaiwa.discord.is_none() {
-        bail!(
-            "no chat platform is configured: set {} (a Telegram bot token) or {} (a Discord bot \
-             token) to run the bot; `kaiwa chat <flow>` talks to the flows in this terminal instead",
-            tg.token_env,
-            dc.token_env
-        );
+        return Err(Error::NoPlatform {
+            telegram: tg.token_env.clone(),
+            discord: dc.token_env.clone(),
+        });
     }
     let orchestrator = kaiwa.orchestrator.clone();
 
@@ -137,10 +134,15 @@ pub(crate) async fn run(
     }
     let jobs = kaiwa.jobs(stopped(stop_rx.clone()));
 
-    let listener = tokio::net::TcpListener::bind(&settings.server.listen)
+    let listen = &settings.server.listen;
+    let listening = |source| Error::Listen {
+        address: listen.clone(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
-    let address = listener.local_addr()?;
+        .map_err(listening)?;
+    let address = listener.local_addr().map_err(listening)?;
     tracing::info!(%address, "health and metrics at http://{address}/healthz and /metrics");
     let router = Router::new()
         .route("/healthz", get(healthz))
@@ -193,7 +195,7 @@ pub(crate) async fn run(
     kaiwa.close().await;
     tracing::info!("stopped");
     match failure {
-        Some(message) => bail!(message),
+        Some(message) => Err(Error::Stopped(message)),
         None => Ok(()),
     }
 }

@@ -606,31 +606,7 @@ impl KnowledgeBase {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let own = tokens(&i.index, i.fields, query)?;
         // the synonym groups the question names, with their words' tokens
-        let lower = query.to_lowercase();
-        let named = |w: &str| {
-            if w.is_ascii() {
-                lower
-                    .split(|c: char| !c.is_alphanumeric())
-                    .any(|word| word == w)
-            } else {
-                query.contains(w)
-            }
-        };
-        let mut groups: Vec<Group> = Vec::new();
-        for members in SYNONYMS {
-            if members.iter().any(|w| named(w)) {
-                let mut tokens_of = Vec::new();
-                for w in members.iter().filter(|w| w.is_ascii()) {
-                    tokens_of.extend(tokens(&i.index, i.fields, w)?);
-                }
-                tokens_of.sort();
-                tokens_of.dedup();
-                groups.push(Group {
-                    members,
-                    tokens: tokens_of,
-                });
-            }
-        }
+        let groups = synonym_groups(&i, query)?;
         let units = units(&i, query, &groups)?;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut add = |token: &str, en: bool, weight: f32| {
@@ -715,29 +691,7 @@ impl KnowledgeBase {
                 score: if overview { score * 0.5 } else { score },
             });
         }
-        // the better match of the question first; a passage that meets more of it before
-        // one that only scores higher
-        found.sort_by(|a, b| {
-            b.coverage
-                .total_cmp(&a.coverage)
-                .then(b.score.total_cmp(&a.score))
-        });
-        // the question's language; the other only when it has nothing that matches as well
-        let japanese = query.chars().any(is_cjk);
-        let in_language = |p: &Passage| p.text.chars().any(is_cjk) == japanese;
-        let best = |own: bool| {
-            found
-                .iter()
-                .filter(|p| in_language(p) == own)
-                .map(|p| p.coverage)
-                .fold(0.0f32, f32::max)
-        };
-        let (own_best, other_best) = (best(true), best(false));
-        let keep_own = found.iter().any(in_language) && own_best >= other_best;
-        found.retain(|p| in_language(p) == keep_own);
-        found.retain(|p| p.coverage > 0.0);
-        found.truncate(k.clamp(1, 20));
-        Ok(found)
+        Ok(best_in_language(found, query, k))
     }
 
     /// A whole indexed document by its relative path.
@@ -745,6 +699,64 @@ impl KnowledgeBase {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
         i.documents.get(path.trim_start_matches("./")).cloned()
     }
+}
+
+/// The synonym groups `query` names, with the tokens of their English words.
+fn synonym_groups(i: &Indexed, query: &str) -> Result<Vec<Group>, KbError> {
+    let lower = query.to_lowercase();
+    let named = |w: &str| {
+        if w.is_ascii() {
+            lower
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|word| word == w)
+        } else {
+            query.contains(w)
+        }
+    };
+    let mut groups: Vec<Group> = Vec::new();
+    for members in SYNONYMS {
+        if members.iter().any(|w| named(w)) {
+            let mut tokens_of = Vec::new();
+            for w in members.iter().filter(|w| w.is_ascii()) {
+                tokens_of.extend(tokens(&i.index, i.fields, w)?);
+            }
+            tokens_of.sort();
+            tokens_of.dedup();
+            groups.push(Group {
+                members,
+                tokens: tokens_of,
+            });
+        }
+    }
+    Ok(groups)
+}
+
+/// The passages `found` for `query` in its order of merit (the better match of the
+/// question first: a passage that meets more of it before one that only scores higher),
+/// in the question's language (the other only when it has nothing that matches as well),
+/// at most `k`.
+fn best_in_language(mut found: Vec<Passage>, query: &str, k: usize) -> Vec<Passage> {
+    found.sort_by(|a, b| {
+        b.coverage
+            .total_cmp(&a.coverage)
+            .then(b.score.total_cmp(&a.score))
+    });
+    // the question's language; the other only when it has nothing that matches as well
+    let japanese = query.chars().any(is_cjk);
+    let in_language = |p: &Passage| p.text.chars().any(is_cjk) == japanese;
+    let best = |own: bool| {
+        found
+            .iter()
+            .filter(|p| in_language(p) == own)
+            .map(|p| p.coverage)
+            .fold(0.0f32, f32::max)
+    };
+    let (own_best, other_best) = (best(true), best(false));
+    let keep_own = found.iter().any(in_language) && own_best >= other_best;
+    found.retain(|p| in_language(p) == keep_own);
+    found.retain(|p| p.coverage > 0.0);
+    found.truncate(k.clamp(1, 20));
+    found
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ mod common;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelRouter, ToolCall, ToolSpec};
 use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
-use kaiwa_core::store::{Reads, SubmissionStatus};
+use kaiwa_core::store::SubmissionStatus;
 use kaiwa_core::testing::RecordingOutbox;
 use kaiwa_core::testing::interview_agents::fake_model;
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};

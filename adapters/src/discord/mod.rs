@@ -1,4 +1,4 @@
-//! The Discord adapter (serenity): gateway events turned into [`Incoming`]s, replies rendered
+//! The Discord adapter (serenity): gateway events turned into [`Incoming`](kaiwa_core::message::Incoming)s, replies rendered
 //! as messages, buttons, select menus and embeds.
 //!
 //! - A new message in a help-desk channel opens a thread named after the question; the

@@ -15,7 +15,7 @@ use std::sync::Arc;
 ///
 /// - messages in its help-desk and reading channels, the threads it opened there, direct
 ///   messages (its DM flow) and its admin channel;
-/// - its own components (custom ids in [`NAMESPACE`]) and its own slash commands, which it
+/// - its own components (custom ids in [`NAMESPACE`](super::NAMESPACE)) and its own slash commands, which it
 ///   registers one by one at `ready` (the host's commands stay).
 ///
 /// A message it takes is in the store's inbox before the event handler returns; its turn runs

@@ -12,7 +12,7 @@
 //!   after that leaves them in the inbox, and the next start answers them. On SIGTERM
 //!   polling stops first; what is confirmed and not answered within the grace period is
 //!   answered after the restart.
-//! - No chat blocks another: each session (chat, topic, user) has its own [`Lanes`] queue,
+//! - No chat blocks another: each session (chat, topic, user) has its own [`Lanes`](crate::lanes::Lanes) queue,
 //!   run in order; a session flooding, or waiting out a 429, delays nobody else. At most
 //!   `[limits] max_waiting` messages wait per session; more are refused with one notice
 //!   per burst.

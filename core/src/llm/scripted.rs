@@ -6,7 +6,6 @@ use super::{ChatModel, ChatRequest, ChatResponse, ModelError};
 use async_trait::async_trait;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// One step of a script.
 pub enum Step {
@@ -20,7 +19,6 @@ pub enum Step {
 pub struct ScriptedModel {
     name: String,
     inner: Arc<Mutex<Inner>>,
-    latency: Duration,
     record: bool,
 }
 
@@ -37,7 +35,6 @@ impl ScriptedModel {
                 script: steps.into_iter().collect(),
                 requests: Vec::new(),
             })),
-            latency: Duration::ZERO,
             record: true,
         }
     }
@@ -56,12 +53,6 @@ impl ScriptedModel {
     /// Every call answered by `f`; never runs out.
     pub fn repeating(f: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static) -> Self {
         Self::new([Step::Repeat(Arc::new(f))])
-    }
-
-    /// Waits this long before each answer (simulated model latency).
-    pub fn with_latency(mut self, latency: Duration) -> Self {
-        self.latency = latency;
-        self
     }
 
     pub fn named(mut self, name: impl Into<String>) -> Self {
@@ -97,9 +88,6 @@ impl ChatModel for ScriptedModel {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
-        }
         let mut inner = self.lock();
         let call = inner.requests.len() + 1;
         let step = match inner.script.front() {

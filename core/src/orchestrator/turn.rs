@@ -42,10 +42,7 @@ impl Orchestrator {
         outbox: &dyn Outbox,
         handed: Option<Handed>,
     ) -> Result<TurnReport, OrchestratorError> {
-        let (handed_language, said) = match handed {
-            Some(Handed { language, said }) => (language, Some(said)),
-            None => (None, None),
-        };
+        let (handed_language, said) = handed.map_or((None, None), |h| (h.language, Some(h.said)));
         if let Some(text) = self.answer_before_loading(&incoming, &key).await? {
             return self.reply_only(&incoming, None, text, outbox).await;
         }
@@ -78,10 +75,7 @@ impl Orchestrator {
             } => (session, finish_session, input),
         };
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
-            let text = format!(
-                "This conversation uses the flow {:?}, which is not enabled here.",
-                session.flow
-            );
+            let text = flow_not_enabled(&session);
             return self.reply_only(&incoming, None, text, outbox).await;
         };
         let detected = self
@@ -114,15 +108,8 @@ impl Orchestrator {
                     .await;
             }
         };
-        if let Some(language) = detected
-            && !output
-                .changes
-                .iter()
-                .any(|c| matches!(c, StateChange::SetLanguage { .. }))
-        {
-            output
-                .changes
-                .insert(0, StateChange::SetLanguage { language });
+        if let Some(language) = detected {
+            keep_detected_language(&mut output, language);
         }
         if let Some(handoff) = output.handoff.take()
             && !matches!(incoming.body, Body::Command { .. })
@@ -134,13 +121,12 @@ impl Orchestrator {
                 language: language_after(&output, &session),
                 said: incoming.body.transcript_text(),
             };
-            let incoming = Incoming {
-                body: Body::Command {
-                    name: handoff.command,
-                    args: handoff.args,
-                },
-                ..incoming
+            let name = handoff.command;
+            let body = Body::Command {
+                name,
+                args: handoff.args,
             };
+            let incoming = Incoming { body, ..incoming };
             return Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await;
         }
         self.annotate(&mut output, &session, &incoming, is_command, &streaming);
@@ -335,6 +321,28 @@ impl Orchestrator {
             output.outgoing.insert(at, Outgoing::text(notice));
         }
     }
+}
+
+/// The language detected from the user's message is stored with the turn, unless the flow
+/// set one itself.
+fn keep_detected_language(output: &mut TurnOutput, language: String) {
+    let set = output
+        .changes
+        .iter()
+        .any(|c| matches!(c, StateChange::SetLanguage { .. }));
+    if !set {
+        output
+            .changes
+            .insert(0, StateChange::SetLanguage { language });
+    }
+}
+
+/// A session of a flow this bot no longer runs.
+fn flow_not_enabled(session: &SessionRecord) -> String {
+    format!(
+        "This conversation uses the flow {:?}, which is not enabled here.",
+        session.flow
+    )
 }
 
 /// The language a conversation has after `output`: the one the turn set, else its own.

@@ -5,12 +5,7 @@
 use super::*;
 
 impl InterviewFlow {
-    pub(super) fn greeting_step(
-        &self,
-        form: &Form,
-        st: &mut InterviewState,
-        out: &mut TurnOutput,
-    ) -> bool {
+    pub(super) fn greeting_step(&self, st: &mut InterviewState, out: &mut TurnOutput) -> bool {
         let lang = lang_of(st);
         match greeter::section(st) {
             Section::Language => {
@@ -58,7 +53,6 @@ impl InterviewFlow {
                     false
                 } else if let Some(zone) = zones.first() {
                     self.set_timezone(st, out, zone);
-                    let _ = form;
                     true
                 } else if !st.zone_asked {
                     // a country whose zones we do not know: asked, never assumed

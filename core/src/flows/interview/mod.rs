@@ -76,12 +76,6 @@ impl InterviewFlow {
             collected_facts: st.collected_facts(),
         }
     }
-
-    // ---- Greeter ----
-
-    // ---- Interviewer ----
-
-    // ---- the end ----
 }
 
 #[cfg(test)]

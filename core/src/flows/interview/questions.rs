@@ -14,7 +14,7 @@ impl InterviewFlow {
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
         if st.stage == Stage::Greeting {
-            if !self.greeting_step(form, st, out) {
+            if !self.greeting_step(st, out) {
                 return Ok(());
             }
             st.plan = architect::plan(
@@ -328,7 +328,7 @@ impl InterviewFlow {
         }
         match st.stage {
             Stage::Greeting => {
-                self.greeting_step(form, st, out);
+                self.greeting_step(st, out);
             }
             Stage::Interviewing => {
                 if let Some(q) = st

@@ -6,7 +6,7 @@
 use super::inbox::{inbox_rows, push_delivered, push_inbox_done, push_inbox_put};
 use super::rows::{Prepared, corrupt, from_ms, ms};
 use super::statements::{
-    CallRow, SessionUpdate, message_rows, push_finished, push_llm_calls, push_messages,
+    CallRow, MessageRow, SessionUpdate, message_rows, push_finished, push_llm_calls, push_messages,
     push_new_sessions, push_processed, push_session_updates, push_submissions, push_users,
     session_rows, submission_rows,
 };
@@ -107,22 +107,10 @@ pub(super) async fn fast_writes(
         })
         .unzip();
     let mut next = first;
-    let mut sessions: Vec<SessionRecord> = afters
-        .iter()
-        .map(|after| {
-            let mut session = after.session.clone();
-            if session.is_new() {
-                session.id = next.session;
-                next.session += 1;
-            }
-            session
-        })
-        .collect();
-    let seen: std::collections::HashSet<i64> = sessions.iter().map(|s| s.id).collect();
-    if seen.len() != sessions.len() {
+    let Some(mut sessions) = number_sessions(&afters, &mut next) else {
         // two turns of one session: the second must see the first's version
         return Ok(None);
-    }
+    };
 
     // every row of the batch, before the query borrows them
     let finished: Vec<i64> = commits.iter().filter_map(|c| c.finish_session).collect();
@@ -214,27 +202,55 @@ pub(super) async fn fast_writes(
             .map_err(StoreError::db("committing a batch of turns"))?;
     }
     // committed: nothing below can fail
+    let done = committed(&commits, sessions.drain(..), &messages, &mut next, now_ms);
+    Ok(Some((done, next)))
+}
+
+/// The batch's sessions as they will be written, new ones numbered from `next`; `None`
+/// when two turns of the batch are of one session.
+fn number_sessions(afters: &[&Prepared], next: &mut NextIds) -> Option<Vec<SessionRecord>> {
+    let sessions: Vec<SessionRecord> = afters
+        .iter()
+        .map(|after| {
+            let mut session = after.session.clone();
+            if session.is_new() {
+                session.id = next.session;
+                next.session += 1;
+            }
+            session
+        })
+        .collect();
+    let seen: std::collections::HashSet<i64> = sessions.iter().map(|s| s.id).collect();
+    (seen.len() == sessions.len()).then_some(sessions)
+}
+
+/// The turns of a committed batch as the store reports them: the ids its messages got
+/// (numbered from `next`, which moves past them) and each session's new version.
+fn committed(
+    commits: &[&TurnCommit],
+    sessions: impl Iterator<Item = SessionRecord>,
+    messages: &[MessageRow<'_>],
+    next: &mut NextIds,
+    now_ms: i64,
+) -> Vec<(CommittedTurn, HotChange)> {
     let mut ids: HashMap<i64, Vec<i64>> = HashMap::new();
     for ((session_id, _, _), id) in messages.iter().zip(next.message..) {
         ids.entry(*session_id).or_default().push(id);
     }
     next.message += messages.len() as i64;
-    for session in &mut sessions {
-        if session.version == 0 {
-            session.created_at = from_ms(now_ms);
-        }
-        session.version += 1;
-        session.updated_at = from_ms(now_ms);
-    }
-    let done = commits
+    commits
         .iter()
         .zip(sessions)
-        .map(|(commit, session)| {
+        .map(|(commit, mut session)| {
+            if session.version == 0 {
+                session.created_at = from_ms(now_ms);
+            }
+            session.version += 1;
+            session.updated_at = from_ms(now_ms);
             let written = ids.remove(&session.id).unwrap_or_default();
             turn_written(commit, session, written, now_ms)
         })
-        .collect();
-    Ok(Some((done, next)))
+        .collect()
 }
 
 /// Statements run as one query ([`fast_batch`]): `BEGIN IMMEDIATE`, the batch's writes, each

@@ -9,11 +9,15 @@ use super::checkpoint::{
 };
 use super::writer::{WriteGate, group_commit};
 use super::{MAX_BATCH, SqliteStore};
+
+/// The checkpointer's stop signal and its task.
+type Checkpointer = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
 use crate::store::StoreError;
 use crate::store::hot::HotSessions;
 use sqlx::ConnectOptions;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -85,30 +89,7 @@ impl SqliteStore {
         restart_bytes: i64,
         writer_bytes: i64,
     ) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(StoreError::db("parsing the database URL"))?
-            .create_if_missing(true)
-            // before the database file is made (sqlx sets it first); ignored by an existing one
-            .page_size(PAGE_SIZE)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
-        let filename = options.get_filename().to_path_buf();
-        let in_memory = url.contains(":memory:")
-            || filename.as_os_str().is_empty()
-            || filename.to_string_lossy() == ":memory:";
-        if let Some(parent) = filename
-            .parent()
-            .filter(|p| !in_memory && !p.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::Corrupt(format!(
-                    "cannot create the database folder {}: {e}",
-                    parent.display()
-                ))
-            })?;
-        }
+        let (options, filename, in_memory) = connect_options(url)?;
         // sqlx pings a pooled connection before lending it by default: for SQLite that is a
         // round trip to the connection's worker thread (two thread wake-ups) before every
         // read and every batch, and nothing can hang up on an embedded database
@@ -120,34 +101,7 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         };
-        // the writer checkpoints only as a safety net: a checkpoint syncs the database file,
-        // and every turn waiting for the writer would wait for that too ([`checkpoints`]
-        // does it aside)
-        let writer = single()
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    let frames = frames_in(writer_bytes, page_size_of(&mut *conn).await?);
-                    sqlx::Executor::execute(
-                        &mut *conn,
-                        // a number this code computed: nothing of a user's in it
-                        sqlx::AssertSqlSafe(format!("PRAGMA wal_autocheckpoint = {frames}")),
-                    )
-                    .await?;
-                    sqlx::Executor::execute(conn, BATCH_CHECKS).await?;
-                    Ok(())
-                })
-            })
-            .connect_with(
-                options
-                    .clone()
-                    // a statement that changes many rows inside a transaction keeps the pages
-                    // it changes in a statement journal, which spills past 64 KiB to a temp
-                    // file (profiled under load: writes to it cost the writer 1 % of all CPU,
-                    // more with the large batches of a backlog); in memory it never does
-                    .pragma("temp_store", "MEMORY"),
-            )
-            .await
-            .map_err(StoreError::db("opening the database"))?;
+        let writer = open_writer(single(), &options, writer_bytes).await?;
         sqlx::migrate!("../migrations").run(&writer).await?;
         let pool = if in_memory {
             // every connection to :memory: is its own database: share the one
@@ -186,29 +140,19 @@ impl SqliteStore {
             })
             .map_err(|e| StoreError::Corrupt(format!("cannot start the database writer: {e}")))?;
         let restarts = Arc::new(AtomicU64::new(0));
-        let checkpointer = if in_memory {
-            None
-        } else {
-            let mut conn = options
-                .clone()
-                .busy_timeout(RESTART_WAIT)
-                .connect()
-                .await
-                .map_err(StoreError::db("opening the database"))?;
-            let page_size = page_size_of(&mut conn)
-                .await
-                .map_err(StoreError::db("reading the page size"))?;
-            let (stop, stopped) = oneshot::channel();
-            let task = writer_tasks.spawn(checkpoints(
-                conn,
-                stopped,
-                gate,
-                frames_in(restart_bytes, page_size),
-                page_size,
-                filename.clone(),
-                restarts.clone(),
-            ));
-            Some((stop, task))
+        let checkpointer = match in_memory {
+            true => None,
+            false => Some(
+                start_checkpointer(
+                    &options,
+                    &writer_tasks,
+                    gate,
+                    restart_bytes,
+                    &filename,
+                    &restarts,
+                )
+                .await?,
+            ),
         };
         // the writer adds what it commits from now on; the updates processed before are read
         // aside, so that a large database does not hold up the start
@@ -225,4 +169,101 @@ impl SqliteStore {
             scan: std::sync::Mutex::new(Some(scan)),
         })
     }
+}
+
+/// The connection options of `url` (WAL, normal sync, foreign keys, a 5 s busy timeout),
+/// the database file's path, and whether it lives in memory. The file's folder is made.
+fn connect_options(url: &str) -> Result<(SqliteConnectOptions, PathBuf, bool), StoreError> {
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(StoreError::db("parsing the database URL"))?
+        .create_if_missing(true)
+        // before the database file is made (sqlx sets it first); ignored by an existing one
+        .page_size(PAGE_SIZE)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(5));
+    let filename = options.get_filename().to_path_buf();
+    let in_memory = url.contains(":memory:")
+        || filename.as_os_str().is_empty()
+        || filename.to_string_lossy() == ":memory:";
+    if let Some(parent) = filename
+        .parent()
+        .filter(|p| !in_memory && !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "cannot create the database folder {}: {e}",
+                parent.display()
+            ))
+        })?;
+    }
+    Ok((options, filename, in_memory))
+}
+
+/// The writer's one connection: the batch's checks, temporary tables in memory, and an
+/// autocheckpoint only as a safety net: a checkpoint syncs the database file, and every turn
+/// waiting for the writer would wait for that too ([`checkpoints`] does it aside).
+async fn open_writer(
+    pool_options: SqlitePoolOptions,
+    options: &SqliteConnectOptions,
+    writer_bytes: i64,
+) -> Result<SqlitePool, StoreError> {
+    pool_options
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                let frames = frames_in(writer_bytes, page_size_of(&mut *conn).await?);
+                sqlx::Executor::execute(
+                    &mut *conn,
+                    // a number this code computed: nothing of a user's in it
+                    sqlx::AssertSqlSafe(format!("PRAGMA wal_autocheckpoint = {frames}")),
+                )
+                .await?;
+                sqlx::Executor::execute(conn, BATCH_CHECKS).await?;
+                Ok(())
+            })
+        })
+        .connect_with(
+            options
+                .clone()
+                // a statement that changes many rows inside a transaction keeps the pages
+                // it changes in a statement journal, which spills past 64 KiB to a temp
+                // file (profiled under load: writes to it cost the writer 1 % of all CPU,
+                // more with the large batches of a backlog); in memory it never does
+                .pragma("temp_store", "MEMORY"),
+        )
+        .await
+        .map_err(StoreError::db("opening the database"))
+}
+
+/// The checkpointer, on the writer's runtime: its own connection, which waits longer for
+/// the writer than a turn would (see [`checkpoints`]).
+async fn start_checkpointer(
+    options: &SqliteConnectOptions,
+    runtime: &tokio::runtime::Handle,
+    gate: WriteGate,
+    restart_bytes: i64,
+    filename: &Path,
+    restarts: &Arc<AtomicU64>,
+) -> Result<Checkpointer, StoreError> {
+    let mut conn = options
+        .clone()
+        .busy_timeout(RESTART_WAIT)
+        .connect()
+        .await
+        .map_err(StoreError::db("opening the database"))?;
+    let page_size = page_size_of(&mut conn)
+        .await
+        .map_err(StoreError::db("reading the page size"))?;
+    let (stop, stopped) = oneshot::channel();
+    let task = runtime.spawn(checkpoints(
+        conn,
+        stopped,
+        gate,
+        frames_in(restart_bytes, page_size),
+        page_size,
+        filename.to_path_buf(),
+        restarts.clone(),
+    ));
+    Ok((stop, task))
 }
