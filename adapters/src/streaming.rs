@@ -7,6 +7,27 @@ use kaiwa_core::llm::stream::Tap;
 use kaiwa_core::message::SessionKey;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The least time between two changes of one message a reply is streamed into (Discord
+/// allows 5 edits per 5 s per channel; Telegram about one a second per chat), the final
+/// reply's edit included.
+pub const EDIT_EVERY: Duration = Duration::from_secs(1);
+
+/// The message showing a reply so far, and when it last changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    pub message: String,
+    pub changed: Instant,
+}
+
+impl Shown {
+    /// Waits until the message may change again ([`EDIT_EVERY`] after its last change).
+    pub async fn wait_to_edit(&self) {
+        tokio::time::sleep_until(self.changed + EDIT_EVERY).await;
+    }
+}
 
 /// Replies being streamed.
 #[derive(Default)]
@@ -20,7 +41,17 @@ struct Inner {
     /// (channel, message id).
     stops: HashMap<(String, String), Weak<Tap>>,
     /// The message showing a session's reply so far, which its final text replaces.
-    shown: HashMap<SessionKey, String>,
+    shown: HashMap<SessionKey, Shown>,
+    /// Per place, when streamed replies last changed a message there (posts and edits),
+    /// newest last: a platform's budget per place counts them.
+    changes: HashMap<String, std::collections::VecDeque<Instant>>,
+}
+
+/// How many changes of streamed messages a place takes in a window, and the window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    pub changes: usize,
+    pub per: Duration,
 }
 
 impl Streams {
@@ -58,14 +89,58 @@ impl Streams {
         }
     }
 
-    /// `message` shows `key`'s reply so far.
+    /// `message` shows `key`'s reply so far (it was just posted).
     pub fn set_shown(&self, key: &SessionKey, message: impl ToString) {
-        self.lock().shown.insert(key.clone(), message.to_string());
+        let shown = Shown {
+            message: message.to_string(),
+            changed: Instant::now(),
+        };
+        self.lock().shown.insert(key.clone(), shown);
+    }
+
+    /// The message showing `key`'s reply was just edited.
+    pub fn edited(&self, key: &SessionKey) {
+        if let Some(shown) = self.lock().shown.get_mut(key) {
+            shown.changed = Instant::now();
+        }
+    }
+
+    /// A streamed reply changed a message in `place` (a post or an edit).
+    pub fn count_change(&self, place: impl ToString, budget: Budget) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let changes = inner.changes.entry(place.to_string()).or_default();
+        changes.push_back(now);
+        while changes.len() > budget.changes {
+            changes.pop_front();
+        }
+        // places quiet for a window are forgotten
+        inner.changes.retain(|_, c| {
+            c.back()
+                .is_some_and(|t| now.duration_since(*t) < budget.per)
+        });
+    }
+
+    /// How long a streamed reply in `place` waits before its next change: at least
+    /// `least`, and longer once `budget` is spent (until the oldest change in the window
+    /// leaves it).
+    pub fn pace(&self, place: impl ToString, least: Duration, budget: Budget) -> Duration {
+        let inner = self.lock();
+        let Some(changes) = inner.changes.get(&place.to_string()) else {
+            return least;
+        };
+        if changes.len() < budget.changes {
+            return least;
+        }
+        let free_at = changes
+            .front()
+            .map_or_else(Instant::now, |t| *t + budget.per);
+        free_at.saturating_duration_since(Instant::now()).max(least)
     }
 
     /// The message showing `key`'s reply so far, forgotten: the caller replaces or
     /// removes it.
-    pub fn take_shown(&self, key: &SessionKey) -> Option<String> {
+    pub fn take_shown(&self, key: &SessionKey) -> Option<Shown> {
         self.lock().shown.remove(key)
     }
 }
@@ -100,7 +175,10 @@ mod tests {
             user: "1".into(),
         };
         streams.set_shown(&key, 99);
-        assert_eq!(streams.take_shown(&key).as_deref(), Some("99"));
+        assert_eq!(
+            streams.take_shown(&key).map(|s| s.message).as_deref(),
+            Some("99")
+        );
         assert_eq!(streams.take_shown(&key), None);
         assert!(has_sentence("One. Two"));
         assert!(has_sentence("読みました。"));

@@ -76,6 +76,8 @@ struct Inner {
     pending: Vec<(&'static str, Value)>,
     /// the application's global commands, as registered
     commands: Vec<Value>,
+    /// how long a created message's answer takes (the message exists at once)
+    post_delay: Option<Duration>,
     seq: u64,
 }
 
@@ -410,6 +412,11 @@ impl FakeDiscord {
     }
 
     /// The next message posted to `channel` gets a 429.
+    /// Every message posted from now on exists at once, but its answer takes `delay`.
+    pub fn slow_posts(&self, delay: Duration) {
+        self.shared.lock().post_delay = Some(delay);
+    }
+
     pub fn rate_limit_next_message(&self, channel: u64) {
         self.fail_next_message(channel, MessageFailure::RateLimited);
     }
@@ -700,8 +707,21 @@ async fn rest(
                 .get(&id(1))
                 .cloned()
                 .unwrap_or_default();
-            // newest first, as Discord lists them
-            Value::Array(history.into_iter().rev().take(limit).collect())
+            // newest first, as Discord lists them; a message read over REST has no
+            // `guild_id` (only the gateway's events carry it)
+            Value::Array(
+                history
+                    .into_iter()
+                    .rev()
+                    .take(limit)
+                    .map(|mut m| {
+                        if let Some(m) = m.as_object_mut() {
+                            m.remove("guild_id");
+                        }
+                        m
+                    })
+                    .collect(),
+            )
         }
         ("GET", ["channels", _]) => {
             let channel = id(1);
@@ -881,5 +901,12 @@ async fn rest(
                 .into_response();
         }
     };
+    let delay = shared.lock().post_delay;
+    if let ("POST", ["channels", _, "messages"], Some(delay)) =
+        (method.as_str(), parts.as_slice(), delay)
+    {
+        // the message is there; its answer is slow to come back
+        tokio::time::sleep(delay).await;
+    }
     Json(response).into_response()
 }

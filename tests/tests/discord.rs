@@ -7,8 +7,7 @@ mod common;
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::message::Platform;
-use kaiwa_core::store::sqlite::SqliteStore;
-use kaiwa_core::store::{Reads, Store};
+use kaiwa_core::store::Store;
 use kaiwa_tests::fake_discord::{FakeDiscord, GUILD, MessageFailure, dm_channel_of};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use serde_json::Value;
@@ -27,7 +26,7 @@ const READING: u64 = 30;
 struct Bot {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
 }
 
@@ -827,6 +826,150 @@ async fn a_japanese_client_is_answered_in_japanese_from_its_first_interaction() 
             .iter()
             .any(|t| t.contains("今週") || t.contains("読書メンター")),
         "the client's language: {texts:?}"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_streamed_answer_is_cut_like_any_reply_and_edited_a_second_apart() {
+    // a 12,000-character answer written at once while Discord is slow to answer a post:
+    // the streamed message is the first of at most three, the last ends with the cut mark,
+    // no message is left with a Stop button, and every edit of the streamed message (the
+    // final one too) comes at least a second after the one before
+    let paragraph = "Exports come as CSV files with one row per submission and one column \
+         per field, dates in ISO form. "
+        .repeat(6);
+    let long: String = (0..20)
+        .map(|i| format!("Part {i}. {paragraph}"))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        + " See the guide [1].";
+    assert!(long.chars().count() > 12_000);
+    let model = FakeOpenAi::start([Reply::text(&long)])
+        .await
+        .expect("model");
+    model.set_stream_pace(Duration::ZERO);
+    let client: Arc<dyn kaiwa_core::llm::ChatModel> =
+        Arc::new(OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client"));
+    let fake = FakeDiscord::start().await;
+    let bot = start(
+        &fake,
+        "engineer",
+        ModelRouter::none().with_agent("helpdesk_answer", client),
+    )
+    .await;
+    fake.slow_posts(Duration::from_millis(3_000));
+    fake.user_message(HELPDESK, Some(GUILD), 46, "How do I export submissions?");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, _, _) = fake.threads()[0].clone();
+    fake.wait_for("the answer, whole", Duration::from_secs(30), |f| {
+        f.texts_in(thread).iter().any(|t| t.contains("(cut:"))
+    })
+    .await;
+    let texts = kaiwa_tests::once_quiet(|| fake.texts_in(thread), 1).await;
+    let answer: Vec<&String> = texts.iter().filter(|t| t.contains("Part ")).collect();
+    assert!(
+        answer.len() <= 3,
+        "at most three messages: {} ({} characters)",
+        answer.len(),
+        answer.iter().map(|t| t.chars().count()).sum::<usize>()
+    );
+    assert!(
+        answer.last().is_some_and(|t| t.contains("(cut:")),
+        "the last one says the rest was cut"
+    );
+    assert!(
+        streaming_message(&fake, thread).is_none(),
+        "no message is left with a Stop button"
+    );
+    let streamed = fake
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Part 0."))
+        })
+        .and_then(|m| m["_fake_id"].as_u64())
+        .expect("the streamed message");
+    let changes: Vec<std::time::Instant> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            (r.method == "PATCH" && r.path.ends_with(&format!("/messages/{streamed}")))
+                || (r.method == "POST"
+                    && r.path.ends_with(&format!("/channels/{thread}/messages"))
+                    && r.body["content"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("Part 0.")))
+        })
+        .map(|r| r.at)
+        .collect();
+    assert!(changes.len() >= 2, "posted, then edited: {changes:?}");
+    for pair in changes.windows(2) {
+        assert!(
+            pair[1].duration_since(pair[0]) >= Duration::from_millis(950),
+            "edits a second apart: {:?}",
+            pair[1].duration_since(pair[0])
+        );
+    }
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_help_desk_thread_answers_only_what_it_missed() {
+    // two questions answered in a help-desk thread, the bot down, a third written
+    // meanwhile: at the start only the third is answered, in the thread's help-desk
+    // session (a message read over REST carries no guild id: it is not a DM)
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    fake.user_message(HELPDESK, Some(GUILD), 47, "How do I export submissions?");
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    let (thread, _, _) = fake.threads()[0].clone();
+    replies(&fake, thread, 0).await;
+    say(&fake, thread, 47, "How do I stop a conversation?").await;
+    let dir = bot.stop_keeping_the_database().await;
+    let before = fake.texts_in(thread).len();
+    fake.missed_message(thread, Some(GUILD), 47, "Where is the guide for forms?");
+    let bot = start_on(&fake, "engineer", ModelRouter::none(), dir).await;
+    let answer = replies(&fake, thread, before).await;
+    assert!(!answer.is_empty(), "the missed question is answered");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let key = kaiwa_core::message::SessionKey {
+        platform: Platform::Discord,
+        chat: HELPDESK.to_string(),
+        thread: thread.to_string(),
+        user: "47".into(),
+    };
+    let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
+    for question in [
+        "How do I stop a conversation?",
+        "Where is the guide for forms?",
+    ] {
+        assert_eq!(
+            said.iter().filter(|t| *t == question).count(),
+            1,
+            "{question}: {said:#?}"
+        );
+    }
+    let as_dm = kaiwa_core::message::SessionKey {
+        chat: thread.to_string(),
+        thread: String::new(),
+        ..key
+    };
+    assert!(
+        bot.store
+            .active_session(&as_dm)
+            .await
+            .expect("store")
+            .is_none(),
+        "nothing in the thread was taken for a DM"
     );
     bot.stop().await;
 }

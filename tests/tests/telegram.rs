@@ -7,8 +7,7 @@ mod common;
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::message::Platform;
-use kaiwa_core::store::sqlite::SqliteStore;
-use kaiwa_core::store::{Reads, Store};
+use kaiwa_core::store::Store;
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Call, Chat, Failure, FakeTelegram};
 use std::sync::Arc;
@@ -23,7 +22,7 @@ const ADMIN_USER: i64 = 9;
 struct Bot {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
 }
 
 impl Bot {
@@ -1218,5 +1217,78 @@ async fn a_six_second_model_still_finishes_the_interview_with_every_turn_bounded
             subs[0].submission.values
         );
     }
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_streamed_in_a_group_keep_to_the_group_budget() {
+    // Telegram takes about 20 messages a minute in a group, edits included: three long
+    // answers in three topics of one group, one after the other, are posted and edited
+    // at most 15 times in the minute, never less than a second apart per message, and
+    // each one's final text still comes whole
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let long = "To stop an interview halfway, send /end and what you answered is kept. ".repeat(8)
+        + "See the guide [1].";
+    let (bot, _model) = start_streaming(
+        &fake,
+        &db,
+        [Reply::text(&long), Reply::text(&long), Reply::text(&long)],
+        Duration::from_millis(60),
+    )
+    .await;
+    let before = fake.calls().len();
+    for topic in [5, 6, 7] {
+        let group = Chat::topic(-100_800, topic);
+        fake.send_text(group, 800 + topic, "How do I stop the interview halfway?");
+        fake.wait_for("the feedback buttons", Duration::from_secs(60), |calls| {
+            calls.iter().any(|c| {
+                c.method == "sendmessage" && c.thread_id() == Some(topic) && !c.buttons().is_empty()
+            })
+        })
+        .await;
+        let shown = fake.shown_in(group);
+        assert!(
+            shown[0].contains("See the guide") && shown[0].contains("Sources:"),
+            "topic {topic}: the final text is whole: {:?}",
+            shown[0]
+        );
+    }
+    let calls: Vec<Call> = fake.calls()[before..].to_vec();
+    let mut streamed = Vec::new();
+    for topic in [5, 6, 7] {
+        let first = calls
+            .iter()
+            .find(|c| c.method == "sendmessage" && c.thread_id() == Some(topic))
+            .expect("the answer's message");
+        let id = first.message_id.expect("id");
+        let mut changes: Vec<std::time::Instant> = vec![first.at];
+        changes.extend(
+            calls
+                .iter()
+                .filter(|c| c.method == "editmessagetext" && c.params["message_id"] == id)
+                .map(|c| c.at),
+        );
+        for (i, pair) in changes.windows(2).enumerate() {
+            let gap = pair[1].duration_since(pair[0]);
+            assert!(
+                gap >= Duration::from_millis(950),
+                "topic {topic}, change {i}: {gap:?} apart"
+            );
+        }
+        // the last change is the final text, which always comes
+        changes.pop();
+        streamed.extend(changes);
+    }
+    streamed.sort();
+    let minute = streamed
+        .iter()
+        .filter(|t| t.duration_since(streamed[0]) < Duration::from_secs(60))
+        .count();
+    assert!(
+        minute <= 15,
+        "at most 15 streamed changes in the group's minute: {minute}"
+    );
+    assert!(minute >= 5, "the answers did stream: {minute}");
     bot.stop().await;
 }

@@ -23,6 +23,15 @@ const WINDOW_SECS: u64 = 24 * 3600;
 const MARGIN_SECS: i64 = 60;
 
 impl Handler {
+    /// Whether a session's place is in a server: a thread (DMs have none), or one of the
+    /// channels the configuration names; else a DM.
+    fn in_guild(&self, chat: &str, thread: &str) -> bool {
+        let configured = chat.parse::<u64>().is_ok_and(|id| {
+            self.flow_of_channel(id).is_some() || self.config.admin_channel_id == Some(id)
+        });
+        !thread.is_empty() || configured
+    }
+
     pub(super) async fn catch_up(&self) {
         let window = Duration::from_secs(WINDOW_SECS);
         let places = match self
@@ -36,8 +45,9 @@ impl Handler {
                 return;
             }
         };
-        // channel → the earliest last turn of its sessions (a thread may hold several users)
-        let mut since: HashMap<ChannelId, i64> = HashMap::new();
+        // channel → the earliest last turn of its sessions (a thread may hold several
+        // users), and whether it is a server's (a message read over REST does not say)
+        let mut since: HashMap<ChannelId, (i64, bool)> = HashMap::new();
         for place in &places {
             let Some(channel) = channel_of(&place.key.chat, &place.key.thread) else {
                 continue;
@@ -45,12 +55,13 @@ impl Handler {
             if since.len() >= PLACES && !since.contains_key(&channel) {
                 continue;
             }
+            let in_guild = self.in_guild(&place.key.chat, &place.key.thread);
             let updated = place.last_turn.timestamp();
-            let entry = since.entry(channel).or_insert(updated);
-            *entry = (*entry).min(updated);
+            let entry = since.entry(channel).or_insert((updated, in_guild));
+            entry.0 = entry.0.min(updated);
         }
         let mut handled = 0;
-        for (channel, last_turn) in since {
+        for (channel, (last_turn, in_guild)) in since {
             let fetched = self
                 .api
                 .call("getMessages", |http| async move {
@@ -74,7 +85,7 @@ impl Handler {
             missed.sort_by_key(|m| m.id);
             for message in missed {
                 handled += 1;
-                self.on_message(message).await;
+                self.on_message_in(message, in_guild).await;
             }
         }
         if handled > 0 {

@@ -219,14 +219,24 @@ impl Handler {
     }
 
     pub(super) async fn on_message(&self, msg: Message) {
+        let in_guild = msg.guild_id.is_some();
+        self.on_message_in(msg, in_guild).await;
+    }
+
+    /// A message, `in_guild` or in a DM. A message read over REST (catch-up) carries no
+    /// `guild_id`: its caller knows where it was written.
+    pub(super) async fn on_message_in(&self, msg: Message, in_guild: bool) {
         if msg.author.bot || !self.seen.first_sight(format!("m{}", msg.id)) {
             return;
         }
         self.health.ok();
-        let dm = msg.guild_id.is_none();
+        let dm = !in_guild;
         let text = msg.content.trim();
         // a new question in a help-desk or reading channel opens its own thread
-        let place = match msg.guild_id.and(self.flow_of_channel(msg.channel_id.get())) {
+        let flow = in_guild
+            .then(|| self.flow_of_channel(msg.channel_id.get()))
+            .flatten();
+        let place = match flow {
             Some(flow) => {
                 if text.is_empty() {
                     return;

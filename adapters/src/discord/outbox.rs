@@ -74,15 +74,16 @@ impl DiscordOutbox {
         channel: ChannelId,
         text: &str,
     ) -> Result<Option<Message>, serenity::Error> {
-        let Some(message) = self
+        let Some((shown, message)) = self
             .streams
             .take_shown(key)
-            .and_then(|m| m.parse::<u64>().ok())
-            .filter(|m| *m != 0)
+            .and_then(|s| s.message.parse::<u64>().ok().map(|m| (s, m)))
+            .filter(|(_, m)| *m != 0)
         else {
             return self.api.send_text(channel, text, Vec::new()).await;
         };
         let message = serenity::all::MessageId::new(message);
+        shown.wait_to_edit().await;
         let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
         let (first, rest) = pieces
             .split_first()

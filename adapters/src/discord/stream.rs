@@ -8,7 +8,7 @@ use super::MESSAGE_LIMIT;
 use super::api::DiscordApi;
 use super::outbox::delivery_error;
 use crate::split::truncate;
-use crate::streaming::{Streams, has_sentence};
+use crate::streaming::{EDIT_EVERY, Streams, has_sentence};
 use async_trait::async_trait;
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::llm::stream::Tap;
@@ -21,9 +21,6 @@ use std::time::Duration;
 
 /// The Stop button's custom id.
 pub const STOP_ID: &str = "kaiwa|stop";
-
-/// Edits about once a second (Discord allows 5 per 5 s per channel).
-const EDIT_EVERY: Duration = Duration::from_secs(1);
 
 pub(super) struct DiscordStreamer {
     pub(super) api: DiscordApi,
@@ -76,6 +73,7 @@ impl Streamer for DiscordStreamer {
                     .edit_message(&http, message, EditMessage::new().content(content))
                     .await
                     .map_err(delivery_error)?;
+                self.streams.edited(&self.key);
                 Ok(true)
             }
         }
@@ -89,7 +87,7 @@ impl Streamer for DiscordStreamer {
         if let Some(message) = self
             .streams
             .take_shown(&self.key)
-            .and_then(|m| m.parse::<u64>().ok())
+            .and_then(|s| s.message.parse::<u64>().ok())
             .filter(|m| *m != 0)
         {
             let channel = self.channel;

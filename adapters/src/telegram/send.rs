@@ -267,13 +267,14 @@ impl TelegramOutbox {
         place: Place,
         text: &str,
     ) -> Result<(), CallError> {
-        let Some(message) = self
+        let Some((shown, message)) = self
             .streams
             .take_shown(key)
-            .and_then(|m| m.parse::<i32>().ok())
+            .and_then(|s| s.message.parse::<i32>().ok().map(|m| (s, m)))
         else {
             return self.api.send_text(place, text, None).await;
         };
+        shown.wait_to_edit().await;
         let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, html_cost);
         let (first, rest) = pieces
             .split_first()

@@ -14,7 +14,7 @@ use super::api::{CallError, TelegramApi};
 use super::send::{MESSAGE_LIMIT, delivery_error, draft_id};
 use crate::markup::telegram_html;
 use crate::split::truncate;
-use crate::streaming::{Streams, has_sentence};
+use crate::streaming::{Budget, EDIT_EVERY, Streams, has_sentence};
 use async_trait::async_trait;
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::SessionKey;
@@ -26,8 +26,14 @@ use teloxide::types::Message;
 
 /// Draft updates: frequent (they animate in place and send no notification).
 const DRAFT_EVERY: Duration = Duration::from_millis(500);
-/// Message edits: about once a second, well under a group's limits.
-const EDIT_EVERY: Duration = Duration::from_secs(1);
+/// Streamed changes in one group: Telegram takes about 20 messages a minute in a group,
+/// edits included. Streaming takes at most 15 of them in any minute (posts and edits of
+/// every reply streamed there), leaving room for final replies and buttons; past that a
+/// reply waits, and its final text still comes whole.
+const GROUP_BUDGET: Budget = Budget {
+    changes: 15,
+    per: Duration::from_secs(60),
+};
 /// One try of an intermediate update waits this long at most.
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -45,6 +51,18 @@ pub(super) struct TelegramStreamer {
 }
 
 impl TelegramStreamer {
+    /// A group or supergroup (their ids are negative): it has a budget of messages.
+    fn in_group(&self) -> bool {
+        self.place.chat.0 < 0
+    }
+
+    /// A change of the streamed message, counted against the group's budget.
+    fn counted(&self) {
+        if self.in_group() {
+            self.streams.count_change(self.place.chat.0, GROUP_BUDGET);
+        }
+    }
+
     pub(super) fn new(
         api: TelegramApi,
         streams: Arc<Streams>,
@@ -93,6 +111,9 @@ impl Streamer for TelegramStreamer {
     fn interval(&self) -> Duration {
         if self.draft.is_some() {
             DRAFT_EVERY
+        } else if self.in_group() {
+            self.streams
+                .pace(self.place.chat.0, EDIT_EVERY, GROUP_BUDGET)
         } else {
             EDIT_EVERY
         }
@@ -142,6 +163,7 @@ impl Streamer for TelegramStreamer {
                     .map_err(delivery_error)?;
                 self.message = Some(sent.id.0);
                 self.streams.set_shown(&self.key, sent.id.0);
+                self.counted();
                 Ok(true)
             }
             Some(message) => {
@@ -154,6 +176,8 @@ impl Streamer for TelegramStreamer {
                 self.update("editMessageText", request)
                     .await
                     .map_err(delivery_error)?;
+                self.streams.edited(&self.key);
+                self.counted();
                 Ok(true)
             }
         }
@@ -164,8 +188,8 @@ impl Streamer for TelegramStreamer {
             self.streams.forget_stop(self.place.chat.0, draft);
         }
         // shown and not replaced by the reply (it was no text): removed
-        if let Some(message) = self.streams.take_shown(&self.key)
-            && let Ok(message) = message.parse::<i32>()
+        if let Some(shown) = self.streams.take_shown(&self.key)
+            && let Ok(message) = shown.message.parse::<i32>()
         {
             let request = serde_json::json!({"chat_id": self.place.chat.0, "message_id": message});
             if let Err(e) = self

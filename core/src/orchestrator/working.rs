@@ -40,13 +40,26 @@ impl Streaming {
     }
 }
 
-/// Shows the tap's text at the streamer's pace until the turn is over (never returns).
-async fn pump(streamer: &mut dyn Streamer, tap: &Tap, shown: &std::sync::atomic::AtomicBool) {
+/// Shows the tap's text at the streamer's pace until `done` (the turn's work is over). A
+/// request to the platform in flight then is finished, not cut: cut, a message could be
+/// posted that the adapter never learns of, and the reply would go out beside it.
+async fn pump(
+    streamer: &mut dyn Streamer,
+    tap: &Tap,
+    shown: &std::sync::atomic::AtomicBool,
+    mut done: tokio::sync::watch::Receiver<bool>,
+) {
     let mut text = tap.watch();
     let mut broken = false;
     loop {
-        if text.changed().await.is_err() || broken {
-            return std::future::pending().await;
+        tokio::select! {
+            _ = done.wait_for(|d| *d) => return,
+            changed = text.changed(), if !broken => {
+                if changed.is_err() {
+                    broken = true;
+                    continue;
+                }
+            }
         }
         let now = text.borrow_and_update().clone();
         if now.trim().is_empty() {
@@ -67,9 +80,15 @@ async fn pump(streamer: &mut dyn Streamer, tap: &Tap, shown: &std::sync::atomic:
                 Duration::ZERO
             }
         };
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            _ = done.wait_for(|d| *d) => return,
+            () = tokio::time::sleep(pause) => {}
+        }
     }
 }
+
+/// The longest a finished turn waits for a streamed update in flight.
+const FINISH_SHOWING: Duration = Duration::from_secs(5);
 
 impl Orchestrator {
     /// Runs a flow's turn within the turn budget, showing a sign of life while it works:
@@ -109,20 +128,20 @@ impl Orchestrator {
             _ => None,
         };
         let shown = std::sync::atomic::AtomicBool::new(false);
+        let (done, finished) = tokio::sync::watch::channel(false);
         let output = {
             let pump = async {
-                match streamer.as_deref_mut() {
-                    Some(streamer) => pump(streamer, &tap, &shown).await,
-                    None => std::future::pending().await,
+                if let Some(streamer) = streamer.as_deref_mut() {
+                    pump(streamer, &tap, &shown, finished).await;
                 }
             };
             tokio::pin!(budgeted, pump);
             let mut tick = every
                 .map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
-            loop {
+            let output = loop {
                 tokio::select! {
                     output = &mut budgeted => break output,
-                    () = &mut pump => {}
+                    () = &mut pump, if streams => {}
                     _ = async {
                         match tick.as_mut() {
                             Some(tick) => tick.tick().await,
@@ -137,7 +156,18 @@ impl Orchestrator {
                         }
                     }
                 }
+            };
+            // an update of the streamed message in flight is finished before the reply
+            // replaces it
+            let _ = done.send(true);
+            if streams
+                && tokio::time::timeout(FINISH_SHOWING, &mut pump)
+                    .await
+                    .is_err()
+            {
+                tracing::info!("a streamed update did not finish; the reply goes anyway");
             }
+            output
         };
         let stopped = tap.was_stopped();
         (output, Streaming { streamer, stopped })

@@ -310,6 +310,76 @@ impl ReadingFlow {
     }
 
     /// The rule-based handling of a message about the book.
+    /// An expert question: the BookGuide's answer (cited, or "I have no source"), and the
+    /// question kept as a question note.
+    async fn ask_guide(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &ReadingState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) {
+        let lang = ctx.language().to_string();
+        let title = st.title.clone().unwrap_or_default();
+        let answer = self
+            .guide
+            .answer(text, Some(&title), ctx.models, ctx.ledger, &lang)
+            .await;
+        Self::change(
+            out,
+            ReadingChange::AddInsight {
+                title,
+                kind: InsightKind::Question,
+                text: text.to_string(),
+            },
+        );
+        out.say(answer.text);
+    }
+
+    /// Shows again what was pending before a question was answered in between: the mood,
+    /// the kind of a note, or the options on screen.
+    fn ask_again(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        lang: &str,
+        out: &mut TurnOutput,
+    ) {
+        match st.awaiting.clone() {
+            Some(Awaiting::Mood { phase }) => self.ask_mood(st, phase, lang, out),
+            Some(Awaiting::InsightKind { text }) => self.ask_kind(st, &text, lang, out),
+            Some(Awaiting::Title) | None => {
+                if let Some(pending) = &ctx.session.pending_options {
+                    out.outgoing.push(Outgoing::Options(pending.clone()));
+                }
+            }
+        }
+    }
+
+    /// What kind of note `text` is, asked with buttons (guided mode).
+    fn ask_kind(&self, st: &mut ReadingState, text: &str, lang: &str, out: &mut TurnOutput) {
+        st.awaiting = Some(Awaiting::InsightKind {
+            text: text.to_string(),
+        });
+        out.options(
+            pick(
+                lang,
+                "What kind of note is this?",
+                "これはどんなメモですか？",
+            ),
+            [
+                InsightKind::Impression,
+                InsightKind::Learning,
+                InsightKind::Question,
+                InsightKind::Connection,
+            ]
+            .iter()
+            .map(|k| OptionItem::new(k.as_str(), kind_name(*k, lang)))
+            .collect(),
+            false,
+        );
+    }
+
     async fn floor_text(
         &self,
         ctx: &TurnContext<'_>,
@@ -323,42 +393,11 @@ impl ReadingFlow {
             return self.set_status(ctx, st, status, out).await;
         }
         if reading_agent::is_expert_question(text) {
-            let answer = self
-                .guide
-                .answer(text, Some(&title), ctx.models, ctx.ledger, &lang)
-                .await;
-            Self::change(
-                out,
-                ReadingChange::AddInsight {
-                    title: title.clone(),
-                    kind: InsightKind::Question,
-                    text: text.to_string(),
-                },
-            );
-            out.say(answer.text);
+            self.ask_guide(ctx, st, text, out).await;
             return Ok(());
         }
         if st.mode == Some(InteractionMode::Guided) {
-            st.awaiting = Some(Awaiting::InsightKind {
-                text: text.to_string(),
-            });
-            out.options(
-                pick(
-                    &lang,
-                    "What kind of note is this?",
-                    "これはどんなメモですか？",
-                ),
-                [
-                    InsightKind::Impression,
-                    InsightKind::Learning,
-                    InsightKind::Question,
-                    InsightKind::Connection,
-                ]
-                .iter()
-                .map(|k| OptionItem::new(k.as_str(), kind_name(*k, &lang)))
-                .collect(),
-                false,
-            );
+            self.ask_kind(st, text, &lang, out);
             return Ok(());
         }
         let kind = reading_agent::floor_kind(text);
@@ -524,6 +563,13 @@ impl ReadingFlow {
             ));
         } else if st.title.is_none() || st.awaiting == Some(Awaiting::Title) {
             self.open(ctx, st, &text, out).await?;
+        } else if reading_agent::is_expert_question(&text)
+            && (st.awaiting.is_some() || ctx.session.pending_options.is_some())
+        {
+            // seed 004: an expert question goes to the BookGuide from any step — a mood
+            // asked, a status just changed, options on screen. What was asked stays asked.
+            self.ask_guide(ctx, st, &text, out).await;
+            self.ask_again(ctx, st, &lang, out);
         } else if let Some(Awaiting::Mood { phase }) = st.awaiting {
             let title = st.title.clone().unwrap_or_default();
             match mood_from_text(&text) {

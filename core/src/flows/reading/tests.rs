@@ -26,6 +26,11 @@ impl std::ops::Deref for Harness {
 
 impl Harness {
     async fn new(models: ModelRouter) -> Harness {
+        Harness::speaking(models, None).await
+    }
+
+    /// A reader whose app reports `language` (Telegram's `language_code`).
+    async fn speaking(models: ModelRouter, language: Option<&str>) -> Harness {
         let catalogue = Arc::new(
             Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue"),
         );
@@ -43,7 +48,7 @@ impl Harness {
             user: UserRef {
                 id: "reader".into(),
                 display_name: "Mika".into(),
-                language: None,
+                language: language.map(str::to_string),
             },
             flow: Some(ID.into()),
             flow_arg: None,
@@ -926,4 +931,69 @@ async fn written_japanese_outranks_the_profile_and_the_profile_outranks_english_
     h.say("/lang en").await;
     let greeting = h.say("/reading start こころ").await;
     assert!(greeting[0].starts_with("『こころ』"), "{greeting:?}");
+}
+
+#[tokio::test]
+async fn an_expert_question_reaches_the_book_guide_while_a_mood_is_asked() {
+    // seed 004's own example, after a status change (which asks for the mood), in both
+    // languages; the mood is asked again after the answer
+    for (question, no_source, mood) in [
+        (
+            "第1章の「パラダイム」って何ですか？",
+            "資料が手元にありません",
+            "今の気分は？",
+        ),
+        (
+            "What does 'paradigm' mean here?",
+            "I have no source",
+            "How do you feel right now?",
+        ),
+    ] {
+        let h = Harness::new(ModelRouter::none()).await;
+        h.say("/reading start kokoro").await;
+        h.say("/status reading").await;
+        let reply = h.say(question).await;
+        assert!(
+            !reply
+                .iter()
+                .any(|t| t.contains("Noted as") || t.contains("として記録しました")),
+            "{question}: not a note: {reply:?}"
+        );
+        assert!(
+            reply.iter().any(|t| t.contains(no_source)),
+            "{question}: the BookGuide answers (here: it has no source): {reply:?}"
+        );
+        let options = h.outbox.last_options().expect("options");
+        assert!(
+            options.prompt.contains(mood) || options.prompt.contains("How do you feel"),
+            "the mood is still asked: {options:?}"
+        );
+        let record = h.record().await;
+        let insights = h.store.insights(record.id).await.expect("insights");
+        assert!(
+            insights
+                .iter()
+                .any(|i| i.kind == InsightKind::Question && i.text == question),
+            "{question}: kept as a question note: {insights:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_command_in_latin_letters_leaves_the_app_language() {
+    // a Japanese Telegram user's `/reading start Kokoro`: the command and the title say
+    // nothing about the user's language; their app does
+    for (app, greeting, mood) in [
+        ("ja", "読む準備をしましょう", "今の気分は？"),
+        ("en", "Let's get ready for", "How do you feel right now?"),
+    ] {
+        let h = Harness::speaking(ModelRouter::none(), Some(app)).await;
+        let reply = h.say("/reading start Kokoro").await;
+        assert!(
+            reply.iter().any(|t| t.contains(greeting)),
+            "{app}: {reply:?}"
+        );
+        let options = h.outbox.last_options().expect("mood options");
+        assert_eq!(options.prompt, mood, "{app}");
+    }
 }
