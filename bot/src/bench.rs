@@ -2,8 +2,9 @@
 //! as the platform adapters do: each message kept in the inbox until its turn is done),
 //! flows and a file SQLite store (WAL), with the scripted model answering after a fixed
 //! latency, and prints one JSON object on its last line (turns/s, per-turn overhead
-//! percentiles excluding the simulated model time, model calls per turn, peak RSS,
-//! database size).
+//! percentiles excluding the simulated model time on the turn's critical path, model calls
+//! per turn, that critical path per turn — calls made side by side count once —, peak
+//! RSS, database size).
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;
@@ -66,8 +67,57 @@ pub struct BenchOptions {
 }
 
 tokio::task_local! {
-    /// Simulated model time spent by the current user's task.
-    static MODEL_TIME: Cell<Duration>;
+    /// Simulated model time on the current user's critical path: the time during which
+    /// at least one of its calls was in flight (calls made side by side count once).
+    static MODEL_TIME: Cell<ModelClock>;
+}
+
+/// Every turn's model time on its critical path, summed (µs).
+static MODEL_CRITICAL_US: AtomicU64 = AtomicU64::new(0);
+
+/// The union of a task's model calls in time ([`MODEL_TIME`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct ModelClock {
+    in_flight: usize,
+    since: Option<Instant>,
+    total: Duration,
+}
+
+impl ModelClock {
+    fn start(mut self, now: Instant) -> Self {
+        if self.in_flight == 0 {
+            self.since = Some(now);
+        }
+        self.in_flight += 1;
+        self
+    }
+
+    fn end(mut self, now: Instant) -> Self {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0
+            && let Some(since) = self.since.take()
+        {
+            self.total += now.duration_since(since);
+        }
+        self
+    }
+}
+
+/// A call in flight on the task's [`ModelClock`]; its end is counted when it is dropped
+/// (answered or cancelled).
+struct OnClock;
+
+impl OnClock {
+    fn start() -> OnClock {
+        let _ = MODEL_TIME.try_with(|c| c.set(c.get().start(Instant::now())));
+        OnClock
+    }
+}
+
+impl Drop for OnClock {
+    fn drop(&mut self) {
+        let _ = MODEL_TIME.try_with(|c| c.set(c.get().end(Instant::now())));
+    }
 }
 
 /// The scripted model, counting calls and charging its latency to the calling task.
@@ -84,7 +134,7 @@ impl ChatModel for TimedModel {
     }
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let _ = MODEL_TIME.try_with(|t| t.set(t.get() + self.latency));
+        let _clock = OnClock::start();
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
@@ -205,7 +255,7 @@ async fn simulate_user(
             flow_arg: Some(form.to_string()),
             shared: false,
         };
-        MODEL_TIME.with(|m| m.set(Duration::ZERO));
+        MODEL_TIME.with(|m| m.set(ModelClock::default()));
         let turn_started = match pace.as_deref_mut() {
             Some(pace) => pace.recv().await.context("the open loop's clock stopped")?,
             None => Instant::now(),
@@ -214,7 +264,8 @@ async fn simulate_user(
         // theirs (Telegram's update ids, Discord's snowflakes)
         incoming.message_id = format!("u{:010}", updates.fetch_add(1, Ordering::Relaxed));
         let result = orchestrator.handle_durable(incoming, &outbox).await;
-        let model_time = MODEL_TIME.with(|m| m.get());
+        let model_time = MODEL_TIME.with(|m| m.get().total);
+        MODEL_CRITICAL_US.fetch_add(model_time.as_micros() as u64, Ordering::Relaxed);
         if let Err(e) = result {
             bail!("turn {t} of user {user} failed: {e}");
         }
@@ -381,6 +432,9 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         "first20_mean_ms": round(mean(&first)),
         "last20_mean_ms": round(mean(&last)),
         "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
+        "model_critical_path_ms_per_turn": round(
+            MODEL_CRITICAL_US.load(Ordering::Relaxed) as f64 / 1000.0 / turns.max(1) as f64
+        ),
         "peak_rss_mb": round(rss_peak_mb()),
         "db_bytes": db_bytes,
         "wal_restarts": wal_restarts,
@@ -493,7 +547,7 @@ fn start_users(
         );
         let (turns, sessions) = (options.turns, options.sessions);
         tasks.push(tokio::spawn(MODEL_TIME.scope(
-            Cell::new(Duration::ZERO),
+            Cell::new(ModelClock::default()),
             async move {
                 let mut pace = pace;
                 let mut users = Vec::new();

@@ -20,16 +20,25 @@ pub async fn stats(database_url: &str, json: bool) -> anyhow::Result<()> {
         println!("no model calls recorded yet");
     } else {
         println!(
-            "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10} {:>10}",
-            "flow", "agent", "calls", "errors", "prompt_tok", "compl_tok", "avg_ms", "max_ms"
+            "{:<12} {:<16} {:>7} {:>7} {:>7} {:>12} {:>12} {:>10} {:>10}",
+            "flow",
+            "agent",
+            "calls",
+            "errors",
+            "wasted",
+            "prompt_tok",
+            "compl_tok",
+            "avg_ms",
+            "max_ms"
         );
         for u in &usage {
             println!(
-                "{:<12} {:<16} {:>7} {:>7} {:>12} {:>12} {:>10.0} {:>10}",
+                "{:<12} {:<16} {:>7} {:>7} {:>7} {:>12} {:>12} {:>10.0} {:>10}",
                 u.flow,
                 u.agent,
                 u.calls,
                 u.errors,
+                u.wasted,
                 u.prompt_tokens,
                 u.completion_tokens,
                 u.avg_latency_ms,

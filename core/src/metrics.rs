@@ -167,6 +167,7 @@ mod tests {
             latency_ms: 120,
             error: None,
             at: chrono::Utc::now(),
+            wasted: false,
         }]);
         m.set_active_sessions(3);
         {

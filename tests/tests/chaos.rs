@@ -230,3 +230,200 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
         "failed calls are in the ledger"
     );
 }
+
+/// The agents' fake model behind a server on 127.0.0.1 that answers every call after
+/// `delay`, and counts the calls.
+async fn slow_agents(delay: Duration) -> (FakeOpenAi, Arc<AtomicUsize>) {
+    slow_agents_with(delay, Arc::new(|_| None)).await
+}
+
+/// [`slow_agents`], `special` answering first where it has an answer.
+async fn slow_agents_with(
+    delay: Duration,
+    special: Arc<kaiwa_core::testing::interview_agents::Rule>,
+) -> (FakeOpenAi, Arc<AtomicUsize>) {
+    let agents = Arc::new(fake_model(special).unrecorded());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let server = FakeOpenAi::serve(Arc::new(move |body: &Value| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let response = futures::executor::block_on(agents.chat(request_of(body)));
+        match response {
+            Ok(r) => match r.tool_calls.first() {
+                Some(call) => Reply::tool_call(
+                    &call.name,
+                    serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                ),
+                None => Reply::text(r.text.as_deref().unwrap_or_default()),
+            },
+            Err(e) => Reply::status(500, &e.to_string()),
+        }
+    }))
+    .await
+    .expect("model server");
+    server.set_delay(delay);
+    (server, calls)
+}
+
+/// One interview through the orchestrator against `server`, answering as an applicant
+/// would; returns how long each answer to an interview question took, the store, and
+/// the texts each answer got.
+async fn timed_interview(
+    server: &FakeOpenAi,
+) -> (
+    Vec<(Duration, Vec<String>)>,
+    Arc<dyn kaiwa_core::store::Store>,
+    tempfile::TempDir,
+) {
+    let mut config = OpenAiConfig::new(server.base_url(), "slow");
+    config.timeout = Duration::from_secs(15);
+    let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config).expect("client"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    let kaiwa = common::kaiwa(
+        dir.path(),
+        "",
+        &db,
+        (None, None),
+        ModelRouter::new(Some(client)),
+    )
+    .await;
+    let store = kaiwa.store().clone();
+    let orchestrator = kaiwa.orchestrator().clone();
+    let outbox = RecordingOutbox::default();
+    let mut n = 0;
+    let mut body = Body::Open;
+    let mut waits = Vec::new();
+    for _ in 0..30 {
+        n += 1;
+        let asked = outbox.texts().last().cloned().unwrap_or_default();
+        outbox.clear();
+        let typed = matches!(body, Body::Text { .. });
+        let started = std::time::Instant::now();
+        let incoming = Incoming {
+            platform: Platform::Telegram,
+            chat: "c1".into(),
+            thread: String::new(),
+            user: UserRef {
+                id: "u1".into(),
+                display_name: "Hanako".into(),
+                language: None,
+            },
+            message_id: format!("m{n}"),
+            body,
+            flow: Some("interview".into()),
+            flow_arg: Some("engineer".into()),
+            shared: false,
+        };
+        orchestrator.handle(incoming, &outbox).await.expect("turn");
+        let texts = outbox.texts();
+        // an answer to an interview question (not the greeting's country or zone)
+        if typed && !asked.contains("country") && !asked.contains("time zone") {
+            waits.push((started.elapsed(), texts.clone()));
+        }
+        if texts.iter().any(|t| t.contains("submitted")) {
+            break;
+        }
+        let last = texts.last().cloned().unwrap_or_default();
+        body = match outbox.last_options() {
+            Some(options) if last == options.prompt => {
+                let value = ["en", "remote", "confirm"]
+                    .iter()
+                    .find(|v| options.options.iter().any(|o| o.value == **v))
+                    .map(|v| v.to_string())
+                    .or_else(|| options.options.first().map(|o| o.value.clone()))
+                    .unwrap_or_default();
+                Body::Choice {
+                    request_id: options.request_id,
+                    values: vec![value],
+                }
+            }
+            _ => Body::Text {
+                text: applicant_answer(&last).into(),
+            },
+        };
+    }
+    let subs = store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs.len(), 1, "the interview completed");
+    assert_eq!(subs[0].submission.status, SubmissionStatus::Submitted);
+    (waits, store, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applicant_waits_for_two_model_calls_per_answer() {
+    // every call takes 2.0 s, as an ordinary hosted model with tools does: an answer that
+    // is enough is reviewed while the next question is drafted and vetted, so the
+    // applicant waits for about two calls, not three or six
+    let call = Duration::from_secs(2);
+    let (server, calls) = slow_agents(call).await;
+    let (waits, store, _dir) = timed_interview(&server).await;
+    let mut times: Vec<Duration> = waits.iter().map(|(t, _)| *t).collect();
+    times.sort();
+    assert!(times.len() >= 5, "answers timed: {times:?}");
+    let p50 = times[times.len() / 2];
+    assert!(
+        p50 <= Duration::from_millis(4_500),
+        "p50 {p50:?} (each call {call:?}): {times:?}"
+    );
+    let ledger = store.llm_calls(None).await.expect("ledger");
+    assert_eq!(
+        ledger.iter().filter(|c| c.wasted).count(),
+        0,
+        "every answer was enough: every draft was used"
+    );
+    eprintln!(
+        "answers: p50 {p50:?}, max {:?}; {} model calls",
+        times.last().copied().unwrap_or_default(),
+        calls.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_drops_the_drafted_question_and_counts_it_wasted() {
+    // the Reviewer finds the first answer to the motivation incomplete: the question
+    // drafted meanwhile for the next field is dropped (its request cancelled on the
+    // server, its calls recorded as wasted) and a follow-up about the same field is
+    // drafted and vetted instead: about three calls on that path
+    let call = Duration::from_secs(2);
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let special: Arc<kaiwa_core::testing::interview_agents::Rule> = Arc::new(move |req| {
+        // the first answer reviewed is the motivation's (the Architect's plan puts it first)
+        let reviewing = req.tools.iter().any(|t| t.name == "review");
+        (reviewing && first.swap(false, Ordering::SeqCst)).then(|| {
+            kaiwa_core::llm::ChatResponse::tool_call(
+                "review",
+                json!({"passed": false, "missing_facts": ["why_us"], "feedback": "Why this team?"}),
+            )
+        })
+    });
+    let (server, _calls) = slow_agents_with(call, special).await;
+    let (waits, store, _dir) = timed_interview(&server).await;
+    let (follow_up, texts) = waits
+        .iter()
+        .find(|(_, texts)| {
+            texts
+                .last()
+                .is_some_and(|t| t.contains("Tell me about motivation"))
+        })
+        .expect("a follow-up about the motivation");
+    assert!(
+        *follow_up <= Duration::from_millis(6_500),
+        "about three calls: {follow_up:?} {texts:?}"
+    );
+    let ledger = store.llm_calls(None).await.expect("ledger");
+    let wasted: Vec<_> = ledger.iter().filter(|c| c.wasted).collect();
+    assert!(
+        !wasted.is_empty(),
+        "the dropped draft is counted: {ledger:#?}"
+    );
+    assert!(
+        wasted
+            .iter()
+            .all(|c| c.agent == "interviewer" || c.agent == "quick_check"),
+        "{wasted:#?}"
+    );
+    assert!(
+        server.abandoned_soon(1).await >= 1,
+        "the request in flight was cancelled on the server"
+    );
+}

@@ -167,12 +167,12 @@ impl<S: Send> Agent<S> {
                 },
                 ..Default::default()
             };
-            let started = Instant::now();
+            let pending = ledger.pending(&self.name, model.name());
             let response = match &tap {
                 Some(tap) => model.chat_streaming(request, tap).await,
                 None => model.chat(request).await,
             };
-            ledger.record(&self.name, model.name(), started, &response);
+            pending.finish(&response);
             let response = response.map_err(|source| AgentError::Model {
                 agent: self.name.clone(),
                 source,
@@ -343,6 +343,35 @@ impl<T: Send> Agent<Option<T>> {
     }
 }
 
+/// A model call in flight ([`LlmLedger::pending`]).
+pub struct PendingCall<'a> {
+    ledger: &'a LlmLedger,
+    agent: &'a str,
+    model: &'a str,
+    started: Instant,
+    done: bool,
+}
+
+impl PendingCall<'_> {
+    /// The call answered (or failed): recorded with its usage or error.
+    pub fn finish<T: HasUsage>(mut self, outcome: &Result<T, ModelError>) {
+        self.done = true;
+        self.ledger
+            .record(self.agent, self.model, self.started, outcome);
+    }
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let cancelled: Result<crate::llm::ChatResponse, ModelError> =
+                Err(ModelError::Cancelled);
+            self.ledger
+                .record(self.agent, self.model, self.started, &cancelled);
+        }
+    }
+}
+
 /// The model calls of one turn, written to the `llm_calls` table with the turn.
 #[derive(Clone, Default)]
 pub struct LlmLedger {
@@ -376,8 +405,34 @@ impl LlmLedger {
             latency_ms: started.elapsed().as_millis() as u64,
             error,
             at: chrono::Utc::now(),
+            wasted: false,
         };
         self.lock().push(record);
+    }
+
+    /// A call about to be made: recorded by [`PendingCall::finish`], or as cancelled when
+    /// it is dropped before (its future dropped mid-request, the connection with it).
+    pub fn pending<'a>(&'a self, agent: &'a str, model: &'a str) -> PendingCall<'a> {
+        PendingCall {
+            ledger: self,
+            agent,
+            model,
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// Every call recorded so far was wasted: its answer is not used.
+    pub fn mark_wasted(&self) {
+        for call in self.lock().iter_mut() {
+            call.wasted = true;
+        }
+    }
+
+    /// Takes the calls `other` recorded into this ledger.
+    pub fn absorb(&self, other: &LlmLedger) {
+        let taken = other.drain();
+        self.lock().extend(taken);
     }
 
     /// Takes the records collected so far.

@@ -174,6 +174,9 @@ pub enum ModelError {
     CircuitOpen,
     #[error("the turn's time for model work is spent")]
     BudgetSpent,
+    /// The caller dropped the call before its answer (the connection closed with it).
+    #[error("the call was cancelled before it answered")]
+    Cancelled,
 }
 
 impl ModelError {
@@ -188,6 +191,7 @@ impl ModelError {
             ModelError::Script(_) => "script",
             ModelError::CircuitOpen => "circuit_open",
             ModelError::BudgetSpent => "budget",
+            ModelError::Cancelled => "cancelled",
         }
     }
 }

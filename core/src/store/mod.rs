@@ -197,6 +197,9 @@ pub struct LlmUsage {
     pub completion_tokens: u64,
     pub avg_latency_ms: f64,
     pub max_latency_ms: u64,
+    /// Calls whose answer was not used (speculative drafts dropped).
+    #[serde(default)]
+    pub wasted: u64,
 }
 
 /// One row of the `llm_calls` ledger.
@@ -211,6 +214,9 @@ pub struct LlmCallRecord {
     pub latency_ms: u64,
     pub error: Option<String>,
     pub at: DateTime<Utc>,
+    /// Its answer was not used (a speculative draft dropped, cancelled or finished).
+    #[serde(default)]
+    pub wasted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -216,6 +216,23 @@ static WORLD: std::sync::LazyLock<World> = std::sync::LazyLock::new(|| {
 pub const MAX_ZONE_CHOICES: usize = 24;
 
 /// Resolves a country name (English, Japanese) or ISO code to its code.
+/// The country `input` is, when it is nothing but a country's name, code or common alias
+/// ("Japan", "JP", "日本", "USA"): what the code reads without a model. A sentence ("I live
+/// in Japan") may say more, and goes to the Greeter.
+pub fn country_named(input: &str) -> Option<&'static str> {
+    let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
+    let lower = t.to_lowercase();
+    if let Some((code, ..)) = COUNTRIES.iter().find(|(code, en, ja, _)| {
+        code.eq_ignore_ascii_case(t) || en.to_lowercase() == lower || *ja == t
+    }) {
+        return Some(code);
+    }
+    ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == lower)
+        .and_then(|(_, code)| COUNTRIES.iter().find(|c| c.0 == *code).map(|c| c.0))
+}
+
 pub fn resolve_country(input: &str) -> Option<&'static str> {
     let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
     let lower = t.to_lowercase();

@@ -132,6 +132,9 @@ impl InterviewFlow {
             if let Some(lang) = greeter::detect_language(text) {
                 self.set_language(st, out, lang);
             }
+        } else if self.code_knows(st, section, text) {
+            // a country or zone the code reads itself: no model call to wait for
+            self.greeting_floor(st, out, section, text);
         } else if let Some(model) = ctx.models.for_agent(greeter::AGENT) {
             match greeter::run_model(
                 model.as_ref(),
@@ -163,6 +166,24 @@ impl InterviewFlow {
             self.greeting_floor(st, out, section, text);
         }
         self.advance(ctx, form, st, out).await
+    }
+
+    /// Whether `text` answers the greeting's `section` in a way the code reads without a
+    /// model: a country it knows by name or code, a time zone among the country's or by
+    /// its IANA name.
+    fn code_knows(&self, st: &InterviewState, section: Section, text: &str) -> bool {
+        match section {
+            Section::Country => greeter::country_named(text).is_some(),
+            Section::Timezone => {
+                let wanted = text.trim().to_lowercase().replace(' ', "_");
+                !wanted.is_empty()
+                    && (st.zone_choices.iter().any(|z| {
+                        z.to_lowercase() == wanted
+                            || z.to_lowercase().ends_with(&format!("/{wanted}"))
+                    }) || greeter::is_valid_zone(text.trim()))
+            }
+            Section::Language | Section::Completed => false,
+        }
     }
 
     pub(super) fn greeting_floor(

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use auditor::AuditResult;
 use form::{Form, Variant};
 use greeter::Section;
-use interviewer::Purpose;
+use interviewer::{Drafted, Purpose};
 use serde_json::{Map, Value, json};
 use state::{Asked, FieldStatus, InterviewState, Stage};
 use std::sync::Arc;
@@ -50,6 +50,9 @@ pub const ID: &str = "interview";
 pub struct InterviewFlow {
     forms: Vec<Arc<Form>>,
     default_form: Option<String>,
+    /// The Architect's plan per form, made once (the form does not change while the bot
+    /// runs): no applicant waits for it but the first.
+    plans: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
 }
 
 fn lang_of(st: &InterviewState) -> String {
@@ -62,6 +65,7 @@ impl InterviewFlow {
         InterviewFlow {
             forms: forms.into_iter().map(Arc::new).collect(),
             default_form,
+            plans: std::sync::Mutex::default(),
         }
     }
 

@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// A question drafted and passed by QuickCheck before its turn came (speculation).
+pub(super) struct Prepared {
+    field_id: String,
+    drafted: Drafted,
+}
+
 impl InterviewFlow {
     /// Moves the interview forward until something is asked or it finishes.
     pub(super) async fn advance(
@@ -13,16 +19,24 @@ impl InterviewFlow {
         st: &mut InterviewState,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
+        self.advance_with(ctx, form, st, out, None).await
+    }
+
+    /// [`Self::advance`], with the next question already drafted and passed (`prepared`):
+    /// it is sent if its field is the one to ask.
+    async fn advance_with(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        mut prepared: Option<Prepared>,
+    ) -> Result<(), FlowError> {
         if st.stage == Stage::Greeting {
             if !self.greeting_step(st, out) {
                 return Ok(());
             }
-            st.plan = architect::plan(
-                ctx.models.for_agent(architect::AGENT).as_deref(),
-                form,
-                ctx.ledger,
-            )
-            .await;
+            st.plan = self.plan(ctx, form).await;
             for id in &st.plan {
                 st.fields.entry(id.clone()).or_default();
             }
@@ -57,12 +71,35 @@ impl InterviewFlow {
                     continue;
                 }
             }
+            if let Some(ready) = prepared.take().filter(|p| p.field_id == id) {
+                self.send_question(form, st, out, &id, &Purpose::First, ready.drafted);
+                return Ok(());
+            }
             if self.ask(ctx, form, st, out, &id, Purpose::First).await {
                 return Ok(());
             }
             tracing::warn!(field = %field.id, "no question for this field passes QuickCheck; closing it as incomplete");
             st.field_mut(&id).status = FieldStatus::Incomplete;
         }
+    }
+
+    /// The order of the form's fields: the Architect's plan, made once per form and kept;
+    /// without a model, the form's own order.
+    async fn plan(&self, ctx: &TurnContext<'_>, form: &Arc<Form>) -> Vec<String> {
+        let Some(model) = ctx.models.for_agent(architect::AGENT) else {
+            return form.sorted_field_ids();
+        };
+        let cached =
+            |plans: &std::collections::HashMap<String, Vec<String>>| plans.get(&form.id).cloned();
+        if let Some(plan) = cached(&self.plans.lock().unwrap_or_else(|p| p.into_inner())) {
+            return plan;
+        }
+        let plan = architect::plan(Some(model.as_ref()), form, ctx.ledger).await;
+        self.plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(form.id.clone(), plan.clone());
+        plan
     }
 
     /// Drafts, checks and sends a question. False when no question may be sent.
@@ -75,9 +112,31 @@ impl InterviewFlow {
         id: &str,
         purpose: Purpose,
     ) -> bool {
-        let Some(field) = form.field(id) else {
-            return false;
-        };
+        match self
+            .draft_question(ctx, form, st, id, &purpose, ctx.ledger)
+            .await
+        {
+            Some(drafted) => {
+                self.send_question(form, st, out, id, &purpose, drafted);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The question for field `id` as `st` stands, drafted by the Interviewer and passed by
+    /// QuickCheck (its deterministic layer first), or the form's template; `None` when no
+    /// question may be sent. Its model calls go to `ledger`.
+    pub(super) async fn draft_question(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &InterviewState,
+        id: &str,
+        purpose: &Purpose,
+        ledger: &crate::agent::LlmLedger,
+    ) -> Option<Drafted> {
+        let field = form.field(id)?;
         let context = self.context(
             ctx,
             st,
@@ -91,18 +150,33 @@ impl InterviewFlow {
         let qc_model = (form.variant == Variant::Application)
             .then(|| ctx.models.for_agent(quick_check::AGENT))
             .flatten();
-        let drafted = interviewer::draft(
+        interviewer::draft(
             ctx.models.for_agent(interviewer::AGENT),
             qc_model,
             form,
             field,
             st,
-            &purpose,
+            purpose,
             context,
-            ctx.ledger,
+            ledger,
         )
-        .await;
-        let Some(drafted) = drafted else { return false };
+        .await
+    }
+
+    /// Sends a question that passed QuickCheck: the field is being asked, with its
+    /// options (or a Skip button for an optional one).
+    fn send_question(
+        &self,
+        form: &Form,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        id: &str,
+        purpose: &Purpose,
+        drafted: Drafted,
+    ) {
+        let Some(field) = form.field(id) else {
+            return;
+        };
         st.blocked_drafts += drafted.blocked_drafts;
         let progress = st.field_mut(id);
         progress.status = FieldStatus::Interviewing;
@@ -119,7 +193,7 @@ impl InterviewFlow {
         // console a typed number picks an option)
         let skip = (!field.required && kind != form::FieldType::Number)
             .then(|| OptionItem::new(reviewer::SKIP, pick(&lang, "Skip", "スキップ")));
-        if choice && purpose == Purpose::First {
+        if choice && *purpose == Purpose::First {
             let mut options: Vec<OptionItem> = field
                 .options
                 .iter()
@@ -136,7 +210,95 @@ impl InterviewFlow {
         } else {
             out.say(drafted.question);
         }
-        true
+    }
+
+    /// The field asked after `id` if this answer closes it, and the state it would be
+    /// asked in: what the next question can be drafted from while the Reviewer reads the
+    /// answer. `None` when there is nothing to gain (no Interviewer model, no field left,
+    /// or the next one holds a value to review first).
+    fn next_if_closed(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &InterviewState,
+        id: &str,
+        answer: &str,
+    ) -> Option<(String, InterviewState)> {
+        ctx.models.for_agent(interviewer::AGENT)?;
+        let mut closed = st.clone();
+        closed.record_answer(id, answer);
+        closed.field_mut(id).status = FieldStatus::Done;
+        closed.current = None;
+        let next = closed.next_open_field()?;
+        if closed.field(&next).prefill.is_some() {
+            return None;
+        }
+        Some((next, closed))
+    }
+
+    /// Reviews the answer to field `id` while the next field's question is drafted beside
+    /// it (speculation). Returns whether the field closed, and the next question when the
+    /// review passed and nothing it found changes what comes next. A draft that is not
+    /// used is dropped at once (its request cancelled on the server) and its calls are
+    /// recorded as wasted.
+    async fn review_beside_next(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        id: &str,
+        text: &str,
+    ) -> Result<(bool, Option<Prepared>), FlowError> {
+        let Some((next, closed)) = self.next_if_closed(ctx, st, id, text) else {
+            let passed = self.review_answer(ctx, form, st, id, text, true).await?;
+            return Ok((passed, None));
+        };
+        let spent = crate::agent::LlmLedger::new();
+        // boxed, so that dropping it drops the calls in flight (and records them)
+        let mut draft =
+            Box::pin(self.draft_question(ctx, form, &closed, &next, &Purpose::First, &spent));
+        let (passed, mut drafted) = {
+            let review = self.review_answer(ctx, form, st, id, text, true);
+            tokio::pin!(review);
+            let mut drafted = None;
+            let passed = loop {
+                tokio::select! {
+                    passed = &mut review => break passed,
+                    question = &mut draft, if drafted.is_none() => drafted = Some(question),
+                }
+            };
+            (passed, drafted)
+        };
+        let passed = match passed {
+            Ok(passed) => passed,
+            Err(e) => {
+                spent.mark_wasted();
+                ctx.ledger.absorb(&spent);
+                return Err(e);
+            }
+        };
+        let usable = passed
+            && st.next_open_field().as_deref() == Some(next.as_str())
+            && st.field(&next).prefill.is_none();
+        if !usable {
+            // a follow-up (or another field) comes next: the draft is dropped, and with it
+            // a request still in flight
+            drop(draft);
+            spent.mark_wasted();
+            ctx.ledger.absorb(&spent);
+            return Ok((passed, None));
+        }
+        let question = match drafted.take() {
+            Some(question) => question,
+            None => draft.await,
+        };
+        ctx.ledger.absorb(&spent);
+        Ok((
+            passed,
+            question.map(|drafted| Prepared {
+                field_id: next.clone(),
+                drafted,
+            }),
+        ))
     }
 
     /// Reviews an answer for field `id` and records it. True when the field is done.
@@ -275,8 +437,9 @@ impl InterviewFlow {
             st.current = None;
             return self.advance(ctx, form, st, out).await;
         }
-        if self.review_answer(ctx, form, st, &id, text, true).await? {
-            return self.advance(ctx, form, st, out).await;
+        let (closed, prepared) = self.review_beside_next(ctx, form, st, &id, text).await?;
+        if closed {
+            return self.advance_with(ctx, form, st, out, prepared).await;
         }
         let lang = lang_of(st);
         let progress = st.field_mut(&id);

@@ -132,7 +132,7 @@ impl Reads for SqliteStore {
 
     async fn llm_calls(&self, session_id: Option<i64>) -> Result<Vec<LlmCallRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms \
+            "SELECT session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms, wasted \
              FROM llm_calls WHERE (? IS NULL OR session_id = ?) ORDER BY id",
         )
         .bind(session_id)
@@ -156,16 +156,18 @@ impl Reads for SqliteStore {
                     latency_ms: row.try_get::<i64, _>("latency_ms").map_err(get)?.max(0) as u64,
                     error: row.try_get("error").map_err(get)?,
                     at: from_ms(row.try_get("created_ms").map_err(get)?),
+                    wasted: row.try_get::<i64, _>("wasted").map_err(get)? != 0,
                 })
             })
             .collect()
     }
 
     async fn llm_usage(&self) -> Result<Vec<crate::store::LlmUsage>, StoreError> {
-        let rows: Vec<(String, String, i64, i64, i64, i64, f64, i64)> = sqlx::query_as(
+        let rows: Vec<(String, String, i64, i64, i64, i64, f64, i64, i64)> = sqlx::query_as(
             "SELECT COALESCE(s.flow, '-'), c.agent, COUNT(*), COUNT(c.error), \
              COALESCE(SUM(c.prompt_tokens), 0), COALESCE(SUM(c.completion_tokens), 0), \
-             COALESCE(AVG(c.latency_ms), 0.0), COALESCE(MAX(c.latency_ms), 0) \
+             COALESCE(AVG(c.latency_ms), 0.0), COALESCE(MAX(c.latency_ms), 0), \
+             COALESCE(SUM(c.wasted), 0) \
              FROM llm_calls c LEFT JOIN sessions s ON s.id = c.session_id \
              GROUP BY 1, 2 ORDER BY 1, 2",
         )
@@ -176,7 +178,7 @@ impl Reads for SqliteStore {
         Ok(rows
             .into_iter()
             .map(
-                |(flow, agent, calls, errors, p, c, avg, max)| crate::store::LlmUsage {
+                |(flow, agent, calls, errors, p, c, avg, max, wasted)| crate::store::LlmUsage {
                     flow,
                     agent,
                     calls: n(calls),
@@ -185,6 +187,7 @@ impl Reads for SqliteStore {
                     completion_tokens: n(c),
                     avg_latency_ms: avg,
                     max_latency_ms: n(max),
+                    wasted: n(wasted),
                 },
             )
             .collect())

@@ -30,12 +30,13 @@ pub(super) fn push_llm_calls(sql: &mut Sql, calls: &[CallRow<'_>]) -> Result<(),
                 call.latency_ms,
                 call.error.as_deref(),
                 ms(call.at),
+                i64::from(call.wasted),
             )
         })
         .collect();
     sql.push(
-        "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms) \
-         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 FROM ",
+        "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms, wasted) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7, value->>8 FROM ",
     );
     push_rows(sql, &rows)
 }

@@ -55,6 +55,7 @@ pub(crate) fn commit(
             latency_ms: 7,
             error: None,
             at: Utc::now(),
+            wasted: false,
         }],
     }
 }

@@ -245,6 +245,7 @@ async fn run(rounds: &[Vec<Turn>], path: WritePath) -> (Vec<String>, Vec<(String
                     latency_ms: 1,
                     error: None,
                     at: Utc::now(),
+                    wasted: counter % 2 == 1,
                 }],
             };
             let after = Prepared::of(&commit).expect("prepares");
