@@ -191,6 +191,7 @@ pub fn build_models(llm: Option<&LlmSettings>) -> anyhow::Result<ModelRouter> {
         config.max_retries = llm.max_retries;
         config.supports_required_tool_choice = llm.supports_required_tool_choice;
         config.in_flight = Some(slots_for(base_url));
+        config.max_in_flight = llm.max_concurrency;
         let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config)?);
         Ok(Arc::new(BreakerModel::new(client, breaker_for(base_url))))
     };

@@ -114,6 +114,10 @@ impl ChatModel for BreakerModel {
         self.inner.name()
     }
 
+    fn parallel_calls(&self) -> usize {
+        self.inner.parallel_calls()
+    }
+
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         if !self.breaker.admit() {
             return Err(ModelError::CircuitOpen);

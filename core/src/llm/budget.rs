@@ -51,6 +51,10 @@ impl ChatModel for Capped {
         self.inner.name()
     }
 
+    fn parallel_calls(&self) -> usize {
+        self.inner.parallel_calls()
+    }
+
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         at_most(self.cap, self.inner.chat(request)).await
     }

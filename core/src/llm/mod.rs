@@ -203,6 +203,13 @@ pub trait ChatModel: Send + Sync {
     fn name(&self) -> &str;
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
 
+    /// How many calls the model answers at once (a single-slot local server: 1). Work that
+    /// only pays when calls run side by side (the interview's drafted next question) is
+    /// not started where they would queue.
+    fn parallel_calls(&self) -> usize {
+        usize::MAX
+    }
+
     /// Like [`ChatModel::chat`], and the answer's text is appended to `tap` as it arrives;
     /// a Stop on the tap ends the request and the text so far is the answer. A model or
     /// server that cannot stream answers in one piece (the default): the reply then goes

@@ -223,7 +223,12 @@ impl InterviewFlow {
         id: &str,
         answer: &str,
     ) -> Option<(String, InterviewState)> {
-        ctx.models.for_agent(interviewer::AGENT)?;
+        // side by side only where the server takes both calls at once: on a single-slot
+        // server the draft would only queue before (or behind) the review
+        let interviewer = ctx.models.for_agent(interviewer::AGENT)?;
+        if interviewer.parallel_calls() < 2 {
+            return None;
+        }
         let mut closed = st.clone();
         closed.record_answer(id, answer);
         closed.field_mut(id).status = FieldStatus::Done;

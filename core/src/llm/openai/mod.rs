@@ -50,6 +50,8 @@ pub struct OpenAiConfig {
     /// Requests in flight to this server at once (shared by the clients of one server;
     /// `None`: no bound).
     pub in_flight: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// The bound `in_flight` was made with (`usize::MAX`: none).
+    pub max_in_flight: usize,
 }
 
 impl OpenAiConfig {
@@ -64,6 +66,7 @@ impl OpenAiConfig {
             max_backoff: Duration::from_secs(30),
             supports_required_tool_choice: false,
             in_flight: None,
+            max_in_flight: usize::MAX,
         }
     }
 }
@@ -238,6 +241,10 @@ enum Attempt {
 impl ChatModel for OpenAiClient {
     fn name(&self) -> &str {
         &self.config.model
+    }
+
+    fn parallel_calls(&self) -> usize {
+        self.config.max_in_flight
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
