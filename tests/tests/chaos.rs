@@ -86,6 +86,29 @@ fn applicant_answer(question: &str) -> &'static str {
         .map_or("Rust, Go", |(_, a)| a)
 }
 
+/// What an applicant sends next: a press on the options last shown (English, remote,
+/// confirm where offered), else a typed answer to the last question.
+fn applicant_reply(outbox: &RecordingOutbox) -> Body {
+    let last = outbox.texts().last().cloned().unwrap_or_default();
+    match outbox.last_options() {
+        Some(options) if last == options.prompt => {
+            let value = ["en", "remote", "confirm"]
+                .iter()
+                .find(|v| options.options.iter().any(|o| o.value == **v))
+                .map(|v| v.to_string())
+                .or_else(|| options.options.first().map(|o| o.value.clone()))
+                .unwrap_or_default();
+            Body::Choice {
+                request_id: options.request_id,
+                values: vec![value],
+            }
+        }
+        _ => Body::Text {
+            text: applicant_answer(&last).into(),
+        },
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent_of_calls() {
     let agents = Arc::new(fake_model(Arc::new(|_| None)).unrecorded());
@@ -180,24 +203,7 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
                 if texts.iter().any(|t| t.contains("submitted")) {
                     return Ok(user);
                 }
-                let last = texts.last().cloned().unwrap_or_default();
-                body = match outbox.last_options() {
-                    Some(options) if last == options.prompt => {
-                        let value = ["en", "remote", "confirm"]
-                            .iter()
-                            .find(|v| options.options.iter().any(|o| o.value == **v))
-                            .map(|v| v.to_string())
-                            .or_else(|| options.options.first().map(|o| o.value.clone()))
-                            .unwrap_or_default();
-                        Body::Choice {
-                            request_id: options.request_id,
-                            values: vec![value],
-                        }
-                    }
-                    _ => Body::Text {
-                        text: applicant_answer(&last).into(),
-                    },
-                };
+                body = applicant_reply(&outbox);
             }
             Err(format!("user {user} did not finish"))
         }));
@@ -324,24 +330,7 @@ async fn timed_interview(
         if texts.iter().any(|t| t.contains("submitted")) {
             break;
         }
-        let last = texts.last().cloned().unwrap_or_default();
-        body = match outbox.last_options() {
-            Some(options) if last == options.prompt => {
-                let value = ["en", "remote", "confirm"]
-                    .iter()
-                    .find(|v| options.options.iter().any(|o| o.value == **v))
-                    .map(|v| v.to_string())
-                    .or_else(|| options.options.first().map(|o| o.value.clone()))
-                    .unwrap_or_default();
-                Body::Choice {
-                    request_id: options.request_id,
-                    values: vec![value],
-                }
-            }
-            _ => Body::Text {
-                text: applicant_answer(&last).into(),
-            },
-        };
+        body = applicant_reply(&outbox);
     }
     let subs = store.submissions(Some("engineer")).await.expect("subs");
     assert_eq!(subs.len(), 1, "the interview completed");
@@ -390,6 +379,9 @@ async fn a_follow_up_drops_the_drafted_question_and_counts_it_wasted() {
         // the first answer reviewed is the motivation's (the Architect's plan puts it first)
         let reviewing = req.tools.iter().any(|t| t.name == "review");
         (reviewing && first.swap(false, Ordering::SeqCst)).then(|| {
+            // this review takes half a second longer than the draft's first call, so the
+            // draft's QuickCheck call is on the server when the review ends
+            std::thread::sleep(Duration::from_millis(500));
             kaiwa_core::llm::ChatResponse::tool_call(
                 "review",
                 json!({"passed": false, "missing_facts": ["why_us"], "feedback": "Why this team?"}),
@@ -406,8 +398,9 @@ async fn a_follow_up_drops_the_drafted_question_and_counts_it_wasted() {
                 .is_some_and(|t| t.contains("Tell me about motivation"))
         })
         .expect("a follow-up about the motivation");
+    // three calls (the review half a second longer): not four
     assert!(
-        *follow_up <= Duration::from_millis(6_500),
+        *follow_up <= Duration::from_millis(7_500),
         "about three calls: {follow_up:?} {texts:?}"
     );
     let ledger = store.llm_calls(None).await.expect("ledger");

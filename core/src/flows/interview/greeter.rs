@@ -234,16 +234,11 @@ pub fn country_named(input: &str) -> Option<&'static str> {
 }
 
 pub fn resolve_country(input: &str) -> Option<&'static str> {
-    let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
-    let lower = t.to_lowercase();
-    if let Some((code, ..)) = COUNTRIES.iter().find(|(code, en, ja, _)| {
-        code.eq_ignore_ascii_case(t) || en.to_lowercase() == lower || *ja == t
-    }) {
+    if let Some(code) = country_named(input) {
         return Some(code);
     }
-    if let Some((_, code)) = ALIASES.iter().find(|(alias, _)| *alias == lower) {
-        return COUNTRIES.iter().find(|c| c.0 == *code).map(|c| c.0);
-    }
+    let t = input.trim().trim_end_matches(['.', '。', '!', '！']).trim();
+    let lower = t.to_lowercase();
     // "I live in Japan", "日本に住んでいます"
     if let Some(c) = COUNTRIES
         .iter()
