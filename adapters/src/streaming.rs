@@ -121,6 +121,19 @@ impl Streams {
         });
     }
 
+    /// Whether `place` has no streamed change left in its budget now.
+    pub fn spent(&self, place: impl ToString, budget: Budget) -> bool {
+        let now = Instant::now();
+        self.lock()
+            .changes
+            .get(&place.to_string())
+            .is_some_and(|c| {
+                c.len() >= budget.changes
+                    && c.front()
+                        .is_some_and(|t| now.duration_since(*t) < budget.per)
+            })
+    }
+
     /// How long a streamed reply in `place` waits before its next change: at least
     /// `least`, and longer once `budget` is spent (until the oldest change in the window
     /// leaves it).
@@ -183,5 +196,28 @@ mod tests {
         assert!(has_sentence("One. Two"));
         assert!(has_sentence("読みました。"));
         assert!(!has_sentence("Half a"));
+    }
+
+    #[test]
+    fn a_place_s_budget_of_streamed_changes_is_kept() {
+        let streams = Streams::default();
+        let budget = Budget {
+            changes: 3,
+            per: Duration::from_secs(60),
+        };
+        let least = Duration::from_secs(1);
+        assert_eq!(streams.pace(-100, least, budget), least);
+        for _ in 0..2 {
+            streams.count_change(-100, budget);
+        }
+        assert!(!streams.spent(-100, budget));
+        assert_eq!(streams.pace(-100, least, budget), least);
+        streams.count_change(-100, budget);
+        assert!(streams.spent(-100, budget), "three changes in the minute");
+        assert!(
+            streams.pace(-100, least, budget) > Duration::from_secs(55),
+            "the next waits for the first to leave the window"
+        );
+        assert!(!streams.spent(-200, budget), "another group has its own");
     }
 }

@@ -148,6 +148,10 @@ impl Streamer for TelegramStreamer {
                 if !has_sentence(text) {
                     return Ok(false);
                 }
+                if self.in_group() && self.streams.spent(self.place.chat.0, GROUP_BUDGET) {
+                    // the group's budget is spent: the reply goes whole when it is done
+                    return Ok(false);
+                }
                 let mut request = serde_json::json!({
                     "chat_id": chat,
                     "text": Self::text(text),
