@@ -31,7 +31,7 @@ mod routing;
 mod turn;
 mod working;
 
-use crate::orchestrator::admission::{Admit, Full, RateLimiter, SessionLocks};
+use admission::{Admit, Full, RateLimiter, SessionLocks};
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
 pub use intake::ActivePlace;
 pub use notices::QUEUE_FULL;
