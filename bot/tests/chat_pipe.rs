@@ -917,8 +917,10 @@ async fn stats_sum_the_model_ledger_per_flow_and_agent() {
     assert_eq!(usage[0]["agent"], "assistant");
     assert_eq!(usage[0]["calls"], 2);
     assert_eq!(usage[0]["errors"], 0);
+    assert_eq!(usage[0]["wasted"], 0, "no call was dropped");
     let table = kaiwa(dir.path(), &config, &["stats"], "").await;
     assert!(table.stdout.starts_with("flow"), "{}", table.stdout);
+    assert!(table.stdout.contains("wasted"), "{}", table.stdout);
     assert!(table.stdout.contains("assistant"), "{}", table.stdout);
 }
 

@@ -1281,3 +1281,49 @@ async fn ending_a_session_frees_the_place_for_a_new_one() {
         Some(next.session.id)
     );
 }
+
+#[tokio::test]
+async fn wasted_calls_are_kept_and_counted_per_agent() {
+    let store = SqliteStore::connect("sqlite::memory:")
+        .await
+        .expect("store");
+    let call = |agent: &str, wasted: bool, error: Option<&str>| LlmCallRecord {
+        session_id: None,
+        agent: agent.into(),
+        model: "m".into(),
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        latency_ms: 7,
+        error: error.map(str::to_string),
+        at: Utc::now(),
+        wasted,
+    };
+    store
+        .record_llm_calls(&[
+            call("interviewer", false, None),
+            call("interviewer", true, None),
+            call(
+                "quick_check",
+                true,
+                Some("the call was cancelled before it answered"),
+            ),
+            call("reviewer", false, None),
+        ])
+        .await
+        .expect("recorded");
+    let ledger = store.llm_calls(None).await.expect("ledger");
+    assert_eq!(
+        ledger.iter().map(|c| c.wasted).collect::<Vec<_>>(),
+        [false, true, true, false]
+    );
+    let usage = store.llm_usage().await.expect("usage");
+    let wasted = |agent: &str| {
+        usage
+            .iter()
+            .find(|u| u.agent == agent)
+            .map(|u| (u.calls, u.wasted))
+    };
+    assert_eq!(wasted("interviewer"), Some((2, 1)));
+    assert_eq!(wasted("quick_check"), Some((1, 1)));
+    assert_eq!(wasted("reviewer"), Some((1, 0)));
+}
