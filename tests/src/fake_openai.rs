@@ -26,6 +26,8 @@ pub enum Reply {
     },
     /// Never answers (the client must time out).
     Hang,
+    /// `reply`, this much later than the server's delay.
+    Later(std::time::Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -257,6 +259,11 @@ async fn completions(
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
+    let mut reply = reply;
+    while let Some(Reply::Later(after, later)) = reply {
+        tokio::time::sleep(after).await;
+        reply = Some(*later);
+    }
     if let (Some(pace), Some(Reply::Json(v))) = (pace, &reply) {
         return stream(v, pace, in_flight);
     }
@@ -283,6 +290,7 @@ async fn completions(
             response
         }
         Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::Later(..)) => unreachable!("a later reply is waited out above"),
         None => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "fake OpenAI server: script exhausted",

@@ -6,6 +6,7 @@
 mod common;
 
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::llm::scripted::ScriptedModel;
 use kaiwa_core::llm::{ChatMessage, ChatModel, ChatRequest, ModelRouter, ToolCall, ToolSpec};
 use kaiwa_core::message::{Body, Incoming, Platform, UserRef};
 use kaiwa_core::store::SubmissionStatus;
@@ -60,6 +61,20 @@ fn request_of(body: &Value) -> ChatRequest {
         messages,
         tools,
         ..ChatRequest::default()
+    }
+}
+
+/// What the agents' fake model answers to `request`, as the server's wire reply.
+fn played(model: &ScriptedModel, request: ChatRequest) -> Reply {
+    match futures::executor::block_on(model.chat(request)) {
+        Ok(r) => match r.tool_calls.first() {
+            Some(call) => Reply::tool_call(
+                &call.name,
+                serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+            ),
+            None => Reply::text(r.text.as_deref().unwrap_or_default()),
+        },
+        Err(e) => Reply::status(500, &e.to_string()),
     }
 }
 
@@ -135,17 +150,7 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
                 },
             };
         }
-        let response = futures::executor::block_on(model.chat(request));
-        match response {
-            Ok(r) => match r.tool_calls.first() {
-                Some(call) => Reply::tool_call(
-                    &call.name,
-                    serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
-                ),
-                None => Reply::text(r.text.as_deref().unwrap_or_default()),
-            },
-            Err(e) => Reply::status(500, &e.to_string()),
-        }
+        played(&model, request)
     }))
     .await
     .expect("model server");
@@ -240,29 +245,25 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
 /// The agents' fake model behind a server on 127.0.0.1 that answers every call after
 /// `delay`, and counts the calls.
 async fn slow_agents(delay: Duration) -> (FakeOpenAi, Arc<AtomicUsize>) {
-    slow_agents_with(delay, Arc::new(|_| None)).await
+    slow_agents_with(delay, Arc::new(|_| None), |_| None).await
 }
 
-/// [`slow_agents`], `special` answering first where it has an answer.
+/// [`slow_agents`], `special` answering first where it has an answer, and a request
+/// `later` names answered that much later than the others.
 async fn slow_agents_with(
     delay: Duration,
     special: Arc<kaiwa_core::testing::interview_agents::Rule>,
+    later: impl Fn(&ChatRequest) -> Option<Duration> + Send + Sync + 'static,
 ) -> (FakeOpenAi, Arc<AtomicUsize>) {
     let agents = Arc::new(fake_model(special).unrecorded());
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
     let server = FakeOpenAi::serve(Arc::new(move |body: &Value| {
         counted.fetch_add(1, Ordering::SeqCst);
-        let response = futures::executor::block_on(agents.chat(request_of(body)));
-        match response {
-            Ok(r) => match r.tool_calls.first() {
-                Some(call) => Reply::tool_call(
-                    &call.name,
-                    serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
-                ),
-                None => Reply::text(r.text.as_deref().unwrap_or_default()),
-            },
-            Err(e) => Reply::status(500, &e.to_string()),
+        let request = request_of(body);
+        match later(&request) {
+            Some(after) => Reply::Later(after, Box::new(played(&agents, request))),
+            None => played(&agents, request),
         }
     }))
     .await
@@ -379,16 +380,20 @@ async fn a_follow_up_drops_the_drafted_question_and_counts_it_wasted() {
         // the first answer reviewed is the motivation's (the Architect's plan puts it first)
         let reviewing = req.tools.iter().any(|t| t.name == "review");
         (reviewing && first.swap(false, Ordering::SeqCst)).then(|| {
-            // this review takes half a second longer than the draft's first call, so the
-            // draft's QuickCheck call is on the server when the review ends
-            std::thread::sleep(Duration::from_millis(500));
             kaiwa_core::llm::ChatResponse::tool_call(
                 "review",
                 json!({"passed": false, "missing_facts": ["why_us"], "feedback": "Why this team?"}),
             )
         })
     });
-    let (server, _calls) = slow_agents_with(call, special).await;
+    // that review takes half a second longer than the draft's first call, so the draft's
+    // QuickCheck call is on the server when the review ends
+    let slower = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let later = move |req: &ChatRequest| {
+        let reviewing = req.tools.iter().any(|t| t.name == "review");
+        (reviewing && slower.swap(false, Ordering::SeqCst)).then_some(Duration::from_millis(500))
+    };
+    let (server, _calls) = slow_agents_with(call, special, later).await;
     let (waits, store, _dir) = timed_interview(&server).await;
     let (follow_up, texts) = waits
         .iter()

@@ -99,6 +99,16 @@ async fn say(fake: &FakeDiscord, channel: u64, user: u64, text: &str) -> Vec<Str
     replies(fake, channel, before).await
 }
 
+/// A new question in a help-desk or reading `channel`: the thread it opened.
+async fn open_thread(fake: &FakeDiscord, channel: u64, user: u64, text: &str) -> u64 {
+    fake.user_message(channel, Some(GUILD), user, text);
+    fake.wait_for("a thread", Duration::from_secs(20), |f| {
+        !f.threads().is_empty()
+    })
+    .await;
+    fake.threads()[0].0
+}
+
 /// The latest message with components in `channel`: (message id, components).
 fn last_components(fake: &FakeDiscord, channel: u64) -> (u64, Value) {
     fake.messages_in(channel)
@@ -461,12 +471,7 @@ async fn a_message_sent_while_the_bot_was_down_is_answered_when_it_starts() {
 async fn mydata_in_a_thread_goes_to_a_dm_and_shows_nothing_there() {
     let fake = FakeDiscord::start().await;
     let bot = start(&fake, "engineer", ModelRouter::none()).await;
-    fake.user_message(HELPDESK, Some(GUILD), 43, "How do I export submissions?");
-    fake.wait_for("a thread", Duration::from_secs(20), |f| {
-        !f.threads().is_empty()
-    })
-    .await;
-    let (thread, _, _) = fake.threads()[0].clone();
+    let thread = open_thread(&fake, HELPDESK, 43, "How do I export submissions?").await;
     replies(&fake, thread, 0).await;
     let reply = say(&fake, thread, 43, "/mydata").await.join("\n");
     assert!(reply.contains("private chat"), "{reply}");
@@ -727,12 +732,7 @@ async fn a_help_desk_answer_streams_with_a_stop_button_that_ends_the_request() {
         ModelRouter::none().with_agent("helpdesk_answer", client),
     )
     .await;
-    fake.user_message(HELPDESK, Some(GUILD), 45, "How do I stop a conversation?");
-    fake.wait_for("a thread", Duration::from_secs(20), |f| {
-        !f.threads().is_empty()
-    })
-    .await;
-    let (thread, _, _) = fake.threads()[0].clone();
+    let thread = open_thread(&fake, HELPDESK, 45, "How do I stop a conversation?").await;
     fake.wait_for("the streamed answer", Duration::from_secs(20), |f| {
         streaming_message(f, thread).is_some()
     })
@@ -859,12 +859,7 @@ async fn a_long_streamed_answer_is_cut_like_any_reply_and_edited_a_second_apart(
     )
     .await;
     fake.slow_posts(Duration::from_millis(3_000));
-    fake.user_message(HELPDESK, Some(GUILD), 46, "How do I export submissions?");
-    fake.wait_for("a thread", Duration::from_secs(20), |f| {
-        !f.threads().is_empty()
-    })
-    .await;
-    let (thread, _, _) = fake.threads()[0].clone();
+    let thread = open_thread(&fake, HELPDESK, 46, "How do I export submissions?").await;
     fake.wait_for("the answer, whole", Duration::from_secs(30), |f| {
         f.texts_in(thread).iter().any(|t| t.contains("(cut:"))
     })
@@ -926,12 +921,7 @@ async fn after_a_restart_a_help_desk_thread_answers_only_what_it_missed() {
     // session (a message read over REST carries no guild id: it is not a DM)
     let fake = FakeDiscord::start().await;
     let bot = start(&fake, "engineer", ModelRouter::none()).await;
-    fake.user_message(HELPDESK, Some(GUILD), 47, "How do I export submissions?");
-    fake.wait_for("a thread", Duration::from_secs(20), |f| {
-        !f.threads().is_empty()
-    })
-    .await;
-    let (thread, _, _) = fake.threads()[0].clone();
+    let thread = open_thread(&fake, HELPDESK, 47, "How do I export submissions?").await;
     replies(&fake, thread, 0).await;
     say(&fake, thread, 47, "How do I stop a conversation?").await;
     let dir = bot.stop_keeping_the_database().await;
