@@ -2,7 +2,15 @@
 //! question, from the model's `greeter` agent or its rule-based floor, and the greeting
 //! text itself (screened like every text sent to an applicant).
 
-use super::*;
+use super::form::Form;
+use super::greeter::Section;
+use super::state::InterviewState;
+use super::{InterviewFlow, greeter, lang_of, quick_check};
+use crate::flow::{FlowError, TurnContext, TurnOutput};
+use crate::i18n::pick;
+use crate::message::OptionItem;
+use crate::store::StateChange;
+use std::sync::Arc;
 
 impl InterviewFlow {
     pub(super) fn greeting_step(&self, st: &mut InterviewState, out: &mut TurnOutput) -> bool {

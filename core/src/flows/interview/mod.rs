@@ -31,18 +31,15 @@ mod turn;
 
 use crate::admin::AdminNotice;
 use crate::agent::subtask::{SubtaskContext, summarize};
-use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;
-use crate::message::{OptionItem, Outgoing};
+use crate::message::OptionItem;
 use crate::store::StateChange;
 use crate::store::{Submission, SubmissionStatus};
-use async_trait::async_trait;
 use auditor::AuditResult;
 use form::{Form, Variant};
-use greeter::Section;
-use interviewer::{Drafted, Purpose};
 use serde_json::{Map, Value, json};
-use state::{Asked, FieldStatus, InterviewState, Stage};
+use state::{FieldStatus, InterviewState, Stage};
 use std::sync::Arc;
 
 pub const ID: &str = "interview";

@@ -2,7 +2,15 @@
 //! Interviewer (QuickCheck inside `ask`), and reviewing each answer (Reviewer: type, required
 //! facts, follow-ups) until the field closes.
 
-use super::*;
+use super::form::{self, Form, Variant};
+use super::interviewer::{Drafted, Purpose};
+use super::state::{Asked, FieldStatus, InterviewState, Stage};
+use super::{InterviewFlow, architect, interviewer, lang_of, quick_check, reviewer};
+use crate::flow::{FlowError, TurnContext, TurnOutput};
+use crate::i18n::pick;
+use crate::message::{OptionItem, Outgoing};
+use crate::store::StateChange;
+use std::sync::Arc;
 
 /// A question drafted and passed by QuickCheck before its turn came (speculation).
 pub(super) struct Prepared {
@@ -89,9 +97,13 @@ impl InterviewFlow {
         let Some(model) = ctx.models.for_agent(architect::AGENT) else {
             return form.sorted_field_ids();
         };
-        let cached =
-            |plans: &std::collections::HashMap<String, Vec<String>>| plans.get(&form.id).cloned();
-        if let Some(plan) = cached(&self.plans.lock().unwrap_or_else(|p| p.into_inner())) {
+        let cached = self
+            .plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&form.id)
+            .cloned();
+        if let Some(plan) = cached {
             return plan;
         }
         let plan = architect::plan(Some(model.as_ref()), form, ctx.ledger).await;

@@ -1,8 +1,15 @@
 //! [`Flow`] for [`InterviewFlow`]: one turn of the interview, from the input (start,
 //! resume, text, a choice, a command) to the step that handles it.
 
-use super::*;
-use crate::store::Reads;
+use super::form::Form;
+use super::greeter::Section;
+use super::state::{self, InterviewState, Stage};
+use super::{ID, InterviewFlow, greeter, lang_of, resume};
+use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::pick;
+use crate::store::{Reads, StateChange};
+use async_trait::async_trait;
+use std::sync::Arc;
 
 #[async_trait]
 impl Flow for InterviewFlow {
