@@ -3,6 +3,7 @@
 //! status changes, and delegation to the BookGuide.
 
 use super::*;
+use crate::i18n::has_japanese;
 
 use crate::jobs::weekly_review;
 use crate::llm::scripted::ScriptedModel;

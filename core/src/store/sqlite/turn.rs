@@ -48,7 +48,29 @@ pub(super) async fn record_id(
     .ok_or_else(|| StoreError::Corrupt(format!("no reading record {title:?} for this user")))
 }
 
+/// A reading change written: to the book's record (status, mode, insights, moods) or to
+/// the user's own rows (profile, mentor feedback, weekly reviews, recommendations).
 pub(super) async fn apply_reading(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    change: &ReadingChange,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    match change {
+        ReadingChange::OpenRecord { .. }
+        | ReadingChange::SetStatus { .. }
+        | ReadingChange::SetMode { .. }
+        | ReadingChange::AddInsight { .. }
+        | ReadingChange::AddMood { .. } => apply_to_record(conn, key, change, now_ms).await,
+        ReadingChange::AddProfileEntry { .. }
+        | ReadingChange::AddMentorFeedback { .. }
+        | ReadingChange::SetWeeklyReview { .. }
+        | ReadingChange::AddRecommendation { .. } => apply_to_user(conn, key, change, now_ms).await,
+    }
+}
+
+/// A change of the book's reading record: opened, its status or mode, an insight, a mood.
+async fn apply_to_record(
     conn: &mut sqlx::SqliteConnection,
     key: &SessionKey,
     change: &ReadingChange,
@@ -117,6 +139,25 @@ pub(super) async fn apply_reading(
                 .execute(&mut *conn)
                 .await
         }
+        ReadingChange::AddProfileEntry { .. }
+        | ReadingChange::AddMentorFeedback { .. }
+        | ReadingChange::SetWeeklyReview { .. }
+        | ReadingChange::AddRecommendation { .. } => return Ok(()),
+    };
+    result.map_err(StoreError::db("saving reading data"))?;
+    Ok(())
+}
+
+/// A change of the user's own rows: a profile entry, mentor feedback, the weekly review
+/// subscription, a recommendation.
+async fn apply_to_user(
+    conn: &mut sqlx::SqliteConnection,
+    key: &SessionKey,
+    change: &ReadingChange,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let (platform, user) = (key.platform.as_str(), key.user.as_str());
+    let result = match change {
         ReadingChange::AddProfileEntry { kind, text } => {
             sqlx::query("INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES (?, ?, ?, ?, ?)")
                 .bind(platform)
@@ -174,6 +215,11 @@ pub(super) async fn apply_reading(
                 .execute(&mut *conn)
                 .await
         }
+        ReadingChange::OpenRecord { .. }
+        | ReadingChange::SetStatus { .. }
+        | ReadingChange::SetMode { .. }
+        | ReadingChange::AddInsight { .. }
+        | ReadingChange::AddMood { .. } => return Ok(()),
     };
     result.map_err(StoreError::db("saving reading data"))?;
     Ok(())
