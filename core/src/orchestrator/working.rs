@@ -128,10 +128,17 @@ impl Orchestrator {
             _ => None,
         };
         let shown = std::sync::atomic::AtomicBool::new(false);
-        let (done, finished) = tokio::sync::watch::channel(false);
+        // only a turn that streams has a pump to stop
+        let (done, finished) = match streams {
+            true => {
+                let (done, finished) = tokio::sync::watch::channel(false);
+                (Some(done), Some(finished))
+            }
+            false => (None, None),
+        };
         let output = {
             let pump = async {
-                if let Some(streamer) = streamer.as_deref_mut() {
+                if let (Some(streamer), Some(finished)) = (streamer.as_deref_mut(), finished) {
                     pump(streamer, &tap, &shown, finished).await;
                 }
             };
@@ -159,7 +166,9 @@ impl Orchestrator {
             };
             // an update of the streamed message in flight is finished before the reply
             // replaces it
-            let _ = done.send(true);
+            if let Some(done) = &done {
+                let _ = done.send(true);
+            }
             if streams
                 && tokio::time::timeout(FINISH_SHOWING, &mut pump)
                     .await
