@@ -64,6 +64,23 @@ fn request_of(body: &Value) -> ChatRequest {
     }
 }
 
+/// Kaiwa as `kaiwa run` builds it, on a new database, its model at the server `config`
+/// names, with `sections` of configuration.
+async fn bot_on(config: OpenAiConfig, sections: &str) -> (kaiwa::Kaiwa, tempfile::TempDir) {
+    let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config).expect("client"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    let kaiwa = common::kaiwa(
+        dir.path(),
+        sections,
+        &db,
+        (None, None),
+        ModelRouter::new(Some(client)),
+    )
+    .await;
+    (kaiwa, dir)
+}
+
 /// What the agents' fake model answers to `request`, as the server's wire reply.
 fn played(model: &ScriptedModel, request: ChatRequest) -> Reply {
     match futures::executor::block_on(model.chat(request)) {
@@ -158,18 +175,8 @@ async fn fifty_interviews_complete_against_a_model_server_failing_thirty_percent
     let mut config = OpenAiConfig::new(server.base_url(), "chaos");
     config.timeout = Duration::from_millis(400);
     config.max_retries = 0;
-    let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config).expect("client"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
-    // as `kaiwa run` builds it; fifty applicants type faster than the per-user rate limit
-    let kaiwa = common::kaiwa(
-        dir.path(),
-        "[limits]\nmessages_per_minute = 0\n",
-        &db,
-        (None, None),
-        ModelRouter::new(Some(client)),
-    )
-    .await;
+    // fifty applicants type faster than the per-user rate limit
+    let (kaiwa, _dir) = bot_on(config, "[limits]\nmessages_per_minute = 0\n").await;
     let store = kaiwa.store().clone();
     let orchestrator = kaiwa.orchestrator().clone();
 
@@ -284,17 +291,7 @@ async fn timed_interview(
 ) {
     let mut config = OpenAiConfig::new(server.base_url(), "slow");
     config.timeout = Duration::from_secs(15);
-    let client: Arc<dyn ChatModel> = Arc::new(OpenAiClient::new(config).expect("client"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
-    let kaiwa = common::kaiwa(
-        dir.path(),
-        "",
-        &db,
-        (None, None),
-        ModelRouter::new(Some(client)),
-    )
-    .await;
+    let (kaiwa, dir) = bot_on(config, "").await;
     let store = kaiwa.store().clone();
     let orchestrator = kaiwa.orchestrator().clone();
     let outbox = RecordingOutbox::default();
