@@ -57,6 +57,8 @@ pub struct AdapterHealth {
     name: &'static str,
     state: AtomicU8,
     last_failure: Mutex<Option<Instant>>,
+    /// What this instance does among several (`poller`: it long-polls), for `/healthz`.
+    roles: Mutex<std::collections::BTreeMap<&'static str, bool>>,
 }
 
 const STARTING: u8 = 0;
@@ -73,7 +75,22 @@ impl AdapterHealth {
             name,
             state: AtomicU8::new(STARTING),
             last_failure: Mutex::new(None),
+            roles: Mutex::new(Default::default()),
         }
+    }
+
+    /// Whether this instance plays `role` now (several instances share the work).
+    pub fn set_role(&self, role: &'static str, active: bool) {
+        self.roles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(role, active);
+    }
+
+    /// The roles set so far and whether this instance plays each.
+    pub fn roles(&self) -> Vec<(&'static str, bool)> {
+        let roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        roles.iter().map(|(r, a)| (*r, *a)).collect()
     }
 
     pub fn name(&self) -> &'static str {

@@ -16,8 +16,7 @@ use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
-use kaiwa_core::store::Store;
-use kaiwa_core::store::sqlite::SqliteStore;
+use kaiwa_core::store::{self, Store};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,12 +36,12 @@ impl App {
     ) -> Result<App, Error> {
         let store: Arc<dyn Store> = match store {
             Some(store) => store,
-            None => Arc::new(SqliteStore::connect(database_url).await.map_err(|source| {
-                Error::Database {
+            None => store::connect(database_url)
+                .await
+                .map_err(|source| Error::Database {
                     url: redact_url(database_url),
                     source,
-                }
-            })?),
+                })?,
         };
         let models = match models {
             Some(models) => models,
@@ -50,7 +49,10 @@ impl App {
         };
         let flows = build_flows(settings).map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
-        let mut orchestrator = Orchestrator::new(store.clone(), flows, models, admin);
+        // PostgreSQL is how several instances share one bot (SQLite: one process)
+        let shared = store.backend() == store::Backend::Postgres;
+        let mut orchestrator =
+            Orchestrator::new(store.clone(), flows, models, admin).with_shared_database(shared);
         if let Some(llm) = &settings.llm {
             orchestrator = orchestrator.with_turn_budget(Duration::from_secs(llm.turn_budget_secs));
         }
@@ -134,8 +136,9 @@ pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
     Ok(flows)
 }
 
-pub async fn open_store(database_url: &str) -> anyhow::Result<SqliteStore> {
-    SqliteStore::connect(database_url)
+/// The store `database_url` names (SQLite or PostgreSQL by its scheme), migrated.
+pub async fn open_store(database_url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    store::connect(database_url)
         .await
         .with_context(|| format!("cannot open the database {}", redact_url(database_url)))
 }

@@ -18,7 +18,9 @@ use kaiwa_core::message::{
     Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
 };
 use kaiwa_core::orchestrator::{Orchestrator, Outbox};
+use kaiwa_core::store::Backend;
 use kaiwa_core::store::Store;
+use kaiwa_core::store::postgres::PgStore;
 use kaiwa_core::store::sqlite::SqliteStore;
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -367,13 +369,9 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     // simulated users type as fast as the machine lets them: no per-user rate limit
     settings.limits.messages_per_minute = 0;
     // the bot as `kaiwa run` builds it, with the timed model and no admin chat
-    let store = Arc::new(
-        SqliteStore::connect(&url)
-            .await
-            .context("opening the bench database")?,
-    );
+    let store = BenchStore::open(&url).await?;
     let kaiwa = Kaiwa::builder(settings)
-        .store(store.clone())
+        .store(store.shared())
         .models(ModelRouter::new(Some(model.clone())))
         .admin_sink(Arc::new(NullAdmin))
         .build()
@@ -381,7 +379,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         .context("opening the bench database")?;
     let orchestrator = kaiwa.orchestrator().clone();
     if let Err(e) = check_fresh(&orchestrator, &store, &options.flow).await {
-        store.close().await;
+        store.shared().close().await;
         return Err(e);
     }
     let stop_probe = StopOnDrop(Arc::new(AtomicBool::new(false)));
@@ -421,7 +419,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         }
     };
     let wal_restarts = store.wal_restarts();
-    store.close().await;
+    store.shared().close().await;
     let db_bytes = db_path.as_deref().map_or(0, database_bytes);
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
     Ok(serde_json::json!({
@@ -436,6 +434,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             MODEL_CRITICAL_US.load(Ordering::Relaxed) as f64 / 1000.0 / turns.max(1) as f64
         ),
         "peak_rss_mb": round(rss_peak_mb()),
+        "backend": Backend::of(&url).map(Backend::as_str).unwrap_or("?"),
         "db_bytes": db_bytes,
         "wal_restarts": wal_restarts,
         "sessions": options.sessions,
@@ -446,6 +445,48 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
         "cpu_steal_pct": steal_pct.map(round),
     }))
+}
+
+/// The store the bench writes, by the URL's scheme: its own counts need the concrete type.
+enum BenchStore {
+    Sqlite(Arc<SqliteStore>),
+    Postgres(Arc<PgStore>),
+}
+
+impl BenchStore {
+    async fn open(url: &str) -> anyhow::Result<BenchStore> {
+        let context = || format!("opening the bench database {}", kaiwa::app::redact_url(url));
+        Ok(match Backend::of(url).with_context(context)? {
+            Backend::Sqlite => BenchStore::Sqlite(Arc::new(
+                SqliteStore::connect(url).await.with_context(context)?,
+            )),
+            Backend::Postgres => {
+                BenchStore::Postgres(Arc::new(PgStore::connect(url).await.with_context(context)?))
+            }
+        })
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        match self {
+            BenchStore::Sqlite(s) => s.clone(),
+            BenchStore::Postgres(s) => s.clone(),
+        }
+    }
+
+    async fn session_count(&self) -> Result<i64, kaiwa_core::store::StoreError> {
+        match self {
+            BenchStore::Sqlite(s) => s.session_count().await,
+            BenchStore::Postgres(s) => s.session_count().await,
+        }
+    }
+
+    /// WAL restarts (SQLite only).
+    fn wal_restarts(&self) -> Option<u64> {
+        match self {
+            BenchStore::Sqlite(s) => Some(s.wal_restarts()),
+            BenchStore::Postgres(_) => None,
+        }
+    }
 }
 
 /// The database the bench writes: `--database`, else a file in `temp`; and its path, to
@@ -480,7 +521,7 @@ fn bench_model(flow: &str) -> ScriptedModel {
 /// duplicates, measuring nothing).
 async fn check_fresh(
     orchestrator: &Orchestrator,
-    store: &SqliteStore,
+    store: &BenchStore,
     flow: &str,
 ) -> anyhow::Result<()> {
     if orchestrator.flows().get(flow).is_none() {

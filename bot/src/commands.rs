@@ -6,7 +6,6 @@ use crate::cli::{ExportFormat, KbCommand};
 use anyhow::{Context, bail};
 use kaiwa::app;
 use kaiwa::config::Settings;
-use kaiwa_core::store::{Reads, Store};
 use std::path::{Path, PathBuf};
 
 /// `kaiwa stats`: model calls, tokens and latency per flow and agent.

@@ -259,6 +259,9 @@ impl KaiwaBuilder {
     }
 }
 
+/// The lease of the instance that runs the scheduled jobs (weekly reviews, retention).
+pub const JOBS_LEASE: &str = "jobs";
+
 impl Kaiwa {
     /// A builder from `settings` (no tokens, the settings' database).
     pub fn builder(settings: Settings) -> KaiwaBuilder {
@@ -490,6 +493,10 @@ impl Kaiwa {
             every(REVIEW_CHECK, stop_rx.clone(), move || {
                 let (orchestrator, outboxes) = (orchestrator.clone(), outboxes.clone());
                 async move {
+                    // several instances: the one holding the jobs' lease sends them
+                    if !orchestrator.hold(JOBS_LEASE).await {
+                        return;
+                    }
                     let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
                     if let Err(e) =
                         send_due_reviews(&orchestrator, chrono::Utc::now(), outbox_for).await
@@ -500,10 +507,13 @@ impl Kaiwa {
             })
         };
         let retention = self.settings.privacy.transcript_days.map(|days| {
-            let store = self.store.clone();
+            let (store, orchestrator) = (self.store.clone(), self.orchestrator.clone());
             every(RETENTION_CHECK, stop_rx, move || {
-                let store = store.clone();
+                let (store, orchestrator) = (store.clone(), orchestrator.clone());
                 async move {
+                    if !orchestrator.hold(JOBS_LEASE).await {
+                        return;
+                    }
                     if let Err(e) =
                         delete_old_transcripts(store.as_ref(), days, chrono::Utc::now()).await
                     {
@@ -524,6 +534,7 @@ impl Kaiwa {
 
     /// Closes the database (what is committed stays).
     pub async fn close(&self) {
+        self.orchestrator.let_go(JOBS_LEASE).await;
         self.store.close().await;
     }
 }

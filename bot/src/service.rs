@@ -44,9 +44,28 @@ async fn healthz(State(state): State<ServerState>) -> impl IntoResponse {
         .map(|a| (a.name().to_string(), a.is_connected().into()))
         .collect();
     let ok = database_ok && state.adapters.iter().all(|a| a.is_connected());
+    // what this instance does among several
+    let mut roles = serde_json::Map::new();
+    for adapter in &state.adapters {
+        for (role, active) in adapter.roles() {
+            roles.insert(format!("{}_{role}", adapter.name()), active.into());
+        }
+    }
+    let jobs = store
+        .leases(crate::JOBS_LEASE)
+        .await
+        .ok()
+        .and_then(|leases| leases.into_iter().find(|l| l.name == crate::JOBS_LEASE))
+        .is_some_and(|l| {
+            l.holder == state.orchestrator.instance().id() && l.expires_at > chrono::Utc::now()
+        });
+    roles.insert("job_runner".into(), jobs.into());
     let body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },
         "database": if database_ok { "ok" } else { "not writable" },
+        "backend": store.backend().as_str(),
+        "instance": state.orchestrator.instance().id(),
+        "roles": roles,
         "adapters": adapters,
     });
     let status = if ok {
@@ -113,6 +132,14 @@ pub(crate) async fn run(
         });
     }
     let orchestrator = kaiwa.orchestrator.clone();
+    kaiwa
+        .store
+        .claim_sole_use()
+        .await
+        .map_err(|source| Error::Database {
+            url: crate::app::redact_url(&kaiwa.settings.database_url),
+            source,
+        })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -13,15 +13,25 @@ struct Run {
 }
 
 async fn kaiwa(dir: &Path, config: &str, args: &[&str], stdin: impl AsRef<[u8]>) -> Run {
+    let url = format!("sqlite://{}/kaiwa.db", dir.display());
+    kaiwa_on(&url, dir, config, args, stdin).await
+}
+
+/// [`kaiwa`] on the database `url`, in the working folder `dir`.
+async fn kaiwa_on(
+    url: &str,
+    dir: &Path,
+    config: &str,
+    args: &[&str],
+    stdin: impl AsRef<[u8]>,
+) -> Run {
     let config_path = dir.join("kaiwa.toml");
     std::fs::write(&config_path, config).expect("config written");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
         .args(args)
+        .current_dir(dir)
         .env("KAIWA_CONFIG", &config_path)
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.display()),
-        )
+        .env("KAIWA_DATABASE_URL", url)
         .env("TEST_MODEL_KEY", "sk-pipe-secret")
         .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
         .env_remove("RUST_LOG")
@@ -368,6 +378,71 @@ async fn migrate_creates_the_database() {
     let run = kaiwa(dir.path(), "", &["migrate"], "").await;
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     assert!(dir.path().join("kaiwa.db").exists());
+}
+
+#[tokio::test]
+async fn migrate_works_on_postgres_and_instances_starting_together_migrate_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = kaiwa_core::testing::postgres::database_url().await;
+    // several at once on a new database: sqlx's advisory lock lets one migrate
+    let migrate = || kaiwa_on(&url, dir.path(), "", &["migrate"], "");
+    let (a, b, c) = tokio::join!(migrate(), migrate(), migrate());
+    for run in [&a, &b, &c] {
+        assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+        assert!(
+            run.stdout.contains("database is up to date"),
+            "{}",
+            run.stdout
+        );
+    }
+    let stats = kaiwa_on(&url, dir.path(), "", &["stats"], "").await;
+    assert_eq!(stats.code, Some(0), "stderr: {}", stats.stderr);
+    assert!(stats.stdout.contains("no model calls"), "{}", stats.stdout);
+    // nothing written in the working folder (a URL taken for a file name once was)
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("lists")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "kaiwa.toml")
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+#[tokio::test]
+async fn instances_starting_together_on_a_new_sqlite_file_migrate_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/shared.db", dir.path().display());
+    let migrate = || kaiwa_on(&url, dir.path(), "", &["migrate"], "");
+    let (a, b, c, d) = tokio::join!(migrate(), migrate(), migrate(), migrate());
+    for run in [&a, &b, &c, &d] {
+        assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    }
+}
+
+#[tokio::test]
+async fn a_database_url_of_another_scheme_is_refused_naming_the_two_that_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for url in [
+        "mysql://root:hunter2@db/kaiwa",
+        "kaiwa.db",
+        "postgress://db/kaiwa",
+    ] {
+        let run = kaiwa_on(url, dir.path(), "", &["migrate"], "").await;
+        assert_ne!(run.code, Some(0), "{url}: {}", run.stdout);
+        assert!(
+            run.stderr.contains("sqlite://") && run.stderr.contains("postgres://"),
+            "{url}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("hunter2"), "no password in a message");
+    }
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("lists")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "kaiwa.toml")
+        .collect();
+    assert!(files.is_empty(), "no stray database file: {files:?}");
 }
 
 fn forms_config() -> String {

@@ -45,7 +45,7 @@ use crate::lanes::Scheduler;
 use crate::{AdapterError, AdapterHealth, SeenIds};
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::{Platform, SessionKey};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::{Orchestrator, RENEW_EVERY};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,6 +124,12 @@ impl Place {
     }
 }
 
+/// The lease of the one instance that long-polls Telegram (several instances).
+pub const POLLER_LEASE: &str = "telegram:poller";
+
+/// How often an instance among several looks for messages of chats it holds or may take.
+const CLAIM_EVERY: Duration = Duration::from_millis(250);
+
 /// How many recent update ids are remembered to drop duplicates before they cost anything.
 const SEEN_UPDATES: usize = 4096;
 
@@ -149,6 +155,11 @@ struct Intake {
     ctx: Arc<Context>,
     turns: Scheduler<LaneKey, Work>,
     seen: SeenIds<String>,
+    /// Several instances on one database: the task claiming this instance's share of the
+    /// shared inbox ([`Intake::claim_loop`]), stopped by [`Intake::finish`].
+    claims: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Wakes the claim task at once (a batch was kept).
+    wake: tokio::sync::Notify,
 }
 
 impl Intake {
@@ -185,7 +196,15 @@ impl Intake {
             turns: Scheduler::new(orchestrator.max_waiting()),
             ctx: ctx.clone(),
             seen: SeenIds::new(SEEN_UPDATES),
+            claims: std::sync::Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
         });
+        if orchestrator.instance().is_shared() {
+            // what any instance kept (and what a dead one left) comes through the claims
+            let task = tokio::spawn(Intake::claim_loop(Arc::downgrade(&intake)));
+            *intake.claims.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+            return Ok(intake);
+        }
         // what the last run left: replies not delivered, then the messages confirmed to
         // Telegram and not answered, each in its session's lane
         for incoming in orchestrator
@@ -200,6 +219,55 @@ impl Intake {
             intake.dispatch(Routed { id, lane, work });
         }
         Ok(intake)
+    }
+
+    /// Several instances: every [`CLAIM_EVERY`] (or when woken), the messages of the chats
+    /// this instance holds or takes ([`Orchestrator::claim`]) go to their lanes (a message
+    /// already queued here is dropped by [`Intake::dispatch`]).
+    async fn claim_loop(intake: std::sync::Weak<Intake>) {
+        loop {
+            let Some(this) = intake.upgrade() else { return };
+            let claimed = this
+                .ctx
+                .orchestrator
+                .claim(Platform::Telegram, &this.ctx.outbox)
+                .await;
+            for incoming in claimed {
+                let Some((lane, place)) = updates::lane_of(&incoming) else {
+                    continue;
+                };
+                let id = incoming.message_id.clone();
+                this.dispatch(Routed {
+                    id,
+                    lane,
+                    work: Work::Turn { incoming, place },
+                });
+            }
+            let woken = async { this.wake.notified().await };
+            let _ = tokio::time::timeout(CLAIM_EVERY, woken).await;
+        }
+    }
+
+    /// A batch's work, kept in the inbox: each to its lane here (one instance alone, or
+    /// several and this one holds or takes its chat), else left in the inbox for the
+    /// instance that holds its chat.
+    async fn hand_over(&self, routed: Vec<Routed>) {
+        let orchestrator = &self.ctx.orchestrator;
+        let shared = orchestrator.instance().is_shared();
+        for routed in routed {
+            if shared
+                && let Some(incoming) = routed.work.kept()
+                && !orchestrator
+                    .hold_chat(Platform::Telegram, &incoming.chat)
+                    .await
+            {
+                continue;
+            }
+            self.dispatch(routed);
+        }
+        if shared {
+            self.wake.notify_one();
+        }
     }
 
     /// Hands `routed` to its session's lane (a worker is started for an idle session).
@@ -230,9 +298,15 @@ impl Intake {
         }
     }
 
-    /// Waits for the turns queued and running.
+    /// Waits for the turns queued and running (no more are claimed), then lets go of the
+    /// chats this instance held.
     async fn finish(&self) {
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(claims) = claims {
+            claims.abort();
+        }
         self.turns.finish().await;
+        self.ctx.orchestrator.let_go_chats(Platform::Telegram).await;
     }
 }
 
@@ -285,7 +359,38 @@ async fn long_poll(
     let mut offset: Option<i64> = None;
     let mut failures: u32 = 0;
     let mut last_logged: Option<Instant> = None;
+    let shared = ctx.orchestrator.instance().is_shared();
+    // several instances: one polls (each poll ends another's with 409), the others stand by
+    // and take over once its lease expires; polls are short enough to renew it in time
+    let poll_timeout = if shared {
+        poll_timeout.min(RENEW_EVERY)
+    } else {
+        poll_timeout
+    };
+    let mut polling = !shared;
+    health.set_role("poller", polling);
     loop {
+        if shared {
+            let holds = ctx.orchestrator.hold(POLLER_LEASE).await;
+            if holds != polling {
+                tracing::info!(
+                    polling = holds,
+                    "Telegram poller lease {}",
+                    if holds { "taken" } else { "lost" }
+                );
+                polling = holds;
+                health.set_role("poller", holds);
+                // a new poller starts from what Telegram has not had confirmed
+                offset = None;
+            }
+            if !holds {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(RENEW_EVERY) => continue,
+                }
+            }
+        }
         let polled = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -334,9 +439,7 @@ async fn long_poll(
                 // confirmed by the next poll: everything in it is in the inbox (or the
                 // host's hands) now
                 offset = batch.next_offset.or(offset);
-                for routed in routed {
-                    intake.dispatch(routed);
-                }
+                intake.hand_over(routed).await;
             }
             Err(error) => {
                 // not confirmed: the same batch comes again
@@ -348,6 +451,10 @@ async fn long_poll(
                 }
             }
         }
+    }
+    if shared && polling {
+        // another instance polls at once
+        ctx.orchestrator.let_go(POLLER_LEASE).await;
     }
     if let Some(offset) = offset {
         // confirm the last batch now rather than have it sent again at the next start

@@ -24,6 +24,7 @@ use tracing::Instrument;
 mod admission;
 mod commands;
 mod delivery;
+mod instances;
 mod intake;
 mod language;
 mod notices;
@@ -33,6 +34,7 @@ mod working;
 
 use admission::{Admit, Full, RateLimiter, SessionLocks};
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
+pub use instances::{Instance, LEASE_TTL, RENEW_EVERY};
 pub use intake::ActivePlace;
 pub use notices::QUEUE_FULL;
 use notices::RATE_LIMITED;
@@ -109,6 +111,8 @@ pub struct Orchestrator {
     /// Sessions with a reply the platform did not take (in this process): the session's next
     /// delivery sends it first, and so does the same message coming again.
     unreached: Mutex<std::collections::HashSet<i64>>,
+    /// This instance among others on the same database ([`instances`]).
+    instance: Instance,
 }
 
 /// Messages a user may send in a minute before "slow down" (per place).
@@ -144,7 +148,15 @@ impl Orchestrator {
             turn_budget: None,
             told: Mutex::new((0, std::collections::HashSet::new())),
             unreached: Mutex::new(std::collections::HashSet::new()),
+            instance: Instance::new(false),
         }
+    }
+
+    /// Shares the database with other instances (PostgreSQL): messages are handled by the
+    /// instance holding their chat's lease ([`Orchestrator::claim`]).
+    pub fn with_shared_database(mut self, shared: bool) -> Self {
+        self.instance = Instance::new(shared);
+        self
     }
 
     /// Longer messages get a clear reply and are not stored at all.

@@ -1,6 +1,8 @@
-//! Persistence: the [`Store`] trait and its rows. [`sqlite::SqliteStore`] implements it on
-//! sqlx (WAL, foreign keys, migrations from `migrations/`); a PostgreSQL twin would implement
-//! the same trait and nothing above it would change.
+//! Persistence: the [`Store`] trait and its rows, and [`connect`], which picks the backend
+//! by the database URL's scheme. [`sqlite::SqliteStore`] (the default: one process, one
+//! file; WAL, migrations from `migrations/sqlite/`) and [`postgres::PgStore`] (several
+//! instances on one database; migrations from `migrations/postgres/`) implement it on sqlx,
+//! each its own way; nothing above the trait knows which one it has.
 //!
 //! A turn is written by [`Store::commit_turn`] in one transaction: the processed platform
 //! update, the user, the session row (optimistic `version` check), the turn's
@@ -9,7 +11,10 @@
 //! committed (`hot`), never ahead of the database.
 
 mod change;
+#[cfg(test)]
+mod contract;
 mod hot;
+pub mod postgres;
 pub mod reading;
 pub mod sqlite;
 
@@ -19,6 +24,47 @@ pub use change::StateChange;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+/// Which store a database URL selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// The backend of `url` by its scheme (`sqlite:`, `postgres://`, `postgresql://`); any
+    /// other is refused (a URL taken for a file name would make a stray SQLite file).
+    pub fn of(url: &str) -> Result<Backend, StoreError> {
+        let lower = url.trim_start().to_ascii_lowercase();
+        if lower.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else {
+            // (only the scheme: the rest may hold a password)
+            let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+            Err(StoreError::UnknownScheme(format!("{scheme}:…")))
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// Opens (and migrates) the store `url` names: SQLite for `sqlite:…`, PostgreSQL for
+/// `postgres://…` or `postgresql://…`.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match Backend::of(url)? {
+        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(url).await?),
+        Backend::Postgres => Arc::new(postgres::PgStore::connect(url).await?),
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -341,6 +387,14 @@ pub enum StoreError {
     Duplicate { chat: String, message_id: String },
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error(
+        "unknown database URL {0:?}: use sqlite://path/to/kaiwa.db (the default) or postgres://user@host/database"
+    )]
+    UnknownScheme(String),
+    #[error(
+        "another `kaiwa run` uses the SQLite database {0}: one process per SQLite file; several instances need PostgreSQL (README: Running several instances)"
+    )]
+    InUse(String),
     /// The transaction that carried this turn (with others) failed.
     #[error("database error while committing: {message}")]
     Batch { message: String, busy: bool },
@@ -351,7 +405,8 @@ impl StoreError {
         move |source| StoreError::Database { context, source }
     }
 
-    /// SQLite busy / locked: worth a bounded retry.
+    /// SQLite busy / locked, a PostgreSQL serialization failure or deadlock: worth a
+    /// bounded retry.
     pub fn is_busy(&self) -> bool {
         match self {
             StoreError::Batch { busy, .. } => *busy,
@@ -362,7 +417,12 @@ impl StoreError {
                 let code = e.code();
                 matches!(
                     code.as_deref(),
-                    Some("5") | Some("6") | Some("517") | Some("262")
+                    Some("5")
+                        | Some("6")
+                        | Some("517")
+                        | Some("262")
+                        | Some("40001")
+                        | Some("40P01")
                 )
             }
             _ => false,
@@ -465,11 +525,41 @@ pub trait Inbox: Send + Sync {
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError>;
 }
 
+/// A lease as stored: who holds `name`, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Work only one instance may do at a time (the Telegram poller, the scheduled jobs, a
+/// chat's turns), held for a while and renewed by its holder; another instance takes it
+/// once it has expired (its holder died). Times are the database's clock as each instance
+/// reads its own: instances need clocks within a second or two of each other.
+#[async_trait]
+pub trait Leases: Send + Sync {
+    /// Takes `name` for `holder` until `ttl` from now if it is free, expired or already
+    /// `holder`'s (a renewal). Returns whether `holder` holds it now.
+    async fn lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError>;
+    /// Lets go of `name` if `holder` holds it.
+    async fn release(&self, name: &str, holder: &str) -> Result<(), StoreError>;
+    /// The leases whose name starts with `prefix`, expired ones too.
+    async fn leases(&self, prefix: &str) -> Result<Vec<Lease>, StoreError>;
+}
+
 /// The whole store, held as `Arc<dyn Store>` by the orchestrator (the one writer of turns)
 /// and the binary: the turn path, delivery marks, privacy deletes and the ledger, on top of
 /// [`Reads`] and [`Inbox`].
 #[async_trait]
-pub trait Store: Reads + Inbox {
+pub trait Store: Reads + Inbox + Leases {
+    /// Which database this is.
+    fn backend(&self) -> Backend;
     async fn is_processed(
         &self,
         platform: Platform,
@@ -512,9 +602,13 @@ pub trait Store: Reads + Inbox {
     /// Deletes the messages of sessions last active before `before` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
-    /// Closes connections (a clean shutdown checkpoints the WAL).
+    /// Claims the database for this process alone where the backend needs that (SQLite:
+    /// one `kaiwa run` per file, its group commit and cache are the only writers); fails
+    /// with [`StoreError::InUse`] when another process holds it. PostgreSQL: nothing to do.
+    async fn claim_sole_use(&self) -> Result<(), StoreError>;
     /// Whether a write can be committed now (a read-only file or a full disk fails it):
     /// what `/healthz` asks. Leaves nothing behind.
     async fn check_writable(&self) -> Result<(), StoreError>;
+    /// Closes connections (a clean shutdown checkpoints the WAL).
     async fn close(&self);
 }

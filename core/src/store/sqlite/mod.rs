@@ -15,6 +15,7 @@
 mod batch;
 mod checkpoint;
 mod inbox;
+mod leases;
 mod open;
 mod privacy;
 mod reads;
@@ -27,11 +28,9 @@ mod writer;
 #[cfg(test)]
 mod hot_tests;
 #[cfg(test)]
-mod reading_tests;
-#[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
-mod write_paths;
+pub(crate) mod write_paths;
 
 use super::hot::HotSessions;
 use super::{
@@ -74,6 +73,40 @@ pub struct SqliteStore {
     hot: Arc<HotSessions>,
     /// Reads the processed update ids into `hot` after the store opens.
     scan: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The database file (none in memory).
+    file: Option<std::path::PathBuf>,
+    /// The lock of [`Store::claim_sole_use`], held while the store is open.
+    sole: std::sync::Mutex<Option<std::fs::File>>,
+}
+
+/// An exclusive lock on `<database>.run-lock` beside the database: this process's while
+/// the file is open (the kernel lets go when the process ends, however it ends).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn sole_use(database: &std::path::Path) -> Result<std::fs::File, StoreError> {
+    let mut path = database.as_os_str().to_owned();
+    path.push(".run-lock");
+    let path = std::path::PathBuf::from(path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::Corrupt(format!("cannot open {}: {e}", path.display())))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            Err(StoreError::InUse(database.display().to_string()))
+        }
+        Err(e) => Err(StoreError::Corrupt(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn sole_use(_database: &std::path::Path) -> Result<std::fs::File, StoreError> {
+    Err(StoreError::Corrupt("no file lock on this system".into()))
 }
 
 /// Most turns one transaction of the group-commit task carries.
@@ -139,6 +172,10 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Sqlite
+    }
+
     async fn is_processed(
         &self,
         platform: Platform,
@@ -331,6 +368,15 @@ impl Store for SqliteStore {
         .map_err(StoreError::db("deleting old transcripts"));
         self.hot.clear();
         Ok(done?.rows_affected())
+    }
+
+    async fn claim_sole_use(&self) -> Result<(), StoreError> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let lock = sole_use(file)?;
+        *self.sole.lock().unwrap_or_else(|p| p.into_inner()) = Some(lock);
+        Ok(())
     }
 
     async fn check_writable(&self) -> Result<(), StoreError> {

@@ -73,6 +73,28 @@ pub(super) async fn scan_processed(pool: SqlitePool, hot: Arc<HotSessions>) {
 /// Rows per page of [`scan_processed`] (a few in tests, so that they read several pages).
 pub(super) const SCAN_PAGE: i64 = if cfg!(test) { 3 } else { 10_000 };
 
+/// The SQLite schema, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Applies the migrations not yet applied. SQLite has no advisory lock (sqlx takes none):
+/// two processes starting on a new file both try the first migration and one fails
+/// (`UNIQUE constraint failed: _sqlx_migrations`, or a table that exists). Each migration
+/// is a transaction of its own, so the loser tries again and finds it applied.
+async fn migrate(writer: &SqlitePool) -> Result<(), StoreError> {
+    let mut tries = 0;
+    loop {
+        match MIGRATOR.run(writer).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 20 => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "migrations raced another process; trying again");
+                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating file and parent folder if missing) and migrates the database at `url`
     /// (`sqlite://path/to.db`, `sqlite::memory:`).
@@ -102,7 +124,7 @@ impl SqliteStore {
                 .max_lifetime(None)
         };
         let writer = open_writer(single(), &options, writer_bytes).await?;
-        sqlx::migrate!("../migrations").run(&writer).await?;
+        migrate(&writer).await?;
         let pool = if in_memory {
             // every connection to :memory: is its own database: share the one
             writer.clone()
@@ -167,6 +189,8 @@ impl SqliteStore {
             failures_reported: AtomicU64::new(0),
             hot,
             scan: std::sync::Mutex::new(Some(scan)),
+            file: (!in_memory).then_some(filename),
+            sole: std::sync::Mutex::new(None),
         })
     }
 }

@@ -4,9 +4,7 @@ use crate::message::UserRef;
 use crate::store::ProcessedUpdate;
 use crate::store::sqlite::checkpoint::{PAGE_SIZE, RESTART_BACKOFF};
 use crate::store::sqlite::writer::{COMMIT_GAP, commit_delay};
-use crate::store::{
-    FlowState, Inbox, Reads, SessionStatus, StateChange, Submission, SubmissionStatus,
-};
+use crate::store::{Inbox, Reads, SessionStatus, StateChange, Submission, SubmissionStatus};
 use sqlx::ConnectOptions;
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -72,15 +70,6 @@ pub(crate) async fn first_turn(store: &SqliteStore) -> CommittedTurn {
         .expect("commits")
 }
 
-/// An in-memory store holding one session, opened by the update "m1".
-async fn store_with_a_session() -> (SqliteStore, CommittedTurn) {
-    let store = SqliteStore::connect("sqlite::memory:")
-        .await
-        .expect("opens");
-    let first = first_turn(&store).await;
-    (store, first)
-}
-
 #[test]
 fn only_a_batch_after_a_busy_one_waits_out_the_commit_gap() {
     // a lone turn last time (or none): the next batch begins at once
@@ -93,118 +82,6 @@ fn only_a_batch_after_a_busy_one_waits_out_the_commit_gap() {
     // the gap is over already
     assert_eq!(commit_delay(2, COMMIT_GAP), None);
     assert_eq!(commit_delay(40, COMMIT_GAP * 3), None);
-}
-
-#[tokio::test]
-async fn a_session_survives_closing_and_reopening_the_database() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/nested/kaiwa.db", dir.path().display());
-    let store = SqliteStore::connect(&url).await.expect("opens");
-    let first = store
-        .commit_turn(commit(
-            SessionRecord::draft(key(), "assistant"),
-            "m1",
-            vec![
-                StateChange::AddUserMessage {
-                    text: "hello".into(),
-                },
-                StateChange::SetLanguage {
-                    language: "ja".into(),
-                },
-                StateChange::SetFlowState {
-                    state: FlowState::of(&serde_json::json!({"step": 2})).expect("state"),
-                },
-                StateChange::AddAssistantMessage {
-                    text: "こんにちは".into(),
-                },
-            ],
-        ))
-        .await
-        .expect("commits");
-    assert_eq!(first.assistant_message_ids.len(), 1);
-    let id = first.session.id;
-    store.close().await;
-    drop(store);
-
-    let store = SqliteStore::connect(&url).await.expect("reopens");
-    let session = store
-        .active_session(&key())
-        .await
-        .expect("loads")
-        .expect("exists");
-    assert_eq!(session.id, id);
-    assert_eq!(session.language.as_deref(), Some("ja"));
-    assert_eq!(
-        session.state.parse::<serde_json::Value>().expect("state"),
-        serde_json::json!({"step": 2})
-    );
-    assert_eq!(session.version, 1);
-    let messages = store.recent_messages(id, 10).await.expect("messages");
-    assert_eq!(
-        messages.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
-        ["hello", "こんにちは"]
-    );
-    assert_eq!(store.undelivered(id).await.expect("undelivered").len(), 1);
-    assert!(
-        store
-            .is_processed(Platform::Console, "c1", "m1")
-            .await
-            .expect("checks")
-    );
-    let ledger = store.llm_calls(Some(id)).await.expect("ledger");
-    assert_eq!(ledger.len(), 1);
-    assert_eq!(ledger[0].prompt_tokens, 10);
-
-    assert_eq!(store.undelivered(id).await.expect("undelivered").len(), 1);
-    store
-        .mark_delivered(&first.assistant_message_ids)
-        .await
-        .expect("marks");
-    // the mark rides with the writer's next batch; closing writes what is queued
-    store.close().await;
-    drop(store);
-    let store = SqliteStore::connect(&url).await.expect("reopens");
-    assert!(store.undelivered(id).await.expect("undelivered").is_empty());
-    store.close().await;
-}
-
-#[tokio::test]
-async fn duplicates_and_stale_versions_are_refused_without_writing() {
-    let (store, first) = store_with_a_session().await;
-    let again = store
-        .commit_turn(commit(
-            first.session.clone(),
-            "m1",
-            vec![StateChange::AddUserMessage { text: "x".into() }],
-        ))
-        .await;
-    assert!(matches!(again, Err(StoreError::Duplicate { .. })));
-
-    store
-        .commit_turn(commit(first.session.clone(), "m2", vec![]))
-        .await
-        .expect("second turn");
-    let stale = store
-        .commit_turn(commit(
-            first.session.clone(),
-            "m3",
-            vec![StateChange::AddUserMessage { text: "y".into() }],
-        ))
-        .await;
-    assert!(matches!(stale, Err(StoreError::Conflict { .. })));
-    assert!(
-        !store
-            .is_processed(Platform::Console, "c1", "m3")
-            .await
-            .expect("checks")
-    );
-    assert!(
-        store
-            .recent_messages(first.session.id, 10)
-            .await
-            .expect("messages")
-            .is_empty()
-    );
 }
 
 fn turn_of(i: usize, session: SessionRecord, message_id: &str) -> TurnCommit {
@@ -613,64 +490,6 @@ async fn together(
     results
 }
 
-#[tokio::test]
-async fn sessions_with_replies_not_delivered_are_found_until_the_replies_are_marked() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let store = SqliteStore::connect(&url).await.expect("opens");
-    let mut turns = Vec::new();
-    for (chat, id) in [("a", "m1"), ("b", "m2"), ("c", "m3")] {
-        let session = SessionRecord::draft(place(chat), "assistant");
-        let turn = store
-            .commit_turn(turn_in_place(
-                session,
-                id,
-                said("hi", &format!("to {chat}")),
-            ))
-            .await
-            .expect("commits");
-        turns.push(turn);
-    }
-    // b's reply reached its user; a's and c's did not
-    store
-        .mark_delivered(&turns[1].assistant_message_ids)
-        .await
-        .expect("marks");
-    store.close().await;
-    let store = SqliteStore::connect(&url).await.expect("reopens");
-    let unreached = store
-        .unreached_sessions(Platform::Console)
-        .await
-        .expect("lists");
-    let ids: Vec<i64> = unreached.iter().map(|s| s.id).collect();
-    assert_eq!(ids, [turns[0].session.id, turns[2].session.id]);
-    assert_eq!(unreached[1].key, place("c"));
-    // another platform's sessions are not these
-    assert!(
-        store
-            .unreached_sessions(Platform::Telegram)
-            .await
-            .expect("lists")
-            .is_empty()
-    );
-    for turn in [&turns[0], &turns[2]] {
-        store
-            .mark_delivered(&turn.assistant_message_ids)
-            .await
-            .expect("marks");
-    }
-    store.close().await;
-    let store = SqliteStore::connect(&url).await.expect("reopens");
-    assert!(
-        store
-            .unreached_sessions(Platform::Console)
-            .await
-            .expect("lists")
-            .is_empty()
-    );
-    store.close().await;
-}
-
 /// The fast path numbers messages itself (no row comes back from its query): the ids a
 /// turn reports are the stored ones, per session and in order, across batches of
 /// several sessions and after a batch SQLite numbered turn by turn.
@@ -755,22 +574,6 @@ async fn messages_numbered_by_the_writer_are_the_ones_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_check_commits_and_leaves_nothing_behind() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let store = SqliteStore::connect(&url).await.expect("opens");
-    store.check_writable().await.expect("writable");
-    store.check_writable().await.expect("again");
-    assert!(pending_ids(&store).await.is_empty());
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox")
-        .fetch_one(&store.pool)
-        .await
-        .expect("count");
-    assert_eq!(n, 0);
-    store.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_keeping_messages_and_the_write_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
@@ -808,29 +611,6 @@ async fn a_full_disk_fails_keeping_messages_and_the_write_check() {
         .expect("lifts the limit");
     store.check_writable().await.expect("writable again");
     store.inbox_keep(&[incoming("small")]).await.expect("kept");
-    store.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn entries_are_committed_when_inbox_keep_returns() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let store = SqliteStore::connect(&url).await.expect("opens");
-    store
-        .inbox_keep(&[incoming("m1"), incoming("m2"), incoming("m3")])
-        .await
-        .expect("committed");
-    // another connection (another process after a crash) sees them at once
-    let other = sqlx::SqlitePool::connect(&url)
-        .await
-        .expect("second connection");
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM inbox")
-        .fetch_one(&other)
-        .await
-        .expect("count");
-    assert_eq!(n, 3);
-    other.close().await;
-    store.inbox_keep(&[]).await.expect("nothing to wait for");
     store.close().await;
 }
 
@@ -954,7 +734,7 @@ async fn updates_processed_and_messages_kept_before_the_upgrade_are_still_known(
     // the database as the release before `processed_updates` went WITHOUT ROWID left it
     let earlier = dir.path().join("migrations");
     std::fs::create_dir(&earlier).expect("folder");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
     for entry in std::fs::read_dir(root).expect("migrations") {
         let path = entry.expect("entry").path();
         let name = path
@@ -1222,108 +1002,4 @@ async fn one_batch_carries_every_kind_of_row() {
     }
     assert_eq!(store.llm_calls(None).await.expect("ledger").len(), 6);
     store.close().await;
-}
-
-#[tokio::test]
-async fn a_session_ended_on_a_later_turn_is_finished() {
-    let (store, first) = store_with_a_session().await;
-    let ended = store
-        .commit_turn(commit(
-            first.session.clone(),
-            "m2",
-            vec![StateChange::EndSession],
-        ))
-        .await
-        .expect("commits");
-    assert_eq!(ended.session.status, SessionStatus::Finished);
-    assert!(store.active_session(&key()).await.expect("loads").is_none());
-    // the turn after it starts a new session in the same place
-    let next = store
-        .commit_turn(commit(
-            SessionRecord::draft(key(), "assistant"),
-            "m3",
-            vec![],
-        ))
-        .await
-        .expect("a new session");
-    assert_ne!(next.session.id, first.session.id);
-    store.close().await;
-}
-
-#[tokio::test]
-async fn ending_a_session_frees_the_place_for_a_new_one() {
-    let store = SqliteStore::connect("sqlite::memory:")
-        .await
-        .expect("opens");
-    store
-        .commit_turn(commit(
-            SessionRecord::draft(key(), "assistant"),
-            "m1",
-            vec![StateChange::EndSession],
-        ))
-        .await
-        .expect("commits");
-    assert!(store.active_session(&key()).await.expect("loads").is_none());
-    let next = store
-        .commit_turn(commit(
-            SessionRecord::draft(key(), "assistant"),
-            "m2",
-            vec![],
-        ))
-        .await
-        .expect("a new session");
-    assert_eq!(
-        store
-            .active_session(&key())
-            .await
-            .expect("loads")
-            .map(|s| s.id),
-        Some(next.session.id)
-    );
-}
-
-#[tokio::test]
-async fn wasted_calls_are_kept_and_counted_per_agent() {
-    let store = SqliteStore::connect("sqlite::memory:")
-        .await
-        .expect("store");
-    let call = |agent: &str, wasted: bool, error: Option<&str>| LlmCallRecord {
-        session_id: None,
-        agent: agent.into(),
-        model: "m".into(),
-        prompt_tokens: 10,
-        completion_tokens: 5,
-        latency_ms: 7,
-        error: error.map(str::to_string),
-        at: Utc::now(),
-        wasted,
-    };
-    store
-        .record_llm_calls(&[
-            call("interviewer", false, None),
-            call("interviewer", true, None),
-            call(
-                "quick_check",
-                true,
-                Some("the call was cancelled before it answered"),
-            ),
-            call("reviewer", false, None),
-        ])
-        .await
-        .expect("recorded");
-    let ledger = store.llm_calls(None).await.expect("ledger");
-    assert_eq!(
-        ledger.iter().map(|c| c.wasted).collect::<Vec<_>>(),
-        [false, true, true, false]
-    );
-    let usage = store.llm_usage().await.expect("usage");
-    let wasted = |agent: &str| {
-        usage
-            .iter()
-            .find(|u| u.agent == agent)
-            .map(|u| (u.calls, u.wasted))
-    };
-    assert_eq!(wasted("interviewer"), Some((2, 1)));
-    assert_eq!(wasted("quick_check"), Some((1, 1)));
-    assert_eq!(wasted("reviewer"), Some((1, 0)));
 }

@@ -225,6 +225,17 @@ async fn apply_to_user(
     Ok(())
 }
 
+/// The unique index of active sessions refused a row (SQLITE_CONSTRAINT_UNIQUE on
+/// `sessions`).
+fn is_place_taken(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            db.code().as_deref() == Some("2067") && db.message().contains("sessions.platform")
+        }
+        _ => false,
+    }
+}
+
 /// Sessions that go on, updated in one statement (two if some change status), each only if
 /// its stored version is still the one the turn loaded. `sessions` carry the turn's changes and the
 /// loaded version. Returns how many rows were updated (fewer: a session moved on).
@@ -280,7 +291,18 @@ pub(super) async fn write_session(
             .build_query_scalar()
             .fetch_one(&mut *tx)
             .await
-            .map_err(StoreError::db("creating the session"))?;
+            .map_err(|e| {
+                // another process (an instance on the same file) started a session in the
+                // same place meanwhile: the one-active-session index refuses this one
+                if is_place_taken(&e) {
+                    StoreError::Conflict { session_id: 0 }
+                } else {
+                    StoreError::Database {
+                        context: "creating the session",
+                        source: e,
+                    }
+                }
+            })?;
         session.id = id;
         session.version = 1;
         session.created_at = from_ms(now_ms);

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 /// One change of a generated turn.
 #[derive(Debug, Clone)]
-enum Change {
+pub(crate) enum Change {
     User(String),
     Assistant(String),
     Language(String),
@@ -34,10 +34,10 @@ enum Change {
 /// One generated turn: the place it happens in (sessions are per place), whether it
 /// repeats the update of the turn before it in the place (a duplicate), and its changes.
 #[derive(Debug, Clone)]
-struct Turn {
-    place: usize,
-    repeat: bool,
-    changes: Vec<Change>,
+pub(crate) struct Turn {
+    pub(crate) place: usize,
+    pub(crate) repeat: bool,
+    pub(crate) changes: Vec<Change>,
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -60,7 +60,7 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
-fn turn() -> impl Strategy<Value = Turn> {
+pub(crate) fn turn() -> impl Strategy<Value = Turn> {
     (
         0usize..4,
         prop::bool::weighted(0.1),
@@ -73,7 +73,7 @@ fn turn() -> impl Strategy<Value = Turn> {
         })
 }
 
-fn state_change(change: &Change, ticket_no: i64) -> StateChange {
+pub(crate) fn state_change(change: &Change, ticket_no: i64) -> StateChange {
     match change.clone() {
         Change::User(text) => StateChange::AddUserMessage { text },
         Change::Assistant(text) => StateChange::AddAssistantMessage { text },

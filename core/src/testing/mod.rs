@@ -3,6 +3,8 @@
 //! user talking to a set of flows through the real orchestrator and a real SQLite store —
 //! the harness every flow's tests use.
 
+pub mod postgres;
+
 use crate::admin::{CollectingAdminSink, DeliveryError};
 use crate::flow::{Flow, FlowRegistry};
 use crate::llm::ModelRouter;

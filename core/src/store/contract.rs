@@ -1,0 +1,1121 @@
+//! The store's contract: every test here runs, unchanged, on SQLite and on PostgreSQL (a
+//! temporary server the tests start, [`crate::testing::postgres`]), through
+//! [`super::connect`] and the [`Store`] trait alone. What only one backend has (SQLite's
+//! group commit, WAL and hot-session cache) is tested beside its code.
+
+use super::reading::{InsightKind, MoodPhase, ReadingChange, ReadingStatus};
+use super::sqlite::write_paths::{Turn, state_change, turn};
+use super::{
+    CommittedTurn, FlowState, LlmCallRecord, ProcessedUpdate, SessionRecord, SessionStatus,
+    StateChange, Store, StoreError, Submission, SubmissionStatus, Ticket, TurnCommit, connect,
+};
+use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
+use chrono::Utc;
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A new, empty database of one backend.
+pub(crate) struct Db {
+    pub(crate) url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Db {
+    pub(crate) fn sqlite() -> Db {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Db {
+            url: format!("sqlite://{}/nested/kaiwa.db", dir.path().display()),
+            _dir: Some(dir),
+        }
+    }
+
+    pub(crate) async fn postgres() -> Db {
+        Db {
+            url: crate::testing::postgres::database_url().await,
+            _dir: None,
+        }
+    }
+
+    /// A store on it (another one each call: a second instance, or the same after a restart).
+    pub(crate) async fn open(&self) -> Arc<dyn Store> {
+        connect(&self.url).await.expect("opens")
+    }
+}
+
+/// Each test once per backend: `sqlite::name` and `postgres::name`.
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Db::sqlite()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Db::postgres().await).await
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    a_session_survives_closing_and_reopening,
+    duplicates_and_stale_versions_are_refused_without_writing,
+    sessions_with_replies_not_delivered_are_found_until_marked,
+    a_write_check_leaves_nothing_behind,
+    kept_messages_are_seen_by_another_instance_in_order,
+    every_kind_of_row_is_written,
+    ending_a_session_frees_the_place,
+    wasted_calls_are_kept_and_counted_per_agent,
+    reading_data_is_stored_per_user,
+    texts_of_every_kind_come_back_whole,
+    forgetting_a_user_deletes_only_theirs,
+    old_transcripts_are_deleted,
+    two_instances_never_both_commit_a_turn_of_one_session,
+    the_same_update_at_two_instances_is_processed_once,
+    a_lease_is_held_by_one_instance_until_it_expires,
+);
+
+fn place(chat: &str) -> SessionKey {
+    SessionKey {
+        platform: Platform::Console,
+        chat: chat.into(),
+        thread: String::new(),
+        user: "u1".into(),
+    }
+}
+
+fn user(id: &str) -> UserRef {
+    UserRef {
+        id: id.into(),
+        display_name: format!("User {id}"),
+        language: None,
+    }
+}
+
+fn call(agent: &str, wasted: bool) -> LlmCallRecord {
+    LlmCallRecord {
+        session_id: None,
+        agent: agent.into(),
+        model: "m".into(),
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        latency_ms: 7,
+        error: None,
+        at: Utc::now(),
+        wasted,
+    }
+}
+
+/// A turn of `session` for update `id` in the session's own chat.
+fn commit(session: SessionRecord, id: &str, changes: Vec<StateChange>) -> TurnCommit {
+    TurnCommit {
+        user: user(&session.key.user),
+        finish_session: None,
+        processed: Some(ProcessedUpdate {
+            platform: session.key.platform,
+            chat: session.key.chat.clone(),
+            message_id: id.into(),
+        }),
+        changes,
+        llm_calls: vec![call("greeter", false)],
+        session,
+    }
+}
+
+fn said(user: &str, assistant: &str) -> Vec<StateChange> {
+    vec![
+        StateChange::AddUserMessage { text: user.into() },
+        StateChange::AddAssistantMessage {
+            text: assistant.into(),
+        },
+    ]
+}
+
+async fn first_turn(store: &dyn Store, chat: &str) -> CommittedTurn {
+    store
+        .commit_turn(commit(
+            SessionRecord::draft(place(chat), "assistant"),
+            &format!("{chat}-1"),
+            said("hi", "hello"),
+        ))
+        .await
+        .expect("commits")
+}
+
+fn incoming(id: &str) -> Incoming {
+    Incoming {
+        platform: Platform::Console,
+        chat: "c1".into(),
+        thread: String::new(),
+        user: user("u1"),
+        message_id: id.into(),
+        body: Body::Text {
+            text: format!("text of {id}"),
+        },
+        flow: None,
+        flow_arg: None,
+        shared: false,
+    }
+}
+
+async fn texts(store: &dyn Store, session: i64) -> Vec<String> {
+    store
+        .recent_messages(session, 50)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect()
+}
+
+async fn a_session_survives_closing_and_reopening(db: Db) {
+    let store = db.open().await;
+    let first = store
+        .commit_turn(commit(
+            SessionRecord::draft(place("c1"), "assistant"),
+            "m1",
+            vec![
+                StateChange::AddUserMessage {
+                    text: "hello".into(),
+                },
+                StateChange::SetLanguage {
+                    language: "ja".into(),
+                },
+                StateChange::SetFlowState {
+                    state: FlowState::of(&serde_json::json!({"step": 2})).expect("state"),
+                },
+                StateChange::AddAssistantMessage {
+                    text: "こんにちは".into(),
+                },
+            ],
+        ))
+        .await
+        .expect("commits");
+    assert_eq!(first.assistant_message_ids.len(), 1);
+    let id = first.session.id;
+    store.close().await;
+    drop(store);
+
+    let store = db.open().await;
+    let session = store
+        .active_session(&place("c1"))
+        .await
+        .expect("loads")
+        .expect("exists");
+    assert_eq!(session.id, id);
+    assert_eq!(session.language.as_deref(), Some("ja"));
+    assert_eq!(
+        session.state.parse::<serde_json::Value>().expect("state"),
+        serde_json::json!({"step": 2})
+    );
+    assert_eq!(session.version, 1);
+    assert_eq!(texts(&*store, id).await, ["hello", "こんにちは"]);
+    assert!(
+        store
+            .is_processed(Platform::Console, "c1", "m1")
+            .await
+            .expect("checks")
+    );
+    let load = store
+        .load_for_turn(&place("c1"), "m1", 10)
+        .await
+        .expect("loads");
+    assert!(load.duplicate);
+    assert_eq!(load.session.as_ref().map(|s| s.id), Some(id));
+    assert_eq!(load.history.len(), 2);
+    let ledger = store.llm_calls(Some(id)).await.expect("ledger");
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].prompt_tokens, 10);
+    assert_eq!(
+        store
+            .last_language(Platform::Console, "u1")
+            .await
+            .expect("reads"),
+        Some("ja".into())
+    );
+
+    assert_eq!(store.undelivered(id).await.expect("undelivered").len(), 1);
+    store
+        .mark_delivered(&first.assistant_message_ids)
+        .await
+        .expect("marks");
+    store.close().await;
+    drop(store);
+    let store = db.open().await;
+    assert!(store.undelivered(id).await.expect("undelivered").is_empty());
+    store.close().await;
+}
+
+async fn duplicates_and_stale_versions_are_refused_without_writing(db: Db) {
+    let store = db.open().await;
+    let first = first_turn(&*store, "c1").await;
+    let again = store
+        .commit_turn(commit(first.session.clone(), "c1-1", said("x", "y")))
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Duplicate { .. })),
+        "{again:?}"
+    );
+    store
+        .commit_turn(commit(first.session.clone(), "m2", vec![]))
+        .await
+        .expect("second turn");
+    let stale = store
+        .commit_turn(commit(first.session.clone(), "m3", said("y", "z")))
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Conflict { .. })),
+        "{stale:?}"
+    );
+    assert!(
+        !store
+            .is_processed(Platform::Console, "c1", "m3")
+            .await
+            .expect("checks")
+    );
+    assert_eq!(texts(&*store, first.session.id).await, ["hi", "hello"]);
+    store.close().await;
+}
+
+async fn sessions_with_replies_not_delivered_are_found_until_marked(db: Db) {
+    let store = db.open().await;
+    let mut turns = Vec::new();
+    for chat in ["a", "b", "c"] {
+        turns.push(first_turn(&*store, chat).await);
+    }
+    store
+        .mark_delivered(&turns[1].assistant_message_ids)
+        .await
+        .expect("marks");
+    store.close().await;
+    let store = db.open().await;
+    let unreached = store
+        .unreached_sessions(Platform::Console)
+        .await
+        .expect("lists");
+    let ids: Vec<i64> = unreached.iter().map(|s| s.id).collect();
+    assert_eq!(ids, [turns[0].session.id, turns[2].session.id]);
+    assert!(
+        store
+            .unreached_sessions(Platform::Telegram)
+            .await
+            .expect("lists")
+            .is_empty()
+    );
+    for turn in [&turns[0], &turns[2]] {
+        store
+            .mark_delivered(&turn.assistant_message_ids)
+            .await
+            .expect("marks");
+    }
+    store.close().await;
+    let store = db.open().await;
+    assert!(
+        store
+            .unreached_sessions(Platform::Console)
+            .await
+            .expect("lists")
+            .is_empty()
+    );
+    store.close().await;
+}
+
+async fn a_write_check_leaves_nothing_behind(db: Db) {
+    let store = db.open().await;
+    store.check_writable().await.expect("writable");
+    store.check_writable().await.expect("again");
+    for platform in [Platform::Console, Platform::Telegram, Platform::Discord] {
+        assert!(
+            store
+                .inbox_pending(platform)
+                .await
+                .expect("inbox")
+                .is_empty()
+        );
+    }
+    store.close().await;
+}
+
+async fn kept_messages_are_seen_by_another_instance_in_order(db: Db) {
+    let store = db.open().await;
+    let other = db.open().await;
+    store
+        .inbox_keep(&[incoming("m3"), incoming("m1"), incoming("m2")])
+        .await
+        .expect("committed");
+    // a repeated delivery is kept once
+    store.inbox_keep(&[incoming("m1")]).await.expect("again");
+    store.inbox_keep(&[]).await.expect("nothing to keep");
+    let ids = |pending: Vec<Incoming>| {
+        pending
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(other.inbox_pending(Platform::Console).await.expect("inbox")),
+        ["m3", "m1", "m2"]
+    );
+    other
+        .inbox_done(Platform::Console, "c1", "m1")
+        .await
+        .expect("done");
+    // (a clear may ride with the next write: closing writes what is queued)
+    other.close().await;
+    store.close().await;
+    let store = db.open().await;
+    let pending = store.inbox_pending(Platform::Console).await.expect("inbox");
+    assert_eq!(pending[0], incoming("m3"), "kept whole");
+    assert_eq!(ids(pending), ["m3", "m2"]);
+    assert!(
+        store
+            .inbox_pending(Platform::Telegram)
+            .await
+            .expect("inbox")
+            .is_empty()
+    );
+    store.close().await;
+}
+
+fn submission() -> Submission {
+    Submission {
+        applicant: "山田 \"Yama\" 花子".into(),
+        form_id: "engineer".into(),
+        variant: "default".into(),
+        status: SubmissionStatus::Submitted,
+        language: Some("ja".into()),
+        country: Some("JP".into()),
+        timezone: None,
+        values: serde_json::json!({ "full_name": "山田 花子", "years": 3 }),
+        facts: serde_json::json!({ "skills": { "rust": true } }),
+        flags: serde_json::json!([]),
+        audit: Some(serde_json::json!({ "passed": true, "summary": "ok\nfine" })),
+    }
+}
+
+async fn every_kind_of_row_is_written(db: Db) {
+    let store = db.open().await;
+    let going = first_turn(&*store, "a").await;
+    let switched = first_turn(&*store, "b").await;
+    let mut ending = said("my answers", "thank you");
+    ending.push(StateChange::SaveSubmission {
+        submission: submission(),
+    });
+    ending.push(StateChange::SaveTicket {
+        ticket: Ticket {
+            ticket_no: 1,
+            question: "How do I reset?".into(),
+            plan: vec!["find the page".into()],
+            sub_answers: serde_json::json!({"find the page": "reset.md"}),
+            answer: "Press reset.".into(),
+            sources: vec!["reset.md#Reset".into()],
+            feedback: None,
+        },
+    });
+    ending.push(StateChange::SetTicketFeedback {
+        ticket_no: 1,
+        feedback: "solved".into(),
+    });
+    ending.push(StateChange::EndSession);
+    let ended = store
+        .commit_turn(commit(
+            SessionRecord::draft(place("c"), "interview"),
+            "c1",
+            ending,
+        ))
+        .await
+        .expect("commits");
+    let mut switch = commit(
+        SessionRecord::draft(place("b"), "interview"),
+        "b2",
+        said("/interview", "welcome"),
+    );
+    switch.finish_session = Some(switched.session.id);
+    let new = store.commit_turn(switch).await.expect("commits");
+    let went_on = store
+        .commit_turn(commit(going.session.clone(), "a2", said("more", "sure")))
+        .await
+        .expect("commits");
+
+    assert_eq!(ended.session.status, SessionStatus::Finished);
+    let stored = store
+        .session(ended.session.id)
+        .await
+        .expect("reads")
+        .expect("kept");
+    assert_eq!(stored.status, SessionStatus::Finished);
+    assert_eq!(stored.version, ended.session.version);
+    let saved = store.submissions(None).await.expect("reads");
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0].session_id, Some(ended.session.id));
+    assert_eq!(saved[0].submission, submission());
+    assert_eq!(
+        store
+            .submissions(Some("engineer"))
+            .await
+            .expect("reads")
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .submissions(Some("other"))
+            .await
+            .expect("reads")
+            .is_empty()
+    );
+    let tickets = store.tickets(ended.session.id).await.expect("reads");
+    assert_eq!(tickets.len(), 1);
+    assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
+    assert_eq!(tickets[0].sources, ["reset.md#Reset"]);
+    let old = store
+        .session(switched.session.id)
+        .await
+        .expect("reads")
+        .expect("kept");
+    assert_eq!(old.status, SessionStatus::Finished);
+    assert_eq!(
+        store
+            .active_session(&place("b"))
+            .await
+            .expect("reads")
+            .map(|s| s.id),
+        Some(new.session.id)
+    );
+    assert_eq!(went_on.session.version, 2);
+    assert_eq!(
+        texts(&*store, went_on.session.id).await,
+        ["hi", "hello", "more", "sure"]
+    );
+    let finished = store
+        .last_finished_session(&place("c"), "interview")
+        .await
+        .expect("reads");
+    assert_eq!(finished.map(|s| s.id), Some(ended.session.id));
+    assert_eq!(store.count_active_sessions().await.expect("counts"), 2);
+    assert_eq!(store.active_sessions(10).await.expect("lists").len(), 2);
+    assert_eq!(store.llm_calls(None).await.expect("ledger").len(), 5);
+    store.close().await;
+}
+
+async fn ending_a_session_frees_the_place(db: Db) {
+    let store = db.open().await;
+    let first = first_turn(&*store, "c1").await;
+    let ended = store
+        .commit_turn(commit(
+            first.session.clone(),
+            "m2",
+            vec![StateChange::EndSession],
+        ))
+        .await
+        .expect("commits");
+    assert_eq!(ended.session.status, SessionStatus::Finished);
+    assert!(
+        store
+            .active_session(&place("c1"))
+            .await
+            .expect("loads")
+            .is_none()
+    );
+    let next = store
+        .commit_turn(commit(
+            SessionRecord::draft(place("c1"), "assistant"),
+            "m3",
+            vec![],
+        ))
+        .await
+        .expect("a new session");
+    assert_ne!(next.session.id, first.session.id);
+    assert_eq!(
+        store
+            .active_session(&place("c1"))
+            .await
+            .expect("loads")
+            .map(|s| s.id),
+        Some(next.session.id)
+    );
+    store.close().await;
+}
+
+async fn wasted_calls_are_kept_and_counted_per_agent(db: Db) {
+    let store = db.open().await;
+    let mut cancelled = call("quick_check", true);
+    cancelled.error = Some("the call was cancelled before it answered".into());
+    store
+        .record_llm_calls(&[
+            call("interviewer", false),
+            call("interviewer", true),
+            cancelled,
+            call("reviewer", false),
+        ])
+        .await
+        .expect("recorded");
+    let ledger = store.llm_calls(None).await.expect("ledger");
+    assert_eq!(
+        ledger.iter().map(|c| c.wasted).collect::<Vec<_>>(),
+        [false, true, true, false]
+    );
+    let usage = store.llm_usage().await.expect("usage");
+    let of = |agent: &str| {
+        usage.iter().find(|u| u.agent == agent).map(|u| {
+            (
+                u.flow.as_str(),
+                u.calls,
+                u.wasted,
+                u.errors,
+                u.prompt_tokens,
+            )
+        })
+    };
+    assert_eq!(of("interviewer"), Some(("-", 2, 1, 0, 20)));
+    assert_eq!(of("quick_check"), Some(("-", 1, 1, 1, 10)));
+    assert_eq!(of("reviewer"), Some(("-", 1, 0, 0, 10)));
+    store.close().await;
+}
+
+async fn reading_turn(store: &dyn Store, user_id: &str, changes: Vec<ReadingChange>) {
+    let key = SessionKey {
+        platform: Platform::Telegram,
+        chat: format!("chat-{user_id}"),
+        thread: String::new(),
+        user: user_id.into(),
+    };
+    let session = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .unwrap_or_else(|| SessionRecord::draft(key, "reading"));
+    store
+        .commit_turn(TurnCommit {
+            session,
+            user: user(user_id),
+            finish_session: None,
+            processed: None,
+            changes: changes
+                .into_iter()
+                .map(|change| StateChange::Reading { change })
+                .collect(),
+            llm_calls: vec![],
+        })
+        .await
+        .expect("commit");
+}
+
+async fn reading_data_is_stored_per_user(db: Db) {
+    let store = db.open().await;
+    let title = "Kokoro".to_string();
+    reading_turn(
+        &*store,
+        "aiko",
+        vec![
+            ReadingChange::OpenRecord {
+                title: title.clone(),
+                author: Some("Natsume Soseki".into()),
+            },
+            ReadingChange::SetStatus {
+                title: title.clone(),
+                status: ReadingStatus::Completed,
+            },
+            ReadingChange::AddMood {
+                title: title.clone(),
+                phase: MoodPhase::Before,
+                label: "curious".into(),
+                score: 9,
+            },
+            ReadingChange::AddInsight {
+                title: title.clone(),
+                kind: InsightKind::Learning,
+                text: "先生の孤独".into(),
+            },
+            ReadingChange::AddProfileEntry {
+                kind: super::reading::ProfileKind::Goal,
+                text: "read more".into(),
+            },
+            ReadingChange::SetWeeklyReview {
+                enabled: true,
+                timezone: "Asia/Tokyo".into(),
+            },
+        ],
+    )
+    .await;
+    reading_turn(
+        &*store,
+        "ben",
+        vec![ReadingChange::OpenRecord {
+            title: title.clone(),
+            author: None,
+        }],
+    )
+    .await;
+    let aiko = store
+        .reading_records(Platform::Telegram, "aiko")
+        .await
+        .expect("records");
+    assert_eq!(aiko.len(), 1);
+    assert_eq!(aiko[0].status, ReadingStatus::Completed);
+    assert_eq!(aiko[0].author.as_deref(), Some("Natsume Soseki"));
+    assert!(aiko[0].started_at.is_some() && aiko[0].finished_at.is_some());
+    let moods = store.moods(aiko[0].id).await.expect("moods");
+    assert_eq!(moods.len(), 1);
+    assert_eq!(moods[0].score, 5, "a score is kept within 1..=5");
+    let insights = store.insights(aiko[0].id).await.expect("insights");
+    assert_eq!(insights[0].text, "先生の孤独");
+    assert_eq!(
+        store
+            .profile_entries(Platform::Telegram, "aiko")
+            .await
+            .expect("profile")
+            .len(),
+        1
+    );
+    let reviews = store.weekly_reviews().await.expect("reviews");
+    assert_eq!(reviews.len(), 1);
+    assert_eq!(reviews[0].timezone, "Asia/Tokyo");
+    let ben = store
+        .reading_records(Platform::Telegram, "ben")
+        .await
+        .expect("records");
+    assert_eq!(ben.len(), 1);
+    assert_eq!(ben[0].status, ReadingStatus::NotStarted);
+    assert!(
+        store
+            .insights(ben[0].id)
+            .await
+            .expect("insights")
+            .is_empty()
+    );
+    // opting out removes the subscription
+    reading_turn(
+        &*store,
+        "aiko",
+        vec![ReadingChange::SetWeeklyReview {
+            enabled: false,
+            timezone: "Asia/Tokyo".into(),
+        }],
+    )
+    .await;
+    assert!(store.weekly_reviews().await.expect("reviews").is_empty());
+    store.close().await;
+}
+
+async fn texts_of_every_kind_come_back_whole(db: Db) {
+    let store = db.open().await;
+    let tricky = "quote \" backslash \\ escaped \\u0000 literal, tab\t, line\n, 絵文字 😀, 'single' and $1 ?";
+    let first = store
+        .commit_turn(commit(
+            SessionRecord::draft(place("c1"), "assistant"),
+            "m0",
+            said(tricky, "ok"),
+        ))
+        .await
+        .expect("commits");
+    let fresh = db.open().await;
+    let load = fresh
+        .load_for_turn(&place("c1"), "m1", 20)
+        .await
+        .expect("loads");
+    assert_eq!(load.history[0].text, tricky);
+    // a NUL (which PostgreSQL's text cannot hold) does not fail the turn, and the rest of
+    // the text is kept
+    let nul = store
+        .commit_turn(commit(
+            first.session.clone(),
+            "m1",
+            said("before \0 after", "ok"),
+        ))
+        .await
+        .expect("a NUL does not fail the turn");
+    let back = texts(&*fresh, nul.session.id).await;
+    assert!(
+        back[2].starts_with("before ") && back[2].ends_with(" after"),
+        "{back:?}"
+    );
+    fresh.close().await;
+    store.close().await;
+}
+
+async fn forgetting_a_user_deletes_only_theirs(db: Db) {
+    let store = db.open().await;
+    let mut theirs = said("my answers", "thanks");
+    theirs.push(StateChange::SaveSubmission {
+        submission: submission(),
+    });
+    store
+        .commit_turn(commit(
+            SessionRecord::draft(place("a"), "interview"),
+            "a1",
+            theirs,
+        ))
+        .await
+        .expect("commits");
+    let other_key = SessionKey {
+        user: "u2".into(),
+        ..place("a")
+    };
+    let other = store
+        .commit_turn(commit(
+            SessionRecord::draft(other_key.clone(), "assistant"),
+            "a2",
+            said("mine", "ok"),
+        ))
+        .await
+        .expect("commits");
+    let data = store
+        .user_data(Platform::Console, "u1")
+        .await
+        .expect("data");
+    assert_eq!(data["sessions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(data["sessions"][0]["messages"][0]["text"], "my answers");
+    assert_eq!(data["submissions"].as_array().map(Vec::len), Some(1));
+    assert!(!data.to_string().contains("mine"), "only their own data");
+
+    let deleted = store
+        .forget_user(Platform::Console, "u1", true)
+        .await
+        .expect("forgets");
+    assert!(deleted >= 4, "{deleted}");
+    assert!(
+        store
+            .active_session(&place("a"))
+            .await
+            .expect("reads")
+            .is_none()
+    );
+    assert_eq!(
+        store.submissions(None).await.expect("reads").len(),
+        1,
+        "kept for the team"
+    );
+    let data = store
+        .user_data(Platform::Console, "u1")
+        .await
+        .expect("data");
+    assert_eq!(data["sessions"].as_array().map(Vec::len), Some(0));
+    store
+        .forget_user(Platform::Console, "u1", false)
+        .await
+        .expect("forgets");
+    assert!(store.submissions(None).await.expect("reads").is_empty());
+    // the other user is untouched
+    assert_eq!(texts(&*store, other.session.id).await, ["mine", "ok"]);
+    store.close().await;
+}
+
+async fn old_transcripts_are_deleted(db: Db) {
+    let store = db.open().await;
+    let turn = first_turn(&*store, "c1").await;
+    let kept = store
+        .delete_transcripts_before(Utc::now() - chrono::Duration::days(1))
+        .await
+        .expect("deletes");
+    assert_eq!(kept, 0);
+    let deleted = store
+        .delete_transcripts_before(Utc::now() + chrono::Duration::seconds(5))
+        .await
+        .expect("deletes");
+    assert_eq!(deleted, 2);
+    assert!(texts(&*store, turn.session.id).await.is_empty());
+    assert!(
+        store
+            .active_session(&place("c1"))
+            .await
+            .expect("reads")
+            .is_some()
+    );
+    store.close().await;
+}
+
+async fn two_instances_never_both_commit_a_turn_of_one_session(db: Db) {
+    let (one, two) = (db.open().await, db.open().await);
+    let first = first_turn(&*one, "c1").await;
+    for round in 0..10 {
+        let session = one
+            .active_session(&place("c1"))
+            .await
+            .expect("loads")
+            .expect("active");
+        let a = commit(session.clone(), &format!("a{round}"), said("a", "from one"));
+        let b = commit(session, &format!("b{round}"), said("b", "from two"));
+        let (a, b) = tokio::join!(one.commit_turn(a), two.commit_turn(b));
+        let won = [&a, &b].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "round {round}: {a:?} / {b:?}");
+        for lost in [a, b].into_iter().filter_map(Result::err) {
+            assert!(matches!(lost, StoreError::Conflict { .. }), "{lost}");
+        }
+    }
+    let session = two
+        .session(first.session.id)
+        .await
+        .expect("reads")
+        .expect("kept");
+    assert_eq!(session.version, 11);
+    assert_eq!(texts(&*two, first.session.id).await.len(), 22);
+    one.close().await;
+    two.close().await;
+}
+
+async fn the_same_update_at_two_instances_is_processed_once(db: Db) {
+    let (one, two) = (db.open().await, db.open().await);
+    for round in 0..10 {
+        let chat = format!("c{round}");
+        let a = commit(
+            SessionRecord::draft(place(&chat), "assistant"),
+            "same",
+            said("q", "one"),
+        );
+        let b = commit(
+            SessionRecord::draft(place(&chat), "assistant"),
+            "same",
+            said("q", "two"),
+        );
+        let (a, b) = tokio::join!(one.commit_turn(a), two.commit_turn(b));
+        assert_eq!(
+            [&a, &b].iter().filter(|r| r.is_ok()).count(),
+            1,
+            "round {round}: {a:?} / {b:?}"
+        );
+        for lost in [a, b].into_iter().filter_map(Result::err) {
+            assert!(
+                matches!(
+                    lost,
+                    StoreError::Conflict { .. } | StoreError::Duplicate { .. }
+                ),
+                "{lost}"
+            );
+        }
+        let active = one
+            .active_session(&place(&chat))
+            .await
+            .expect("reads")
+            .expect("one session");
+        assert_eq!(texts(&*one, active.id).await.len(), 2);
+    }
+    one.close().await;
+    two.close().await;
+}
+
+async fn a_lease_is_held_by_one_instance_until_it_expires(db: Db) {
+    use std::time::Duration;
+    let (one, two) = (db.open().await, db.open().await);
+    let long = Duration::from_secs(60);
+    // taken at once by both: exactly one holds it
+    let (a, b) = tokio::join!(
+        one.lease("telegram:poller", "one", long),
+        two.lease("telegram:poller", "two", long)
+    );
+    let (a, b) = (a.expect("leases"), b.expect("leases"));
+    assert!(a ^ b, "one holder: {a} {b}");
+    let (holder, other, other_store) = if a {
+        ("one", "two", &two)
+    } else {
+        ("two", "one", &one)
+    };
+    let holder_store = if a { &one } else { &two };
+    assert!(
+        holder_store
+            .lease("telegram:poller", holder, long)
+            .await
+            .expect("renews")
+    );
+    assert!(
+        !other_store
+            .lease("telegram:poller", other, long)
+            .await
+            .expect("refused")
+    );
+    let listed = other_store.leases("telegram:").await.expect("lists");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].holder, holder);
+    assert!(listed[0].expires_at > Utc::now());
+    assert!(other_store.leases("chat:").await.expect("lists").is_empty());
+    // released: the other takes it
+    other_store
+        .release("telegram:poller", other)
+        .await
+        .expect("not its own: nothing");
+    assert!(
+        !other_store
+            .lease("telegram:poller", other, long)
+            .await
+            .expect("still held")
+    );
+    holder_store
+        .release("telegram:poller", holder)
+        .await
+        .expect("releases");
+    assert!(
+        other_store
+            .lease("telegram:poller", other, long)
+            .await
+            .expect("free now")
+    );
+    // expired: anyone takes it
+    assert!(
+        holder_store
+            .lease("jobs", holder, Duration::from_millis(1))
+            .await
+            .expect("takes")
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        other_store
+            .lease("jobs", other, long)
+            .await
+            .expect("expired: taken")
+    );
+    assert!(
+        !holder_store
+            .lease("jobs", holder, long)
+            .await
+            .expect("lost")
+    );
+    one.close().await;
+    two.close().await;
+}
+
+/// The same random turns on both backends give the same answers and leave the same data,
+/// read through the trait (ids renumbered in the order they appear: PostgreSQL's sequences
+/// skip the ids of a rolled-back turn).
+async fn run_on(store: &dyn Store, rounds: &[Vec<Turn>]) -> Vec<String> {
+    let mut sessions: HashMap<usize, SessionRecord> = HashMap::new();
+    let mut updates: HashMap<usize, usize> = HashMap::new();
+    let mut ids: HashMap<i64, usize> = HashMap::new();
+    let mut renumber = |id: i64| {
+        let next = ids.len();
+        *ids.entry(id).or_insert(next)
+    };
+    let mut seen = Vec::new();
+    let mut counter = 0usize;
+    for turn in rounds.iter().flatten() {
+        let key = SessionKey {
+            platform: Platform::Console,
+            chat: format!("c{}", turn.place),
+            thread: String::new(),
+            user: format!("u{}", turn.place),
+        };
+        let session = sessions
+            .get(&turn.place)
+            .filter(|s| s.status == SessionStatus::Active)
+            .cloned()
+            .unwrap_or_else(|| SessionRecord::draft(key.clone(), "assistant"));
+        counter += 1;
+        let update = match updates.get(&turn.place) {
+            Some(last) if turn.repeat => *last,
+            _ => counter,
+        };
+        updates.insert(turn.place, update);
+        let mut commit = commit(
+            session,
+            &format!("m{update}"),
+            turn.changes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| state_change(c, counter as i64 * 10 + i as i64))
+                .collect(),
+        );
+        commit.llm_calls[0].wasted = counter % 2 == 1;
+        match store.commit_turn(commit).await {
+            Ok(done) => {
+                seen.push(format!(
+                    "ok session {} v{} {:?} replies {}",
+                    renumber(done.session.id),
+                    done.session.version,
+                    done.session.status,
+                    done.assistant_message_ids.len()
+                ));
+                sessions.insert(turn.place, done.session);
+            }
+            Err(StoreError::Duplicate { message_id, .. }) => {
+                seen.push(format!("duplicate {message_id}"))
+            }
+            Err(StoreError::Conflict { .. }) => seen.push("conflict".into()),
+            Err(e) => seen.push(format!("error {e}")),
+        }
+    }
+    for place in 0..4 {
+        let key = format!("u{place}");
+        let data = store
+            .user_data(Platform::Console, &key)
+            .await
+            .expect("data");
+        let strip = |mut v: serde_json::Value| {
+            fn walk(v: &mut serde_json::Value) {
+                match v {
+                    serde_json::Value::Object(map) => {
+                        map.retain(|k, _| !k.ends_with("_ms") && k != "id");
+                        map.values_mut().for_each(walk);
+                    }
+                    serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+                    _ => {}
+                }
+            }
+            walk(&mut v);
+            v
+        };
+        seen.push(strip(data).to_string());
+        let active = store
+            .active_session(&SessionKey {
+                platform: Platform::Console,
+                chat: format!("c{place}"),
+                thread: String::new(),
+                user: key.clone(),
+            })
+            .await
+            .expect("reads");
+        if let Some(s) = active {
+            seen.push(format!(
+                "{key} active v{} {:?} {:?} {} {:?}",
+                s.version,
+                s.language,
+                s.pending_options.map(|o| o.prompt),
+                s.state.as_json(),
+                store.tickets(s.id).await.expect("tickets").len()
+            ));
+        }
+    }
+    let usage = store.llm_usage().await.expect("usage");
+    seen.push(format!(
+        "{:?}",
+        usage
+            .iter()
+            .map(|u| (&u.flow, &u.agent, u.calls, u.wasted))
+            .collect::<Vec<_>>()
+    ));
+    seen.push(format!(
+        "{}",
+        store.submissions(None).await.expect("reads").len()
+    ));
+    seen
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn both_backends_answer_and_store_the_same(
+        rounds in prop::collection::vec(prop::collection::vec(turn(), 1..6), 1..5)
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (on_sqlite, on_postgres) = runtime.block_on(async {
+            let (lite, pg) = (Db::sqlite(), Db::postgres().await);
+            let (lite_store, pg_store) = (lite.open().await, pg.open().await);
+            let a = run_on(&*lite_store, &rounds).await;
+            let b = run_on(&*pg_store, &rounds).await;
+            lite_store.close().await;
+            pg_store.close().await;
+            (a, b)
+        });
+        prop_assert_eq!(on_sqlite, on_postgres);
+    }
+}
