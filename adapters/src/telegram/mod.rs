@@ -158,8 +158,6 @@ struct Intake {
     /// Several instances on one database: the task claiming this instance's share of the
     /// shared inbox ([`Intake::claim_loop`]), stopped by [`Intake::finish`].
     claims: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Wakes the claim task at once (a batch was kept).
-    wake: tokio::sync::Notify,
 }
 
 impl Intake {
@@ -197,7 +195,6 @@ impl Intake {
             ctx: ctx.clone(),
             seen: SeenIds::new(SEEN_UPDATES),
             claims: std::sync::Mutex::new(None),
-            wake: tokio::sync::Notify::new(),
         });
         if orchestrator.instance().is_shared() {
             // what any instance kept (and what a dead one left) comes through the claims
@@ -221,7 +218,7 @@ impl Intake {
         Ok(intake)
     }
 
-    /// Several instances: every [`CLAIM_EVERY`] (or when woken), the messages of the chats
+    /// Several instances: every [`CLAIM_EVERY`], the messages of the chats
     /// this instance holds or takes ([`Orchestrator::claim`]) go to their lanes (a message
     /// already queued here is dropped by [`Intake::dispatch`]).
     async fn claim_loop(intake: std::sync::Weak<Intake>) {
@@ -243,14 +240,14 @@ impl Intake {
                     work: Work::Turn { incoming, place },
                 });
             }
-            let woken = async { this.wake.notified().await };
-            let _ = tokio::time::timeout(CLAIM_EVERY, woken).await;
+            drop(this);
+            tokio::time::sleep(CLAIM_EVERY).await;
         }
     }
 
     /// A batch's work, kept in the inbox: each to its lane here (one instance alone, or
-    /// several and this one holds or takes its chat), else left in the inbox for the
-    /// instance that holds its chat.
+    /// several and this one holds its chat), else left in the shared inbox for the
+    /// instance that holds its chat or the first to claim it.
     async fn hand_over(&self, routed: Vec<Routed>) {
         let orchestrator = &self.ctx.orchestrator;
         let shared = orchestrator.instance().is_shared();
@@ -258,15 +255,12 @@ impl Intake {
             if shared
                 && let Some(incoming) = routed.work.kept()
                 && !orchestrator
-                    .hold_chat(Platform::Telegram, &incoming.chat)
+                    .holds_chat(Platform::Telegram, &incoming.chat)
                     .await
             {
                 continue;
             }
             self.dispatch(routed);
-        }
-        if shared {
-            self.wake.notify_one();
         }
     }
 

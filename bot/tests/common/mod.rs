@@ -26,14 +26,28 @@ pub fn spawn_run_with(
     Arc<Mutex<String>>,
     tokio::task::JoinHandle<()>,
 ) {
+    let url = format!("sqlite://{}/kaiwa.db", dir.display());
+    spawn_run_on(&url, dir, telegram_token, discord_token, log_level)
+}
+
+/// [`spawn_run_with`] on the database `url` (another instance on the same one, say).
+#[allow(dead_code)]
+pub fn spawn_run_on(
+    url: &str,
+    dir: &std::path::Path,
+    telegram_token: &str,
+    discord_token: Option<&str>,
+    log_level: &str,
+) -> (
+    tokio::process::Child,
+    Arc<Mutex<String>>,
+    tokio::task::JoinHandle<()>,
+) {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
     command
         .arg("run")
         .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.display()),
-        )
+        .env("KAIWA_DATABASE_URL", url)
         .env("KAIWA_TEST_TELEGRAM_TOKEN", telegram_token)
         .env("RUST_LOG", log_level)
         .stdout(Stdio::null())

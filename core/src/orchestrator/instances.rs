@@ -156,6 +156,13 @@ impl Orchestrator {
                 }
             }
         }
+        if new_chats > 0 {
+            tracing::info!(
+                chats = new_chats,
+                platform = platform.as_str(),
+                "took chats from the shared inbox"
+            );
+        }
         if !taken_over.is_empty() {
             self.resend_in_chats(platform, &taken_over, outbox).await;
         }
@@ -166,22 +173,24 @@ impl Orchestrator {
             .collect()
     }
 
-    /// Takes or renews the lease of `chat` (renewed at most every [`RENEW_EVERY`]): a
-    /// message received here is handled here when this instance holds its chat, else it
-    /// is left in the shared inbox for the holder.
-    pub async fn hold_chat(&self, platform: Platform, chat: &str) -> bool {
+    /// Whether this instance holds `chat` now, renewing the lease when due: a message
+    /// received here goes straight to its lane when it does; otherwise it waits in the
+    /// shared inbox for the holder, or for the first instance to claim it (instances claim
+    /// a few new chats at a time, so a burst of new chats is shared out).
+    pub async fn holds_chat(&self, platform: Platform, chat: &str) -> bool {
         let name = chat_lease(platform, chat);
-        if self
-            .renewed_at(&name)
-            .is_some_and(|at| at.elapsed() < RENEW_EVERY)
-        {
-            return true;
+        match self.renewed_at(&name) {
+            None => false,
+            Some(at) if at.elapsed() < RENEW_EVERY => true,
+            Some(at) if at.elapsed() < LEASE_TTL => {
+                let held = self.hold(&name).await;
+                if held {
+                    self.mark_renewed(&name);
+                }
+                held
+            }
+            Some(_) => false,
         }
-        let held = self.hold(&name).await;
-        if held {
-            self.mark_renewed(&name);
-        }
-        held
     }
 
     /// Lets go of every chat of `platform` this instance holds (a clean stop).
