@@ -16,6 +16,7 @@ mod contract;
 mod hot;
 pub mod postgres;
 pub mod reading;
+pub(crate) mod rows;
 pub mod sqlite;
 
 use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};

@@ -13,19 +13,21 @@
 //! reading rows), this file ([`Store`], [`Inbox`], connecting).
 
 mod reads;
-mod rows;
 mod turn;
 
 use super::{
-    CommittedTurn, Inbox, LlmCallRecord, Role, SessionRecord, Store, StoreError, StoredMessage,
+    CommittedTurn, Inbox, LlmCallRecord, SessionRecord, Store, StoreError, StoredMessage,
     TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
+use crate::store::rows::{
+    corrupt, from_ms, message_from_row, ms, session_columns_of, session_from_row,
+    turn_load_from_row,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rows::{corrupt, from_ms, message_from_row, ms, session_columns_of, session_from_row};
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Row};
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -123,41 +125,7 @@ impl Store for PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(StoreError::db("loading the session"))?;
-        let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
-        let duplicate = dup && !message_id.is_empty();
-        let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
-        let Some(session_id) = id else {
-            return Ok(TurnLoad {
-                duplicate,
-                ..Default::default()
-            });
-        };
-        let session = session_from_row(&row)?;
-        let json: Option<String> = row
-            .try_get("history")
-            .map_err(|e| corrupt("message history", e))?;
-        let rows: Vec<(i64, String, String, i64)> = match json {
-            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("message history", e))?,
-            None => Vec::new(),
-        };
-        let mut history = rows
-            .into_iter()
-            .map(|(id, role, text, at)| {
-                Ok(StoredMessage {
-                    id,
-                    session_id,
-                    role: Role::parse(&role).ok_or_else(|| corrupt("message role", &role))?,
-                    text,
-                    at: from_ms(at),
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        history.sort_unstable_by_key(|m| m.id);
-        Ok(TurnLoad {
-            duplicate,
-            session: Some(session),
-            history,
-        })
+        turn_load_from_row(&row, message_id)
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {

@@ -5,9 +5,9 @@
 //! the same update committed twice loses on `processed_updates` and gets
 //! [`StoreError::Duplicate`].
 
-use super::rows::{corrupt, from_ms, ms};
 use crate::message::SessionKey;
 use crate::store::reading::ReadingChange;
+use crate::store::rows::{corrupt, from_ms, ms};
 use crate::store::{
     CommittedTurn, LlmCallRecord, Role, SessionRecord, StateChange, StoreError, TurnCommit,
 };

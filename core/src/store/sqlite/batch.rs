@@ -4,7 +4,7 @@
 //! and the writer redoes the batch turn by turn ([`super::turn`]).
 
 use super::inbox::{inbox_rows, push_delivered, push_inbox_done, push_inbox_put};
-use super::rows::{Prepared, corrupt, from_ms, ms};
+use super::rows::Prepared;
 use super::statements::{
     CallRow, MessageRow, SessionUpdate, message_rows, push_finished, push_llm_calls, push_messages,
     push_new_sessions, push_processed, push_session_updates, push_submissions, push_users,
@@ -13,6 +13,7 @@ use super::statements::{
 use super::turn::{turn_written, write_extras};
 use super::{Job, Sql};
 use crate::store::hot::HotChange;
+use crate::store::rows::{corrupt, from_ms, ms};
 use crate::store::{
     CommittedTurn, ProcessedUpdate, SessionRecord, StateChange, StoreError, TurnCommit,
 };

@@ -1,11 +1,11 @@
 //! The inbox: received messages kept until their turn is done (a crash mid-turn loses
 //! nothing), written with the writer's batches, and [`Inbox`] on [`SqliteStore`].
 
-use super::rows::{corrupt, ms};
 use super::statements::{push_each, push_rows};
 use super::turn::execute_rows;
 use super::{Job, Sql, SqliteStore, writer_gone};
 use crate::message::{Incoming, Platform};
+use crate::store::rows::{corrupt, ms};
 use crate::store::{Inbox, StoreError, TurnCommit};
 use async_trait::async_trait;
 use chrono::Utc;

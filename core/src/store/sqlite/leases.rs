@@ -3,7 +3,7 @@
 //! are there for a second process that would start on the same file.
 
 use super::SqliteStore;
-use super::rows::{from_ms, ms};
+use crate::store::rows::{from_ms, ms};
 use crate::store::{Lease, Leases, StoreError};
 use async_trait::async_trait;
 use chrono::Utc;

@@ -34,18 +34,19 @@ pub(crate) mod write_paths;
 
 use super::hot::HotSessions;
 use super::{
-    CommittedTurn, LlmCallRecord, Role, SessionRecord, Store, StoreError, StoredMessage,
-    TurnCommit, TurnLoad,
+    CommittedTurn, LlmCallRecord, SessionRecord, Store, StoreError, StoredMessage, TurnCommit,
+    TurnLoad,
 };
 use crate::message::{Platform, SessionKey};
-use crate::store::sqlite::inbox::InboxEntry;
-use crate::store::sqlite::rows::{
-    Prepared, SESSION_COLUMNS, corrupt, from_ms, message_from_row, ms, session_from_row,
+use crate::store::rows::{
+    SESSION_COLUMNS, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
 };
+use crate::store::sqlite::inbox::InboxEntry;
+use crate::store::sqlite::rows::Prepared;
 use crate::store::sqlite::turn::insert_llm_calls;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{Row, SqlitePool};
+use sqlx::SqlitePool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use tokio::sync::{mpsc, oneshot};
@@ -213,11 +214,7 @@ impl Store for SqliteStore {
                  FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT ?6) m) END AS history \
                  FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
                  AND s.user_id = ?5 AND s.status = 'active'",
-                SESSION_COLUMNS
-                    .split(", ")
-                    .map(|c| format!("s.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                session_columns_of("s")
             )
         });
         let row = sqlx::query(SQL.as_str())
@@ -230,43 +227,12 @@ impl Store for SqliteStore {
             .fetch_one(&self.pool)
             .await
             .map_err(StoreError::db("loading the session"))?;
-        let dup: bool = row.try_get("dup").map_err(|e| corrupt("dedupe flag", e))?;
-        let duplicate = dup && !message_id.is_empty();
-        let id: Option<i64> = row.try_get("id").map_err(|e| corrupt("session row", e))?;
-        let Some(session_id) = id else {
-            return Ok(TurnLoad {
-                duplicate,
-                ..Default::default()
-            });
-        };
-        let session = session_from_row(&row)?;
-        let json: Option<String> = row
-            .try_get("history")
-            .map_err(|e| corrupt("message history", e))?;
-        let rows: Vec<(i64, String, String, i64)> = match json {
-            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt("message history", e))?,
-            None => Vec::new(),
-        };
-        let mut messages = rows
-            .into_iter()
-            .map(|(id, role, text, at)| {
-                Ok(StoredMessage {
-                    id,
-                    session_id,
-                    role: Role::parse(&role).ok_or_else(|| corrupt("message role", &role))?,
-                    text,
-                    at: from_ms(at),
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        messages.sort_unstable_by_key(|m| m.id);
-        self.hot
-            .fill(epoch, &session, &messages, messages.len() < history);
-        Ok(TurnLoad {
-            duplicate,
-            session: Some(session),
-            history: messages,
-        })
+        let load = turn_load_from_row(&row, message_id)?;
+        if let Some(session) = &load.session {
+            self.hot
+                .fill(epoch, session, &load.history, load.history.len() < history);
+        }
+        Ok(load)
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {

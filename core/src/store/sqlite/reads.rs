@@ -3,19 +3,17 @@
 //! answers from the hot-session cache.
 
 use super::SqliteStore;
-use super::rows::{
-    SESSION_COLUMNS, corrupt, from_ms, message_from_row, session_from_row, submission_from_row,
-};
 use crate::message::{Platform, SessionKey};
-use crate::store::reading::{
-    Insight, InsightKind, InteractionMode, Mood, MoodPhase, ProfileEntry, ProfileKind,
-    ReadingRecord, ReadingStatus, WeeklyReviewSubscription,
+use crate::store::reading::{Insight, Mood, ProfileEntry, ReadingRecord, WeeklyReviewSubscription};
+use crate::store::rows::{
+    SESSION_COLUMNS, corrupt, insight_from_row, llm_call_from_row, message_from_row, mood_from_row,
+    profile_entry_from_row, reading_record_from_row, session_from_row, submission_from_row,
+    ticket_from_row, weekly_review_from_row,
 };
 use crate::store::{
     LlmCallRecord, Reads, SessionRecord, StoreError, StoredMessage, SubmissionRecord, Ticket,
 };
 use async_trait::async_trait;
-use sqlx::Row;
 use std::sync::LazyLock;
 
 #[async_trait]
@@ -140,26 +138,7 @@ impl Reads for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::db("reading the model ledger"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("ledger row", e);
-                Ok(LlmCallRecord {
-                    session_id: row.try_get("session_id").map_err(get)?,
-                    agent: row.try_get("agent").map_err(get)?,
-                    model: row.try_get("model").map_err(get)?,
-                    prompt_tokens: row.try_get::<i64, _>("prompt_tokens").map_err(get)?.max(0)
-                        as u64,
-                    completion_tokens: row
-                        .try_get::<i64, _>("completion_tokens")
-                        .map_err(get)?
-                        .max(0) as u64,
-                    latency_ms: row.try_get::<i64, _>("latency_ms").map_err(get)?.max(0) as u64,
-                    error: row.try_get("error").map_err(get)?,
-                    at: from_ms(row.try_get("created_ms").map_err(get)?),
-                    wasted: row.try_get::<i64, _>("wasted").map_err(get)? != 0,
-                })
-            })
-            .collect()
+        rows.iter().map(llm_call_from_row).collect()
     }
 
     async fn llm_usage(&self) -> Result<Vec<crate::store::LlmUsage>, StoreError> {
@@ -221,30 +200,7 @@ impl Reads for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::db("reading records"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("reading record", e);
-                let status: String = row.try_get("status").map_err(get)?;
-                let mode: String = row.try_get("interaction_mode").map_err(get)?;
-                Ok(ReadingRecord {
-                    id: row.try_get("id").map_err(get)?,
-                    title: row.try_get("title").map_err(get)?,
-                    author: row.try_get("author").map_err(get)?,
-                    status: ReadingStatus::parse(&status)
-                        .ok_or_else(|| corrupt("reading status", &status))?,
-                    mode: InteractionMode::parse(&mode)
-                        .ok_or_else(|| corrupt("interaction mode", &mode))?,
-                    started_at: row
-                        .try_get::<Option<i64>, _>("started_ms")
-                        .map_err(get)?
-                        .map(from_ms),
-                    finished_at: row
-                        .try_get::<Option<i64>, _>("finished_ms")
-                        .map_err(get)?
-                        .map(from_ms),
-                })
-            })
-            .collect()
+        rows.iter().map(reading_record_from_row).collect()
     }
 
     async fn insights(&self, record_id: i64) -> Result<Vec<Insight>, StoreError> {
@@ -255,18 +211,7 @@ impl Reads for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::db("reading insights"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("insight", e);
-                let kind: String = row.try_get("kind").map_err(get)?;
-                Ok(Insight {
-                    kind: InsightKind::parse(&kind)
-                        .ok_or_else(|| corrupt("insight kind", &kind))?,
-                    text: row.try_get("text").map_err(get)?,
-                    at: from_ms(row.try_get("created_ms").map_err(get)?),
-                })
-            })
-            .collect()
+        rows.iter().map(insight_from_row).collect()
     }
 
     async fn moods(&self, record_id: i64) -> Result<Vec<Mood>, StoreError> {
@@ -277,18 +222,7 @@ impl Reads for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::db("reading moods"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("mood", e);
-                let phase: String = row.try_get("phase").map_err(get)?;
-                Ok(Mood {
-                    phase: MoodPhase::parse(&phase).ok_or_else(|| corrupt("mood phase", &phase))?,
-                    label: row.try_get("label").map_err(get)?,
-                    score: row.try_get::<i64, _>("score").map_err(get)?.clamp(1, 5) as u8,
-                    at: from_ms(row.try_get("created_ms").map_err(get)?),
-                })
-            })
-            .collect()
+        rows.iter().map(mood_from_row).collect()
     }
 
     async fn profile_entries(
@@ -302,18 +236,7 @@ impl Reads for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::db("reading the profile"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("profile entry", e);
-                let kind: String = row.try_get("kind").map_err(get)?;
-                Ok(ProfileEntry {
-                    kind: ProfileKind::parse(&kind)
-                        .ok_or_else(|| corrupt("profile kind", &kind))?,
-                    text: row.try_get("text").map_err(get)?,
-                    at: from_ms(row.try_get("created_ms").map_err(get)?),
-                })
-            })
-            .collect()
+        rows.iter().map(profile_entry_from_row).collect()
     }
 
     async fn tickets(&self, session_id: i64) -> Result<Vec<Ticket>, StoreError> {
@@ -323,26 +246,7 @@ impl Reads for SqliteStore {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(StoreError::db("reading tickets"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("ticket row", e);
-                let json = |col: &str| -> Result<serde_json::Value, StoreError> {
-                    let text: String = row.try_get(col).map_err(get)?;
-                    serde_json::from_str(&text).map_err(|e| corrupt("ticket JSON", e))
-                };
-                Ok(Ticket {
-                    ticket_no: row.try_get("ticket_no").map_err(get)?,
-                    question: row.try_get("question").map_err(get)?,
-                    plan: serde_json::from_value(json("plan")?)
-                        .map_err(|e| corrupt("ticket plan", e))?,
-                    sub_answers: json("sub_answers")?,
-                    answer: row.try_get("answer").map_err(get)?,
-                    sources: serde_json::from_value(json("sources")?)
-                        .map_err(|e| corrupt("ticket sources", e))?,
-                    feedback: row.try_get("feedback").map_err(get)?,
-                })
-            })
-            .collect()
+        rows.iter().map(ticket_from_row).collect()
     }
 
     async fn weekly_reviews(&self) -> Result<Vec<WeeklyReviewSubscription>, StoreError> {
@@ -352,23 +256,7 @@ impl Reads for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::db("reading the weekly review list"))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e: sqlx::Error| corrupt("weekly review", e);
-                let platform: String = row.try_get("platform").map_err(get)?;
-                Ok(WeeklyReviewSubscription {
-                    key: SessionKey {
-                        platform: Platform::parse(&platform)
-                            .ok_or_else(|| corrupt("platform", &platform))?,
-                        chat: row.try_get("chat").map_err(get)?,
-                        thread: row.try_get("thread").map_err(get)?,
-                        user: row.try_get("user_id").map_err(get)?,
-                    },
-                    timezone: row.try_get("timezone").map_err(get)?,
-                    since: from_ms(row.try_get("created_ms").map_err(get)?),
-                })
-            })
-            .collect()
+        rows.iter().map(weekly_review_from_row).collect()
     }
 
     async fn user_data(

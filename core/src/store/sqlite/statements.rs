@@ -4,8 +4,9 @@
 //! [`super::turn`] (one turn at a time).
 
 use super::Sql;
-use super::rows::{Prepared, corrupt, ms};
+use super::rows::Prepared;
 use crate::message::{SessionKey, UserRef};
+use crate::store::rows::{corrupt, ms};
 use crate::store::{
     LlmCallRecord, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, Submission,
     TurnCommit,

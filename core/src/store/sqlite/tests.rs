@@ -4,7 +4,7 @@ use crate::message::UserRef;
 use crate::store::ProcessedUpdate;
 use crate::store::sqlite::checkpoint::{PAGE_SIZE, RESTART_BACKOFF};
 use crate::store::sqlite::writer::{COMMIT_GAP, commit_delay};
-use crate::store::{Inbox, Reads, SessionStatus, StateChange, Submission, SubmissionStatus};
+use crate::store::{Inbox, Reads, Role, SessionStatus, StateChange, Submission, SubmissionStatus};
 use sqlx::ConnectOptions;
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};

@@ -4,7 +4,7 @@
 //! fast path ([`super::batch`]) makes the same way after its query.
 
 use super::Sql;
-use super::rows::{Prepared, corrupt, from_ms};
+use super::rows::Prepared;
 use super::statements::{
     CallRow, SessionUpdate, message_rows, messages_written, push_finished, push_llm_calls,
     push_messages, push_new_sessions, push_processed, push_session_updates, push_submissions,
@@ -13,6 +13,7 @@ use super::statements::{
 use crate::message::SessionKey;
 use crate::store::hot::{HotChange, HotTurn};
 use crate::store::reading::ReadingChange;
+use crate::store::rows::{corrupt, from_ms};
 use crate::store::{
     CommittedTurn, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, StoredMessage,
     TurnCommit,

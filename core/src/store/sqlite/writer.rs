@@ -6,10 +6,10 @@
 
 use super::batch::{NextIds, fast_batch};
 use super::inbox::{mark_delivered_in, write_inbox};
-use super::rows::ms;
 use super::turn::write_turn;
 use super::{Job, MAX_BATCH, writer_gone};
 use crate::store::hot::{HotChange, HotSessions};
+use crate::store::rows::ms;
 use crate::store::{CommittedTurn, StoreError};
 use chrono::Utc;
 use sqlx::SqlitePool;
