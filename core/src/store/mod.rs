@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod reading;
 pub(crate) mod rows;
 pub mod sqlite;
+mod writes;
 
 use crate::message::{Incoming, OptionsRequest, Platform, SessionKey, UserRef};
 use async_trait::async_trait;

@@ -9,7 +9,7 @@ use super::reading::{
 };
 use super::{
     FlowState, LlmCallRecord, Role, SessionRecord, SessionStatus, StoreError, StoredMessage,
-    Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnLoad,
+    Submission, SubmissionRecord, SubmissionStatus, Ticket, TurnCommit, TurnLoad,
 };
 use crate::message::{Platform, SessionKey};
 use chrono::TimeZone;
@@ -305,4 +305,22 @@ pub(crate) fn weekly_review_from_row(
         timezone: row.text("timezone").map_err(get)?,
         since: from_ms(row.int("created_ms").map_err(get)?),
     })
+}
+
+pub(crate) fn pending_json(session: &SessionRecord) -> Result<Option<String>, StoreError> {
+    session
+        .pending_options
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| corrupt("pending options", e))
+}
+
+/// The session as the turn leaves it (the commit's changes applied; not yet written).
+pub(crate) fn applied(commit: &TurnCommit) -> SessionRecord {
+    let mut session = commit.session.clone();
+    for change in &commit.changes {
+        session.apply(change);
+    }
+    session
 }

@@ -24,6 +24,7 @@ use crate::store::rows::{
     corrupt, from_ms, message_from_row, ms, session_columns_of, session_from_row,
     turn_load_from_row,
 };
+use crate::store::writes::forget_statements;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -138,7 +139,7 @@ impl Store for PgStore {
         let committed = turn::commit(&mut tx, &commit).await?;
         tx.commit().await.map_err(|e| {
             // the one-active-session index checked at commit: another instance's turn won
-            if matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505")) {
+            if turn::unique_violation(&e, None) {
                 StoreError::Conflict {
                     session_id: commit.session.id,
                 }
@@ -222,25 +223,8 @@ impl Store for PgStore {
             .begin()
             .await
             .map_err(StoreError::db("starting to forget a user"))?;
-        // children first, counted; the users row cascades to what is left
-        let mut statements = vec![
-            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
-            "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
-            "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",
-            "DELETE FROM moods WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",
-            "DELETE FROM reading_records WHERE platform = $1 AND user_id = $2",
-            "DELETE FROM profile_entries WHERE platform = $1 AND user_id = $2",
-            "DELETE FROM mentor_feedback WHERE platform = $1 AND user_id = $2",
-            "DELETE FROM recommendations WHERE platform = $1 AND user_id = $2",
-            "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
-        ];
-        if !keep_submissions {
-            statements.push("DELETE FROM submissions WHERE platform = $1 AND user_id = $2");
-        }
-        statements.push("DELETE FROM sessions WHERE platform = $1 AND user_id = $2");
-        statements.push("DELETE FROM users WHERE platform = $1 AND user_id = $2");
         let mut deleted = 0;
-        for sql in statements {
+        for sql in forget_statements(keep_submissions) {
             deleted += sqlx::query(sql)
                 .bind(platform.as_str())
                 .bind(user)

@@ -5,11 +5,11 @@
 //! the same update committed twice loses on `processed_updates` and gets
 //! [`StoreError::Duplicate`].
 
-use crate::message::SessionKey;
-use crate::store::reading::ReadingChange;
-use crate::store::rows::{corrupt, from_ms, ms};
+use crate::store::rows::{applied, corrupt, from_ms, ms, pending_json};
+use crate::store::writes::{Arg, extra_statements};
 use crate::store::{
-    CommittedTurn, LlmCallRecord, Role, SessionRecord, StateChange, StoreError, TurnCommit,
+    CommittedTurn, LlmCallRecord, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError,
+    Submission, TurnCommit,
 };
 use chrono::Utc;
 use sqlx::PgConnection;
@@ -25,7 +25,7 @@ pub(super) fn clean(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// A unique index refused the row (23505), naming `index` when given.
-fn unique_violation(e: &sqlx::Error, index: Option<&str>) -> bool {
+pub(super) fn unique_violation(e: &sqlx::Error, index: Option<&str>) -> bool {
     match e {
         sqlx::Error::Database(db) => {
             db.code().as_deref() == Some("23505")
@@ -41,16 +41,31 @@ pub(super) async fn commit(
     commit: &TurnCommit,
 ) -> Result<CommittedTurn, StoreError> {
     let now_ms = ms(Utc::now());
-    let mut session = commit.session.clone();
-    for change in &commit.changes {
-        session.apply(change);
+    let session = write_session(tx, commit, now_ms).await?;
+    if let Some(update) = &commit.processed {
+        mark_processed(tx, update, session.id, now_ms).await?;
     }
-    let pending = session
-        .pending_options
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| corrupt("pending options", e))?;
+    let assistant_message_ids = insert_messages(tx, session.id, &commit.changes, now_ms).await?;
+    write_extras(tx, &session, &commit.changes, now_ms).await?;
+    let calls: Vec<_> = commit.llm_calls.iter().collect();
+    insert_llm_calls(tx, &calls, Some(session.id)).await?;
+    Ok(CommittedTurn {
+        session,
+        assistant_message_ids,
+    })
+}
+
+/// The session row as the turn leaves it (the user's and a new session's, or the update
+/// of one whose version is still the one the turn loaded), the previous session finished
+/// first on a flow switch. Fails with [`StoreError::Conflict`] when another turn (another
+/// instance's) got there first.
+async fn write_session(
+    tx: &mut PgConnection,
+    commit: &TurnCommit,
+    now_ms: i64,
+) -> Result<SessionRecord, StoreError> {
+    let mut session = applied(commit);
+    let pending = pending_json(&session)?;
     if let Some(previous) = commit.finish_session {
         sqlx::query(
             "UPDATE sessions SET status = 'finished', version = version + 1, updated_ms = $1 WHERE id = $2",
@@ -134,31 +149,48 @@ pub(super) async fn commit(
         session.version += 1;
     }
     session.updated_at = from_ms(now_ms);
+    Ok(session)
+}
 
-    if let Some(p) = &commit.processed {
-        // (waits for another transaction inserting the same key, then does nothing)
-        let new = sqlx::query(
-            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(p.platform.as_str())
-        .bind(&p.chat)
-        .bind(&p.message_id)
-        .bind(session.id)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("marking the update processed"))?;
-        if new.rows_affected() == 0 {
-            return Err(StoreError::Duplicate {
-                chat: p.chat.clone(),
-                message_id: p.message_id.clone(),
-            });
-        }
+/// The turn's platform update marked processed; [`StoreError::Duplicate`] when it was
+/// (by another instance too: the insert waits for the other transaction, then does
+/// nothing).
+async fn mark_processed(
+    tx: &mut PgConnection,
+    update: &ProcessedUpdate,
+    session_id: i64,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let new = sqlx::query(
+        "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+    )
+    .bind(update.platform.as_str())
+    .bind(&update.chat)
+    .bind(&update.message_id)
+    .bind(session_id)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db("marking the update processed"))?;
+    if new.rows_affected() == 0 {
+        return Err(StoreError::Duplicate {
+            chat: update.chat.clone(),
+            message_id: update.message_id.clone(),
+        });
     }
+    Ok(())
+}
 
+/// The turn's transcript messages, in order; returns the ids of the assistant's.
+async fn insert_messages(
+    tx: &mut PgConnection,
+    session_id: i64,
+    changes: &[StateChange],
+    now_ms: i64,
+) -> Result<Vec<i64>, StoreError> {
     let mut assistant_message_ids = Vec::new();
-    for change in &commit.changes {
+    for change in changes {
         let (role, text) = match change {
             StateChange::AddUserMessage { text } => (Role::User, text),
             StateChange::AddAssistantMessage { text } => (Role::Assistant, text),
@@ -167,7 +199,7 @@ pub(super) async fn commit(
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO messages (session_id, role, text, delivered, created_ms) VALUES ($1, $2, $3, $4, $5) RETURNING id",
         )
-        .bind(session.id)
+        .bind(session_id)
         .bind(role.as_str())
         .bind(clean(text))
         .bind(role != Role::Assistant)
@@ -179,13 +211,42 @@ pub(super) async fn commit(
             assistant_message_ids.push(id);
         }
     }
-    write_extras(tx, &session, &commit.changes, now_ms).await?;
-    let calls: Vec<_> = commit.llm_calls.iter().collect();
-    insert_llm_calls(tx, &calls, Some(session.id)).await?;
-    Ok(CommittedTurn {
-        session,
-        assistant_message_ids,
-    })
+    Ok(assistant_message_ids)
+}
+
+/// A finished form, under the session's place.
+async fn insert_submission(
+    tx: &mut PgConnection,
+    session: &SessionRecord,
+    s: &Submission,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let json =
+        |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("submission", e));
+    sqlx::query(
+        "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
+         country, timezone, field_values, facts, flags, audit, created_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    )
+    .bind(session.id)
+    .bind(session.key.platform.as_str())
+    .bind(&session.key.user)
+    .bind(clean(&s.applicant))
+    .bind(&s.form_id)
+    .bind(&s.variant)
+    .bind(s.status.as_str())
+    .bind(&s.language)
+    .bind(&s.country)
+    .bind(&s.timezone)
+    .bind(json(&s.values)?)
+    .bind(json(&s.facts)?)
+    .bind(json(&s.flags)?)
+    .bind(s.audit.as_ref().map(json).transpose()?)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::db("saving the submission"))?;
+    Ok(())
 }
 
 /// Model calls, each of its own session or else `session_id`.
@@ -215,274 +276,34 @@ pub(super) async fn insert_llm_calls(
     Ok(())
 }
 
-/// A turn's other rows: submissions, reading data, tickets and feedback.
+/// A turn's other rows: its submissions, then reading data, tickets and feedback
+/// ([`extra_statements`]).
 async fn write_extras(
     tx: &mut PgConnection,
     session: &SessionRecord,
     changes: &[StateChange],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let key = &session.key;
-    let json = |what: &'static str, v: &serde_json::Value| {
-        serde_json::to_string(v).map_err(|e| corrupt(what, e))
-    };
     for change in changes {
-        match change {
-            StateChange::Reading { change } => {
-                apply_reading(tx, key, change, now_ms).await?;
-            }
-            StateChange::SaveSubmission { submission: s } => {
-                sqlx::query(
-                    "INSERT INTO submissions (session_id, platform, user_id, applicant, form_id, variant, status, language, \
-                     country, timezone, field_values, facts, flags, audit, created_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                )
-                .bind(session.id)
-                .bind(key.platform.as_str())
-                .bind(&key.user)
-                .bind(clean(&s.applicant))
-                .bind(&s.form_id)
-                .bind(&s.variant)
-                .bind(s.status.as_str())
-                .bind(&s.language)
-                .bind(&s.country)
-                .bind(&s.timezone)
-                .bind(json("submission", &s.values)?)
-                .bind(json("submission", &s.facts)?)
-                .bind(json("submission", &s.flags)?)
-                .bind(s.audit.as_ref().map(|a| json("submission", a)).transpose()?)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("saving the submission"))?;
-            }
-            StateChange::SaveTicket { ticket } => {
-                sqlx::query(
-                    "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
-                     feedback, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
-                )
-                .bind(session.id)
-                .bind(ticket.ticket_no)
-                .bind(clean(&ticket.question))
-                .bind(json("ticket", &serde_json::json!(ticket.plan))?)
-                .bind(json("ticket", &ticket.sub_answers)?)
-                .bind(clean(&ticket.answer))
-                .bind(json("ticket", &serde_json::json!(ticket.sources))?)
-                .bind(&ticket.feedback)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("saving the ticket"))?;
-            }
-            StateChange::SetTicketFeedback {
-                ticket_no,
-                feedback,
-            } => {
-                sqlx::query("UPDATE helpdesk_tickets SET feedback = $1, updated_ms = $2 WHERE session_id = $3 AND ticket_no = $4")
-                    .bind(feedback)
-                    .bind(now_ms)
-                    .bind(session.id)
-                    .bind(ticket_no)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::db("saving the feedback"))?;
-            }
-            _ => {}
+        if let StateChange::SaveSubmission { submission } = change {
+            insert_submission(tx, session, submission, now_ms).await?;
         }
     }
-    Ok(())
-}
-
-async fn record_id(
-    conn: &mut sqlx::PgConnection,
-    key: &SessionKey,
-    title: &str,
-) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
-        "SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2 AND title = $3",
-    )
-    .bind(key.platform.as_str())
-    .bind(&key.user)
-    .bind(clean(title))
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(StoreError::db("finding the reading record"))?
-    .ok_or_else(|| StoreError::Corrupt(format!("no reading record {title:?} for this user")))
-}
-
-/// A reading change written: to the book's record (status, mode, insights, moods) or to
-/// the user's own rows (profile, mentor feedback, weekly reviews, recommendations).
-async fn apply_reading(
-    conn: &mut sqlx::PgConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    match change {
-        ReadingChange::OpenRecord { .. }
-        | ReadingChange::SetStatus { .. }
-        | ReadingChange::SetMode { .. }
-        | ReadingChange::AddInsight { .. }
-        | ReadingChange::AddMood { .. } => apply_to_record(conn, key, change, now_ms).await,
-        ReadingChange::AddProfileEntry { .. }
-        | ReadingChange::AddMentorFeedback { .. }
-        | ReadingChange::SetWeeklyReview { .. }
-        | ReadingChange::AddRecommendation { .. } => apply_to_user(conn, key, change, now_ms).await,
+    for statement in extra_statements(session, changes, now_ms)? {
+        let mut query = sqlx::query(statement.sql);
+        for arg in &statement.args {
+            query = match arg {
+                Arg::Text(text) => query.bind(clean(text)),
+                Arg::MaybeText(text) => query.bind(text.map(clean)),
+                Arg::Owned(text) => query.bind(clean(text)),
+                Arg::Int(n) => query.bind(*n),
+            };
+        }
+        let done = query
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving a turn's reading data or ticket"))?;
+        statement.check(done.rows_affected())?;
     }
-}
-
-/// A change of the book's reading record: opened, its status or mode, an insight, a mood.
-async fn apply_to_record(
-    conn: &mut sqlx::PgConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let (platform, user) = (key.platform.as_str(), key.user.as_str());
-    let result = match change {
-        ReadingChange::OpenRecord { title, author } => {
-            sqlx::query(
-                "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
-                 author = COALESCE(reading_records.author, excluded.author)",
-            )
-            .bind(platform)
-            .bind(user)
-            .bind(clean(title))
-            .bind(author.as_deref().map(clean))
-            .bind(now_ms)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::SetStatus { title, status } => {
-            sqlx::query(
-                "UPDATE reading_records SET status = $1, updated_ms = $2, \
-                 started_ms = CASE WHEN $1 != 'not_started' THEN COALESCE(started_ms, $2) ELSE started_ms END, \
-                 finished_ms = CASE WHEN $1 = 'completed' THEN $2 ELSE NULL END \
-                 WHERE platform = $3 AND user_id = $4 AND title = $5",
-            )
-            .bind(status.as_str())
-            .bind(now_ms)
-            .bind(platform)
-            .bind(user)
-            .bind(clean(title))
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::SetMode { title, mode } => {
-            sqlx::query("UPDATE reading_records SET interaction_mode = $1, updated_ms = $2 WHERE platform = $3 AND user_id = $4 AND title = $5")
-                .bind(mode.as_str())
-                .bind(now_ms)
-                .bind(platform)
-                .bind(user)
-                .bind(clean(title))
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddInsight { title, kind, text } => {
-            let id = record_id(conn, key, title).await?;
-            sqlx::query("INSERT INTO insights (record_id, kind, text, created_ms) VALUES ($1, $2, $3, $4)")
-                .bind(id)
-                .bind(kind.as_str())
-                .bind(clean(text))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddMood { title, phase, label, score } => {
-            let id = record_id(conn, key, title).await?;
-            sqlx::query("INSERT INTO moods (record_id, phase, label, score, created_ms) VALUES ($1, $2, $3, $4, $5)")
-                .bind(id)
-                .bind(phase.as_str())
-                .bind(clean(label))
-                .bind(i64::from((*score).clamp(1, 5)))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddProfileEntry { .. }
-        | ReadingChange::AddMentorFeedback { .. }
-        | ReadingChange::SetWeeklyReview { .. }
-        | ReadingChange::AddRecommendation { .. } => return Ok(()),
-    };
-    result.map_err(StoreError::db("saving reading data"))?;
-    Ok(())
-}
-
-/// A change of the user's own rows: a profile entry, mentor feedback, the weekly review
-/// subscription, a recommendation.
-async fn apply_to_user(
-    conn: &mut sqlx::PgConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let (platform, user) = (key.platform.as_str(), key.user.as_str());
-    let result = match change {
-        ReadingChange::AddProfileEntry { kind, text } => {
-            sqlx::query("INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES ($1, $2, $3, $4, $5)")
-                .bind(platform)
-                .bind(user)
-                .bind(kind.as_str())
-                .bind(clean(text))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddMentorFeedback { feedback_type, content } => {
-            sqlx::query("INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES ($1, $2, $3, $4, $5)")
-                .bind(platform)
-                .bind(user)
-                .bind(feedback_type.as_str())
-                .bind(clean(content))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::SetWeeklyReview {
-            enabled: false, ..
-        } => {
-            sqlx::query("DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2")
-                .bind(platform)
-                .bind(user)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::SetWeeklyReview {
-            enabled: true,
-            timezone,
-        } => {
-            sqlx::query(
-                "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
-                 timezone = excluded.timezone",
-            )
-            .bind(platform)
-            .bind(user)
-            .bind(&key.chat)
-            .bind(&key.thread)
-            .bind(timezone)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::AddRecommendation { title, reason } => {
-            sqlx::query("INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES ($1, $2, $3, $4, $5)")
-                .bind(platform)
-                .bind(user)
-                .bind(clean(title))
-                .bind(clean(reason))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::OpenRecord { .. }
-        | ReadingChange::SetStatus { .. }
-        | ReadingChange::SetMode { .. }
-        | ReadingChange::AddInsight { .. }
-        | ReadingChange::AddMood { .. } => return Ok(()),
-    };
-    result.map_err(StoreError::db("saving reading data"))?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 use super::SqliteStore;
 use crate::message::Platform;
 use crate::store::StoreError;
+use crate::store::writes::{forget_statements, sqlite_sql};
 
 impl SqliteStore {
     /// [`Store::forget_user`]'s deletions, in one transaction.
@@ -20,25 +21,8 @@ impl SqliteStore {
             .map_err(StoreError::db("starting to forget a user"))?;
         let p = platform.as_str();
         let mut deleted = 0;
-        // children first, counted; the users row cascades to sessions, messages and tickets
-        let mut statements = vec![
-            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = ?1 AND user_id = ?2)",
-            "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = ?1 AND user_id = ?2)",
-            "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = ?1 AND user_id = ?2)",
-            "DELETE FROM moods WHERE record_id IN (SELECT id FROM reading_records WHERE platform = ?1 AND user_id = ?2)",
-            "DELETE FROM reading_records WHERE platform = ?1 AND user_id = ?2",
-            "DELETE FROM profile_entries WHERE platform = ?1 AND user_id = ?2",
-            "DELETE FROM mentor_feedback WHERE platform = ?1 AND user_id = ?2",
-            "DELETE FROM recommendations WHERE platform = ?1 AND user_id = ?2",
-            "DELETE FROM weekly_reviews WHERE platform = ?1 AND user_id = ?2",
-        ];
-        if !keep_submissions {
-            statements.push("DELETE FROM submissions WHERE platform = ?1 AND user_id = ?2");
-        }
-        statements.push("DELETE FROM sessions WHERE platform = ?1 AND user_id = ?2");
-        statements.push("DELETE FROM users WHERE platform = ?1 AND user_id = ?2");
-        for sql in statements {
-            let done = sqlx::query(sql)
+        for sql in forget_statements(keep_submissions) {
+            let done = sqlx::query(sqlx::AssertSqlSafe(sqlite_sql(sql)))
                 .bind(p)
                 .bind(user)
                 .execute(&mut *tx)

@@ -1,17 +1,8 @@
 //! The session as a turn leaves it: [`Prepared`], worked out on the turn's own task before
 //! it reaches the writer. (The decoders both backends share are in [`crate::store::rows`].)
 
-use crate::store::rows::corrupt;
+use crate::store::rows::{applied, pending_json};
 use crate::store::{SessionRecord, StoreError, TurnCommit};
-
-pub(super) fn pending_json(session: &SessionRecord) -> Result<Option<String>, StoreError> {
-    session
-        .pending_options
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| corrupt("pending options", e))
-}
 
 /// What a turn's rows need of its session, worked out by the turn's own task
 /// ([`Store::commit_turn`], in parallel with the other turns) rather than on the writer's
@@ -28,13 +19,4 @@ impl Prepared {
         let pending = pending_json(&session)?;
         Ok(Prepared { session, pending })
     }
-}
-
-/// The session as the turn leaves it (the commit's changes applied; not yet written).
-pub(super) fn applied(commit: &TurnCommit) -> SessionRecord {
-    let mut session = commit.session.clone();
-    for change in &commit.changes {
-        session.apply(change);
-    }
-    session
 }

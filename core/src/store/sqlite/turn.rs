@@ -10,10 +10,9 @@ use super::statements::{
     push_messages, push_new_sessions, push_processed, push_session_updates, push_submissions,
     push_users, session_rows, submission_rows,
 };
-use crate::message::SessionKey;
 use crate::store::hot::{HotChange, HotTurn};
-use crate::store::reading::ReadingChange;
-use crate::store::rows::{corrupt, from_ms};
+use crate::store::rows::from_ms;
+use crate::store::writes::{Arg, extra_statements, sqlite_sql};
 use crate::store::{
     CommittedTurn, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, StoredMessage,
     TurnCommit,
@@ -29,200 +28,6 @@ pub(super) async fn insert_llm_calls(
         push_llm_calls(sql, rows)
     })
     .await?;
-    Ok(())
-}
-
-pub(super) async fn record_id(
-    conn: &mut sqlx::SqliteConnection,
-    key: &SessionKey,
-    title: &str,
-) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
-        "SELECT id FROM reading_records WHERE platform = ? AND user_id = ? AND title = ?",
-    )
-    .bind(key.platform.as_str())
-    .bind(&key.user)
-    .bind(title)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(StoreError::db("finding the reading record"))?
-    .ok_or_else(|| StoreError::Corrupt(format!("no reading record {title:?} for this user")))
-}
-
-/// A reading change written: to the book's record (status, mode, insights, moods) or to
-/// the user's own rows (profile, mentor feedback, weekly reviews, recommendations).
-pub(super) async fn apply_reading(
-    conn: &mut sqlx::SqliteConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    match change {
-        ReadingChange::OpenRecord { .. }
-        | ReadingChange::SetStatus { .. }
-        | ReadingChange::SetMode { .. }
-        | ReadingChange::AddInsight { .. }
-        | ReadingChange::AddMood { .. } => apply_to_record(conn, key, change, now_ms).await,
-        ReadingChange::AddProfileEntry { .. }
-        | ReadingChange::AddMentorFeedback { .. }
-        | ReadingChange::SetWeeklyReview { .. }
-        | ReadingChange::AddRecommendation { .. } => apply_to_user(conn, key, change, now_ms).await,
-    }
-}
-
-/// A change of the book's reading record: opened, its status or mode, an insight, a mood.
-async fn apply_to_record(
-    conn: &mut sqlx::SqliteConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let (platform, user) = (key.platform.as_str(), key.user.as_str());
-    let result = match change {
-        ReadingChange::OpenRecord { title, author } => {
-            sqlx::query(
-                "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
-                 author = COALESCE(reading_records.author, excluded.author)",
-            )
-            .bind(platform)
-            .bind(user)
-            .bind(title)
-            .bind(author)
-            .bind(now_ms)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::SetStatus { title, status } => {
-            sqlx::query(
-                "UPDATE reading_records SET status = ?1, updated_ms = ?2, \
-                 started_ms = CASE WHEN ?1 != 'not_started' THEN COALESCE(started_ms, ?2) ELSE started_ms END, \
-                 finished_ms = CASE WHEN ?1 = 'completed' THEN ?2 ELSE NULL END \
-                 WHERE platform = ?3 AND user_id = ?4 AND title = ?5",
-            )
-            .bind(status.as_str())
-            .bind(now_ms)
-            .bind(platform)
-            .bind(user)
-            .bind(title)
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::SetMode { title, mode } => {
-            sqlx::query("UPDATE reading_records SET interaction_mode = ?, updated_ms = ? WHERE platform = ? AND user_id = ? AND title = ?")
-                .bind(mode.as_str())
-                .bind(now_ms)
-                .bind(platform)
-                .bind(user)
-                .bind(title)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddInsight { title, kind, text } => {
-            let id = record_id(conn, key, title).await?;
-            sqlx::query("INSERT INTO insights (record_id, kind, text, created_ms) VALUES (?, ?, ?, ?)")
-                .bind(id)
-                .bind(kind.as_str())
-                .bind(text)
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddMood { title, phase, label, score } => {
-            let id = record_id(conn, key, title).await?;
-            sqlx::query("INSERT INTO moods (record_id, phase, label, score, created_ms) VALUES (?, ?, ?, ?, ?)")
-                .bind(id)
-                .bind(phase.as_str())
-                .bind(label)
-                .bind(i64::from((*score).clamp(1, 5)))
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddProfileEntry { .. }
-        | ReadingChange::AddMentorFeedback { .. }
-        | ReadingChange::SetWeeklyReview { .. }
-        | ReadingChange::AddRecommendation { .. } => return Ok(()),
-    };
-    result.map_err(StoreError::db("saving reading data"))?;
-    Ok(())
-}
-
-/// A change of the user's own rows: a profile entry, mentor feedback, the weekly review
-/// subscription, a recommendation.
-async fn apply_to_user(
-    conn: &mut sqlx::SqliteConnection,
-    key: &SessionKey,
-    change: &ReadingChange,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let (platform, user) = (key.platform.as_str(), key.user.as_str());
-    let result = match change {
-        ReadingChange::AddProfileEntry { kind, text } => {
-            sqlx::query("INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES (?, ?, ?, ?, ?)")
-                .bind(platform)
-                .bind(user)
-                .bind(kind.as_str())
-                .bind(text)
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::AddMentorFeedback { feedback_type, content } => {
-            sqlx::query("INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES (?, ?, ?, ?, ?)")
-                .bind(platform)
-                .bind(user)
-                .bind(feedback_type.as_str())
-                .bind(content)
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::SetWeeklyReview {
-            enabled: false, ..
-        } => {
-            sqlx::query("DELETE FROM weekly_reviews WHERE platform = ? AND user_id = ?")
-                .bind(platform)
-                .bind(user)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::SetWeeklyReview {
-            enabled: true,
-            timezone,
-        } => {
-            sqlx::query(
-                "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
-                 timezone = excluded.timezone",
-            )
-            .bind(platform)
-            .bind(user)
-            .bind(&key.chat)
-            .bind(&key.thread)
-            .bind(timezone)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-        }
-        ReadingChange::AddRecommendation { title, reason } => {
-            sqlx::query("INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES (?, ?, ?, ?, ?)")
-                .bind(platform)
-                .bind(user)
-                .bind(title)
-                .bind(reason)
-                .bind(now_ms)
-                .execute(&mut *conn)
-                .await
-        }
-        ReadingChange::OpenRecord { .. }
-        | ReadingChange::SetStatus { .. }
-        | ReadingChange::SetMode { .. }
-        | ReadingChange::AddInsight { .. }
-        | ReadingChange::AddMood { .. } => return Ok(()),
-    };
-    result.map_err(StoreError::db("saving reading data"))?;
     Ok(())
 }
 
@@ -319,57 +124,30 @@ pub(super) async fn write_session(
     Ok(session)
 }
 
-/// A turn's other rows: reading data, tickets and feedback (its submissions go with the
-/// messages: [`push_submissions`]).
+/// A turn's other rows: reading data, tickets and feedback ([`extra_statements`]; its
+/// submissions go with the messages: [`push_submissions`]).
 pub(super) async fn write_extras(
     tx: &mut sqlx::SqliteConnection,
     session: &SessionRecord,
     changes: &[StateChange],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let key = &session.key;
-    for change in changes {
-        match change {
-            StateChange::Reading { change } => {
-                apply_reading(tx, key, change, now_ms).await?;
-            }
-            StateChange::SaveTicket { ticket } => {
-                let json = |v: &serde_json::Value| {
-                    serde_json::to_string(v).map_err(|e| corrupt("ticket", e))
-                };
-                sqlx::query(
-                    "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
-                     feedback, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(session.id)
-                .bind(ticket.ticket_no)
-                .bind(&ticket.question)
-                .bind(json(&serde_json::json!(ticket.plan))?)
-                .bind(json(&ticket.sub_answers)?)
-                .bind(&ticket.answer)
-                .bind(json(&serde_json::json!(ticket.sources))?)
-                .bind(&ticket.feedback)
-                .bind(now_ms)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("saving the ticket"))?;
-            }
-            StateChange::SetTicketFeedback {
-                ticket_no,
-                feedback,
-            } => {
-                sqlx::query("UPDATE helpdesk_tickets SET feedback = ?, updated_ms = ? WHERE session_id = ? AND ticket_no = ?")
-                    .bind(feedback)
-                    .bind(now_ms)
-                    .bind(session.id)
-                    .bind(ticket_no)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::db("saving the feedback"))?;
-            }
-            _ => {}
+    for statement in extra_statements(session, changes, now_ms)? {
+        let sql = sqlite_sql(statement.sql);
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for arg in &statement.args {
+            query = match arg {
+                Arg::Text(text) => query.bind(*text),
+                Arg::MaybeText(text) => query.bind(*text),
+                Arg::Owned(text) => query.bind(text.as_str()),
+                Arg::Int(n) => query.bind(*n),
+            };
         }
+        let done = query
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("saving a turn's reading data or ticket"))?;
+        statement.check(done.rows_affected())?;
     }
     Ok(())
 }

@@ -1,0 +1,254 @@
+//! Writes both backends make with the same statements: a turn's reading data, tickets and
+//! feedback ([`extra_statements`]) and what `/forget` deletes ([`forget_statements`]). They are written
+//! with PostgreSQL's numbered placeholders (`$1`), which SQLite takes as `?1`
+//! ([`sqlite_sql`]); each backend binds the [`Arg`]s and runs them its own way.
+
+use super::reading::ReadingChange;
+use super::{SessionRecord, StateChange, StoreError};
+use crate::message::SessionKey;
+use crate::store::rows::corrupt;
+
+/// A value bound to a statement.
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    MaybeText(Option<&'a str>),
+    Owned(String),
+    Int(i64),
+}
+
+/// One statement and its arguments, in placeholder order.
+pub(crate) struct Statement<'a> {
+    pub(crate) sql: &'static str,
+    pub(crate) args: Vec<Arg<'a>>,
+    /// The reading record (its title) the statement writes under: when it changes no row,
+    /// the record does not exist and the turn fails.
+    pub(crate) needs_record: Option<&'a str>,
+}
+
+impl Statement<'_> {
+    /// What the statement changed is what it must: a row under a record it needs.
+    pub(crate) fn check(&self, rows_affected: u64) -> Result<(), StoreError> {
+        match self.needs_record {
+            Some(title) if rows_affected == 0 => Err(StoreError::Corrupt(format!(
+                "no reading record {title:?} for this user"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `sql` (PostgreSQL's `$1` placeholders) as SQLite numbers them (`?1`).
+pub(crate) fn sqlite_sql(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
+/// What `/forget` deletes for one user (`$1` platform, `$2` user id), children first; the
+/// users row cascades to what is left. Submissions are kept unless `keep_submissions` is
+/// false ([`forget_statements`]).
+const FORGET: [&str; 9] = [
+    "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
+    "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
+    "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",
+    "DELETE FROM moods WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",
+    "DELETE FROM reading_records WHERE platform = $1 AND user_id = $2",
+    "DELETE FROM profile_entries WHERE platform = $1 AND user_id = $2",
+    "DELETE FROM mentor_feedback WHERE platform = $1 AND user_id = $2",
+    "DELETE FROM recommendations WHERE platform = $1 AND user_id = $2",
+    "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
+];
+
+/// [`FORGET`], then the submissions (unless kept), the sessions and the user, in order.
+pub(crate) fn forget_statements(keep_submissions: bool) -> Vec<&'static str> {
+    let mut statements = FORGET.to_vec();
+    if !keep_submissions {
+        statements.push("DELETE FROM submissions WHERE platform = $1 AND user_id = $2");
+    }
+    statements.push("DELETE FROM sessions WHERE platform = $1 AND user_id = $2");
+    statements.push("DELETE FROM users WHERE platform = $1 AND user_id = $2");
+    statements
+}
+
+/// A turn's rows beside its session and messages: reading data, tickets and feedback, in
+/// the order of its changes (submissions are written by each backend with the messages).
+pub(crate) fn extra_statements<'a>(
+    session: &'a SessionRecord,
+    changes: &'a [StateChange],
+    now_ms: i64,
+) -> Result<Vec<Statement<'a>>, StoreError> {
+    let json = |v: &serde_json::Value| serde_json::to_string(v).map_err(|e| corrupt("ticket", e));
+    let mut statements = Vec::new();
+    for change in changes {
+        statements.push(match change {
+            StateChange::Reading { change } => reading_statement(&session.key, change, now_ms),
+            StateChange::SaveTicket { ticket } => Statement {
+                sql: "INSERT INTO helpdesk_tickets (session_id, ticket_no, question, plan, sub_answers, answer, sources, \
+                      feedback, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+                args: vec![
+                    Arg::Int(session.id),
+                    Arg::Int(ticket.ticket_no),
+                    Arg::Text(&ticket.question),
+                    Arg::Owned(json(&serde_json::json!(ticket.plan))?),
+                    Arg::Owned(json(&ticket.sub_answers)?),
+                    Arg::Text(&ticket.answer),
+                    Arg::Owned(json(&serde_json::json!(ticket.sources))?),
+                    Arg::MaybeText(ticket.feedback.as_deref()),
+                    Arg::Int(now_ms),
+                ],
+                needs_record: None,
+            },
+            StateChange::SetTicketFeedback {
+                ticket_no,
+                feedback,
+            } => Statement {
+                sql: "UPDATE helpdesk_tickets SET feedback = $1, updated_ms = $2 WHERE session_id = $3 AND ticket_no = $4",
+                args: vec![
+                    Arg::Text(feedback),
+                    Arg::Int(now_ms),
+                    Arg::Int(session.id),
+                    Arg::Int(*ticket_no),
+                ],
+                needs_record: None,
+            },
+            _ => continue,
+        });
+    }
+    Ok(statements)
+}
+
+/// A reading change for the session's own user: the book's record (opened, status, mode,
+/// an insight, a mood) or the user's rows (profile, mentor feedback, the weekly review,
+/// a recommendation).
+fn reading_statement<'a>(
+    key: &'a SessionKey,
+    change: &'a ReadingChange,
+    now_ms: i64,
+) -> Statement<'a> {
+    let (platform, user) = (Arg::Text(key.platform.as_str()), Arg::Text(&key.user));
+    let plain = |sql, args| Statement {
+        sql,
+        args,
+        needs_record: None,
+    };
+    match change {
+        ReadingChange::OpenRecord { title, author } => plain(
+            "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5) \
+             ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
+             author = COALESCE(reading_records.author, excluded.author)",
+            vec![
+                platform,
+                user,
+                Arg::Text(title),
+                Arg::MaybeText(author.as_deref()),
+                Arg::Int(now_ms),
+            ],
+        ),
+        ReadingChange::SetStatus { title, status } => plain(
+            "UPDATE reading_records SET status = $1, updated_ms = $2, \
+             started_ms = CASE WHEN $1 != 'not_started' THEN COALESCE(started_ms, $2) ELSE started_ms END, \
+             finished_ms = CASE WHEN $1 = 'completed' THEN $2 ELSE NULL END \
+             WHERE platform = $3 AND user_id = $4 AND title = $5",
+            vec![
+                Arg::Text(status.as_str()),
+                Arg::Int(now_ms),
+                platform,
+                user,
+                Arg::Text(title),
+            ],
+        ),
+        ReadingChange::SetMode { title, mode } => plain(
+            "UPDATE reading_records SET interaction_mode = $1, updated_ms = $2 WHERE platform = $3 AND user_id = $4 AND title = $5",
+            vec![
+                Arg::Text(mode.as_str()),
+                Arg::Int(now_ms),
+                platform,
+                user,
+                Arg::Text(title),
+            ],
+        ),
+        ReadingChange::AddInsight { title, kind, text } => Statement {
+            sql: "INSERT INTO insights (record_id, kind, text, created_ms) \
+                  SELECT id, $4, $5, $6 FROM reading_records WHERE platform = $1 AND user_id = $2 AND title = $3",
+            args: vec![
+                platform,
+                user,
+                Arg::Text(title),
+                Arg::Text(kind.as_str()),
+                Arg::Text(text),
+                Arg::Int(now_ms),
+            ],
+            needs_record: Some(title),
+        },
+        ReadingChange::AddMood {
+            title,
+            phase,
+            label,
+            score,
+        } => Statement {
+            sql: "INSERT INTO moods (record_id, phase, label, score, created_ms) \
+                  SELECT id, $4, $5, $6, $7 FROM reading_records WHERE platform = $1 AND user_id = $2 AND title = $3",
+            args: vec![
+                platform,
+                user,
+                Arg::Text(title),
+                Arg::Text(phase.as_str()),
+                Arg::Text(label),
+                Arg::Int(i64::from((*score).clamp(1, 5))),
+                Arg::Int(now_ms),
+            ],
+            needs_record: Some(title),
+        },
+        ReadingChange::AddProfileEntry { kind, text } => plain(
+            "INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES ($1, $2, $3, $4, $5)",
+            vec![
+                platform,
+                user,
+                Arg::Text(kind.as_str()),
+                Arg::Text(text),
+                Arg::Int(now_ms),
+            ],
+        ),
+        ReadingChange::AddMentorFeedback {
+            feedback_type,
+            content,
+        } => plain(
+            "INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES ($1, $2, $3, $4, $5)",
+            vec![
+                platform,
+                user,
+                Arg::Text(feedback_type.as_str()),
+                Arg::Text(content),
+                Arg::Int(now_ms),
+            ],
+        ),
+        ReadingChange::SetWeeklyReview { enabled: false, .. } => plain(
+            "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
+            vec![platform, user],
+        ),
+        ReadingChange::SetWeeklyReview {
+            enabled: true,
+            timezone,
+        } => plain(
+            "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
+             timezone = excluded.timezone",
+            vec![
+                platform,
+                user,
+                Arg::Text(&key.chat),
+                Arg::Text(&key.thread),
+                Arg::Text(timezone),
+                Arg::Int(now_ms),
+            ],
+        ),
+        ReadingChange::AddRecommendation { title, reason } => plain(
+            "INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES ($1, $2, $3, $4, $5)",
+            vec![
+                platform,
+                user,
+                Arg::Text(title),
+                Arg::Text(reason),
+                Arg::Int(now_ms),
+            ],
+        ),
+    }
+}
