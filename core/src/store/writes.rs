@@ -252,3 +252,36 @@ fn reading_statement<'a>(
         ),
     }
 }
+
+/// Takes a lease (`$1` name, `$2` holder, `$3` until, `$4` now) if it is free, expired or
+/// the holder's own; returns a row only when the holder holds it now.
+pub(crate) const LEASE_TAKE: &str = "INSERT INTO leases (name, holder, expires_ms) VALUES ($1, $2, $3) \
+     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms \
+     WHERE leases.holder = excluded.holder OR leases.expires_ms < $4 RETURNING holder";
+
+/// Lets go of a lease (`$1` name) if `$2` holds it.
+pub(crate) const LEASE_RELEASE: &str = "DELETE FROM leases WHERE name = $1 AND holder = $2";
+
+/// The leases whose name starts with `$1`.
+pub(crate) const LEASE_LIST: &str = "SELECT name, holder, expires_ms FROM leases \
+     WHERE substr(name, 1, length($1)) = $1 ORDER BY name";
+
+/// Now and the end of a lease of `ttl` from now, in milliseconds.
+pub(crate) fn lease_times(ttl: std::time::Duration) -> (i64, i64) {
+    let now = crate::store::rows::ms(chrono::Utc::now());
+    (
+        now,
+        now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
+
+/// [`LEASE_LIST`]'s rows as leases.
+pub(crate) fn leases_of(rows: Vec<(String, String, i64)>) -> Vec<super::Lease> {
+    rows.into_iter()
+        .map(|(name, holder, expires)| super::Lease {
+            name,
+            holder,
+            expires_at: crate::store::rows::from_ms(expires),
+        })
+        .collect()
+}

@@ -21,10 +21,11 @@ use super::{
 };
 use crate::message::{Incoming, Platform, SessionKey};
 use crate::store::rows::{
-    corrupt, from_ms, message_from_row, ms, session_columns_of, session_from_row,
-    turn_load_from_row,
+    corrupt, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
 };
-use crate::store::writes::forget_statements;
+use crate::store::writes::{
+    LEASE_LIST, LEASE_RELEASE, LEASE_TAKE, forget_statements, lease_times, leases_of,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -355,25 +356,20 @@ impl Inbox for PgStore {
 #[async_trait]
 impl super::Leases for PgStore {
     async fn lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let now = ms(Utc::now());
-        let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let held: Option<String> = sqlx::query_scalar(
-            "INSERT INTO leases (name, holder, expires_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms \
-             WHERE leases.holder = excluded.holder OR leases.expires_ms < $4 RETURNING holder",
-        )
-        .bind(name)
-        .bind(holder)
-        .bind(until)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::db("taking a lease"))?;
+        let (now, until) = lease_times(ttl);
+        let held: Option<String> = sqlx::query_scalar(LEASE_TAKE)
+            .bind(name)
+            .bind(holder)
+            .bind(until)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("taking a lease"))?;
         Ok(held.is_some())
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
+        sqlx::query(LEASE_RELEASE)
             .bind(name)
             .bind(holder)
             .execute(&self.pool)
@@ -383,20 +379,11 @@ impl super::Leases for PgStore {
     }
 
     async fn leases(&self, prefix: &str) -> Result<Vec<super::Lease>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT name, holder, expires_ms FROM leases WHERE starts_with(name, $1) ORDER BY name",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("reading leases"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(name, holder, expires)| super::Lease {
-                name,
-                holder,
-                expires_at: from_ms(expires),
-            })
-            .collect())
+        let rows = sqlx::query_as(LEASE_LIST)
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("reading leases"))?;
+        Ok(leases_of(rows))
     }
 }

@@ -1,36 +1,33 @@
-//! [`Leases`] on [`SqliteStore`]: on the writer connection, each a statement of its own.
-//! One process owns a SQLite database (`kaiwa run` holds the `instance` lease); the others
-//! are there for a second process that would start on the same file.
+//! [`Leases`] on [`SqliteStore`]: the statements PostgreSQL runs too
+//! ([`crate::store::writes`]), on the writer connection. One process owns a SQLite
+//! database (`kaiwa run` claims it: [`crate::store::Store::claim_sole_use`]); its leases have no rival.
 
 use super::SqliteStore;
-use crate::store::rows::{from_ms, ms};
+use crate::store::writes::{
+    LEASE_LIST, LEASE_RELEASE, LEASE_TAKE, lease_times, leases_of, sqlite_sql,
+};
 use crate::store::{Lease, Leases, StoreError};
 use async_trait::async_trait;
-use chrono::Utc;
+use sqlx::AssertSqlSafe;
 use std::time::Duration;
 
 #[async_trait]
 impl Leases for SqliteStore {
     async fn lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let now = ms(Utc::now());
-        let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let held: Option<String> = sqlx::query_scalar(
-            "INSERT INTO leases (name, holder, expires_ms) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms \
-             WHERE leases.holder = excluded.holder OR leases.expires_ms < ?4 RETURNING holder",
-        )
-        .bind(name)
-        .bind(holder)
-        .bind(until)
-        .bind(now)
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(StoreError::db("taking a lease"))?;
+        let (now, until) = lease_times(ttl);
+        let held: Option<String> = sqlx::query_scalar(AssertSqlSafe(sqlite_sql(LEASE_TAKE)))
+            .bind(name)
+            .bind(holder)
+            .bind(until)
+            .bind(now)
+            .fetch_optional(&self.writer)
+            .await
+            .map_err(StoreError::db("taking a lease"))?;
         Ok(held.is_some())
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM leases WHERE name = ? AND holder = ?")
+        sqlx::query(AssertSqlSafe(sqlite_sql(LEASE_RELEASE)))
             .bind(name)
             .bind(holder)
             .execute(&self.writer)
@@ -40,20 +37,11 @@ impl Leases for SqliteStore {
     }
 
     async fn leases(&self, prefix: &str) -> Result<Vec<Lease>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT name, holder, expires_ms FROM leases WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("reading leases"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(name, holder, expires)| Lease {
-                name,
-                holder,
-                expires_at: from_ms(expires),
-            })
-            .collect())
+        let rows = sqlx::query_as(AssertSqlSafe(sqlite_sql(LEASE_LIST)))
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("reading leases"))?;
+        Ok(leases_of(rows))
     }
 }
