@@ -7,12 +7,9 @@
 
 mod common;
 
-use kaiwa_core::store::sqlite::SqliteStore;
-use kaiwa_core::store::{Reads, Role, Store};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOKEN: &str = "777001:CRASH-secret-token";
 const LATE: &str = "(I restarted; in case these did not reach you:)";
@@ -50,44 +47,6 @@ fn spawn_run(dir: &std::path::Path) -> tokio::process::Child {
     common::spawn_run(dir, TOKEN).0
 }
 
-/// Waits until `count` stops changing for `quiet` (or `limit` passes); returns it.
-async fn settle(count: impl Fn() -> usize, quiet: Duration, limit: Duration) -> usize {
-    let deadline = Instant::now() + limit;
-    let mut last = count();
-    let mut since = Instant::now();
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = count();
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet {
-            break;
-        }
-    }
-    last
-}
-
-/// The user messages stored per chat.
-async fn stored_user_messages(dir: &std::path::Path) -> HashMap<String, Vec<String>> {
-    let url = format!("sqlite://{}/kaiwa.db", dir.display());
-    let store = SqliteStore::connect(&url).await.expect("store");
-    let mut by_chat: HashMap<String, Vec<String>> = HashMap::new();
-    for session in store.active_sessions(10_000).await.expect("sessions") {
-        let said = store
-            .recent_messages(session.id, 1_000)
-            .await
-            .expect("messages");
-        by_chat.entry(session.key.chat.clone()).or_default().extend(
-            said.into_iter()
-                .filter(|m| m.role == Role::User)
-                .map(|m| m.text),
-        );
-    }
-    store.close().await;
-    by_chat
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_killed_with_sigkill_loses_nothing_after_the_restart() {
     const USERS: i64 = 50;
@@ -107,7 +66,7 @@ async fn a_burst_killed_with_sigkill_loses_nothing_after_the_restart() {
         telegram.send_text(control, 1, &format!("control {i}"));
     }
     telegram.wait_texts(control, 1).await;
-    let expected = settle(
+    let expected = common::settle(
         || telegram.texts_in(control).len(),
         Duration::from_secs(1),
         Duration::from_secs(20),
@@ -138,11 +97,12 @@ async fn a_burst_killed_with_sigkill_loses_nothing_after_the_restart() {
     let at_kill = burst_sends();
 
     let mut second = spawn_run(dir.path());
-    settle(burst_sends, Duration::from_secs(3), Duration::from_secs(60)).await;
+    common::settle(burst_sends, Duration::from_secs(3), Duration::from_secs(60)).await;
     let _ = second.start_kill();
     let _ = second.wait().await;
 
-    let stored = stored_user_messages(dir.path()).await;
+    let stored =
+        common::stored_user_messages(&format!("sqlite://{}/kaiwa.db", dir.path().display())).await;
     let mut lost = 0;
     let mut repeated = 0;
     let mut late_notes = 0;
@@ -204,7 +164,7 @@ async fn turns_cut_by_the_grace_period_are_answered_after_the_restart() {
     for chat in &chats {
         telegram.wait_texts(*chat, 1).await;
     }
-    settle(
+    common::settle(
         || telegram.calls_of("sendmessage").len(),
         Duration::from_millis(500),
         Duration::from_secs(10),
@@ -240,7 +200,7 @@ async fn turns_cut_by_the_grace_period_are_answered_after_the_restart() {
     for (chat, greeted) in chats.iter().zip(&greeted) {
         telegram.wait_texts(*chat, greeted + 1).await;
     }
-    settle(
+    common::settle(
         || telegram.calls_of("sendmessage").len(),
         Duration::from_secs(2),
         Duration::from_secs(20),

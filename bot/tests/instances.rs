@@ -6,9 +6,7 @@
 
 mod common;
 
-use kaiwa_core::store::Role;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "777002:TWO-secret-token";
@@ -36,43 +34,6 @@ poll_timeout_secs = 1
     )
 }
 
-/// Waits until `count` stops changing for `quiet` (or `limit` passes); returns it.
-async fn settle(count: impl Fn() -> usize, quiet: Duration, limit: Duration) -> usize {
-    let deadline = Instant::now() + limit;
-    let mut last = count();
-    let mut since = Instant::now();
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = count();
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet {
-            break;
-        }
-    }
-    last
-}
-
-/// The user messages stored per chat, in the order they were stored.
-async fn stored_user_messages(url: &str) -> HashMap<String, Vec<String>> {
-    let store = kaiwa_core::store::connect(url).await.expect("store");
-    let mut by_chat: HashMap<String, Vec<String>> = HashMap::new();
-    for session in store.active_sessions(10_000).await.expect("sessions") {
-        let said = store
-            .recent_messages(session.id, 1_000)
-            .await
-            .expect("messages");
-        by_chat.entry(session.key.chat.clone()).or_default().extend(
-            said.into_iter()
-                .filter(|m| m.role == Role::User)
-                .map(|m| m.text),
-        );
-    }
-    store.close().await;
-    by_chat
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
     const USERS: i64 = 50;
@@ -90,7 +51,7 @@ async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
         telegram.send_text(control, 1, &format!("control {i}"));
     }
     telegram.wait_texts(control, 1).await;
-    let expected = settle(
+    let expected = common::settle(
         || telegram.texts_in(control).len(),
         Duration::from_secs(1),
         Duration::from_secs(30),
@@ -160,11 +121,11 @@ async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
         })
         .await;
     let all_answered = killed.elapsed();
-    settle(burst_sends, Duration::from_secs(2), Duration::from_secs(30)).await;
+    common::settle(burst_sends, Duration::from_secs(2), Duration::from_secs(30)).await;
     let _ = survivor.start_kill();
     let _ = survivor.wait().await;
 
-    let stored = stored_user_messages(&url).await;
+    let stored = common::stored_user_messages(&url).await;
     let (mut lost, mut repeated, mut out_of_order) = (0, 0, 0);
     for (u, chat) in chats.iter().enumerate() {
         let said = stored

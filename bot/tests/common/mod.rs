@@ -1,7 +1,10 @@
 //! What the binary's tests share: `kaiwa run` as a child process.
 
+use kaiwa_core::store::Role;
+use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Starts `kaiwa run` on `dir`'s `kaiwa.toml` and `kaiwa.db`, with `telegram_token` in
@@ -71,4 +74,43 @@ pub fn spawn_run_on(
         }
     });
     (child, log, reader)
+}
+
+/// Waits until `count` stops changing for `quiet` (or `limit` passes); returns it.
+#[allow(dead_code)]
+pub async fn settle(count: impl Fn() -> usize, quiet: Duration, limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    let mut last = count();
+    let mut since = Instant::now();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = count();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            break;
+        }
+    }
+    last
+}
+
+/// The user messages stored per chat, in the order they were stored.
+#[allow(dead_code)]
+pub async fn stored_user_messages(url: &str) -> HashMap<String, Vec<String>> {
+    let store = kaiwa_core::store::connect(url).await.expect("store");
+    let mut by_chat: HashMap<String, Vec<String>> = HashMap::new();
+    for session in store.active_sessions(10_000).await.expect("sessions") {
+        let said = store
+            .recent_messages(session.id, 1_000)
+            .await
+            .expect("messages");
+        by_chat.entry(session.key.chat.clone()).or_default().extend(
+            said.into_iter()
+                .filter(|m| m.role == Role::User)
+                .map(|m| m.text),
+        );
+    }
+    store.close().await;
+    by_chat
 }

@@ -134,6 +134,77 @@ pub(crate) fn state_change(change: &Change, ticket_no: i64) -> StateChange {
     }
 }
 
+/// Generated turns as commits, in order: each place's session as last committed (a new
+/// one once it ended), each turn's update (a repeat reuses the place's last one), its
+/// changes and one model call. Shared with the backends' contract test.
+#[derive(Default)]
+pub(crate) struct Script {
+    sessions: HashMap<usize, SessionRecord>,
+    updates: HashMap<usize, usize>,
+    counter: usize,
+}
+
+impl Script {
+    /// The commit of `turn`.
+    pub(crate) fn next(&mut self, turn: &Turn) -> TurnCommit {
+        let key = SessionKey {
+            platform: Platform::Console,
+            chat: format!("c{}", turn.place),
+            thread: String::new(),
+            user: format!("u{}", turn.place),
+        };
+        let session = self
+            .sessions
+            .get(&turn.place)
+            .filter(|s| s.status == SessionStatus::Active)
+            .cloned()
+            .unwrap_or_else(|| SessionRecord::draft(key.clone(), "assistant"));
+        self.counter += 1;
+        let counter = self.counter;
+        let update = match self.updates.get(&turn.place) {
+            Some(last) if turn.repeat => *last,
+            _ => counter,
+        };
+        self.updates.insert(turn.place, update);
+        TurnCommit {
+            session,
+            user: UserRef {
+                id: key.user.clone(),
+                display_name: format!("User {}", turn.place),
+                language: None,
+            },
+            finish_session: None,
+            processed: Some(ProcessedUpdate {
+                platform: Platform::Console,
+                chat: key.chat.clone(),
+                message_id: format!("m{update}"),
+            }),
+            changes: turn
+                .changes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| state_change(c, counter as i64 * 10 + i as i64))
+                .collect(),
+            llm_calls: vec![LlmCallRecord {
+                session_id: None,
+                agent: "assistant".into(),
+                model: "m".into(),
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                latency_ms: 1,
+                error: None,
+                at: Utc::now(),
+                wasted: counter % 2 == 1,
+            }],
+        }
+    }
+
+    /// The session `place`'s last turn committed.
+    pub(crate) fn committed(&mut self, place: usize, session: SessionRecord) {
+        self.sessions.insert(place, session);
+    }
+}
+
 /// Every table's rows, sorted, each as a JSON array of its columns less the times
 /// (each path stamps its own `now`).
 async fn tables(pool: &SqlitePool) -> Vec<(String, Vec<String>)> {
@@ -190,64 +261,14 @@ async fn run(rounds: &[Vec<Turn>], path: WritePath) -> (Vec<String>, Vec<(String
     let store = SqliteStore::connect("sqlite::memory:")
         .await
         .expect("opens");
-    // each place's session as last committed, and its last update
-    let mut sessions: HashMap<usize, SessionRecord> = HashMap::new();
-    let mut updates: HashMap<usize, usize> = HashMap::new();
+    let mut script = Script::default();
     let mut next_ids = None;
     let mut answers = Vec::new();
-    let mut counter = 0usize;
     for round in rounds {
         let mut batch = Vec::new();
         let mut receivers = Vec::new();
         for turn in round {
-            let key = SessionKey {
-                platform: Platform::Console,
-                chat: format!("c{}", turn.place),
-                thread: String::new(),
-                user: format!("u{}", turn.place),
-            };
-            let session = sessions
-                .get(&turn.place)
-                .filter(|s| s.status == SessionStatus::Active)
-                .cloned()
-                .unwrap_or_else(|| SessionRecord::draft(key.clone(), "assistant"));
-            counter += 1;
-            let update = match updates.get(&turn.place) {
-                Some(last) if turn.repeat => *last,
-                _ => counter,
-            };
-            updates.insert(turn.place, update);
-            let commit = TurnCommit {
-                session,
-                user: UserRef {
-                    id: key.user.clone(),
-                    display_name: format!("User {}", turn.place),
-                    language: None,
-                },
-                finish_session: None,
-                processed: Some(ProcessedUpdate {
-                    platform: Platform::Console,
-                    chat: key.chat.clone(),
-                    message_id: format!("m{update}"),
-                }),
-                changes: turn
-                    .changes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| state_change(c, counter as i64 * 10 + i as i64))
-                    .collect(),
-                llm_calls: vec![LlmCallRecord {
-                    session_id: None,
-                    agent: "assistant".into(),
-                    model: "m".into(),
-                    prompt_tokens: 3,
-                    completion_tokens: 2,
-                    latency_ms: 1,
-                    error: None,
-                    at: Utc::now(),
-                    wasted: counter % 2 == 1,
-                }],
-            };
+            let commit = script.next(turn);
             let after = Prepared::of(&commit).expect("prepares");
             let (reply, answered) = oneshot::channel();
             batch.push(Job::Turn {
@@ -276,7 +297,7 @@ async fn run(rounds: &[Vec<Turn>], path: WritePath) -> (Vec<String>, Vec<(String
             let result = answered.await.expect("every turn is answered");
             answers.push(answer(&result));
             if let Ok(turn) = result {
-                sessions.insert(place, turn.session);
+                script.committed(place, turn.session);
             }
         }
     }
