@@ -336,6 +336,65 @@ impl TelegramAdapter {
     }
 }
 
+/// Whether this instance long-polls: always when alone; among several instances (one
+/// database), while it holds [`POLLER_LEASE`] (each poll ends another's with 409), the
+/// others standing by to take over once the lease expires.
+struct Poller<'a> {
+    orchestrator: &'a Orchestrator,
+    health: &'a AdapterHealth,
+    shared: bool,
+    polling: bool,
+}
+
+impl<'a> Poller<'a> {
+    fn new(orchestrator: &'a Orchestrator, health: &'a AdapterHealth) -> Self {
+        let shared = orchestrator.instance().is_shared();
+        health.set_role("poller", !shared);
+        Poller {
+            orchestrator,
+            health,
+            shared,
+            polling: !shared,
+        }
+    }
+
+    /// Among several instances polls are short enough to renew the lease in time.
+    fn poll_timeout(&self, configured: Duration) -> Duration {
+        if self.shared {
+            configured.min(RENEW_EVERY)
+        } else {
+            configured
+        }
+    }
+
+    /// Takes or renews the lease before a poll: `Some(fresh)` to poll (`fresh`: this
+    /// instance has just become the poller), `None` to stand by.
+    async fn may_poll(&mut self) -> Option<bool> {
+        if !self.shared {
+            return Some(false);
+        }
+        let holds = self.orchestrator.hold(POLLER_LEASE).await;
+        let changed = holds != self.polling;
+        if changed {
+            tracing::info!(
+                polling = holds,
+                "Telegram poller lease {}",
+                if holds { "taken" } else { "lost" }
+            );
+            self.polling = holds;
+            self.health.set_role("poller", holds);
+        }
+        holds.then_some(changed)
+    }
+
+    /// Polling stopped: another instance may poll at once.
+    async fn stop(&self) {
+        if self.shared && self.polling {
+            self.orchestrator.let_go(POLLER_LEASE).await;
+        }
+    }
+}
+
 /// Long polling until `shutdown` resolves: a batch's stops go straight to their replies,
 /// Kaiwa's updates are kept in the inbox and queued in their lanes, the others go to
 /// `host` (a host bot's dispatcher; without one they are not Kaiwa's business), and only
@@ -353,37 +412,18 @@ async fn long_poll(
     let mut offset: Option<i64> = None;
     let mut failures: u32 = 0;
     let mut last_logged: Option<Instant> = None;
-    let shared = ctx.orchestrator.instance().is_shared();
-    // several instances: one polls (each poll ends another's with 409), the others stand by
-    // and take over once its lease expires; polls are short enough to renew it in time
-    let poll_timeout = if shared {
-        poll_timeout.min(RENEW_EVERY)
-    } else {
-        poll_timeout
-    };
-    let mut polling = !shared;
-    health.set_role("poller", polling);
+    let mut poller = Poller::new(&ctx.orchestrator, health);
+    let poll_timeout = poller.poll_timeout(poll_timeout);
     loop {
-        if shared {
-            let holds = ctx.orchestrator.hold(POLLER_LEASE).await;
-            if holds != polling {
-                tracing::info!(
-                    polling = holds,
-                    "Telegram poller lease {}",
-                    if holds { "taken" } else { "lost" }
-                );
-                polling = holds;
-                health.set_role("poller", holds);
-                // a new poller starts from what Telegram has not had confirmed
-                offset = None;
-            }
-            if !holds {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(RENEW_EVERY) => continue,
-                }
-            }
+        match poller.may_poll().await {
+            // a new poller starts from what Telegram has not had confirmed
+            Some(true) => offset = None,
+            Some(false) => {}
+            None => tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(RENEW_EVERY) => continue,
+            },
         }
         let polled = tokio::select! {
             biased;
@@ -446,10 +486,7 @@ async fn long_poll(
             }
         }
     }
-    if shared && polling {
-        // another instance polls at once
-        ctx.orchestrator.let_go(POLLER_LEASE).await;
-    }
+    poller.stop().await;
     if let Some(offset) = offset {
         // confirm the last batch now rather than have it sent again at the next start
         let confirm = polling::confirm(api, offset);
