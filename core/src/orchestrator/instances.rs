@@ -128,24 +128,18 @@ impl Orchestrator {
         let mut new_chats = 0;
         for chat in chats {
             let name = chat_lease(platform, chat);
-            let renewed = self.renewed_at(&name);
             match held.get(&name) {
                 Some(lease) if lease.holder == self.instance.id => {
-                    if renewed.is_none_or(|at| at.elapsed() >= RENEW_EVERY) {
-                        if !self.hold(&name).await {
-                            continue;
-                        }
-                        self.mark_renewed(&name);
+                    if self.renew_when_due(&name).await {
+                        mine.insert(chat.to_string());
                     }
-                    mine.insert(chat.to_string());
                 }
                 Some(lease) if lease.expires_at > now => {}
                 previous => {
-                    if new_chats >= NEW_CHATS_PER_CLAIM || !self.hold(&name).await {
+                    if new_chats >= NEW_CHATS_PER_CLAIM || !self.take(&name).await {
                         continue;
                     }
                     new_chats += 1;
-                    self.mark_renewed(&name);
                     mine.insert(chat.to_string());
                     if let Some(dead) = previous
                         && dead.holder != self.instance.id
@@ -180,17 +174,26 @@ impl Orchestrator {
     pub async fn holds_chat(&self, platform: Platform, chat: &str) -> bool {
         let name = chat_lease(platform, chat);
         match self.renewed_at(&name) {
-            None => false,
-            Some(at) if at.elapsed() < RENEW_EVERY => true,
-            Some(at) if at.elapsed() < LEASE_TTL => {
-                let held = self.hold(&name).await;
-                if held {
-                    self.mark_renewed(&name);
-                }
-                held
-            }
-            Some(_) => false,
+            Some(at) if at.elapsed() < LEASE_TTL => self.renew_when_due(&name).await,
+            _ => false,
         }
+    }
+
+    /// Takes the lease of a chat (`name`) for this instance, noting when.
+    async fn take(&self, name: &str) -> bool {
+        let held = self.hold(name).await;
+        if held {
+            self.mark_renewed(name);
+        }
+        held
+    }
+
+    /// Renews this instance's lease `name` when [`RENEW_EVERY`] has passed since the last
+    /// renewal; whether it holds it still.
+    async fn renew_when_due(&self, name: &str) -> bool {
+        self.renewed_at(name)
+            .is_some_and(|at| at.elapsed() < RENEW_EVERY)
+            || self.take(name).await
     }
 
     /// Lets go of every chat of `platform` this instance holds (a clean stop).
