@@ -85,6 +85,20 @@ pub enum Command {
         #[command(subcommand)]
         command: KbCommand,
     },
+    /// Register the Telegram webhook (`[telegram] webhook_url`, the secret of
+    /// `webhook_secret_env`), remove it, or show what Telegram has; out of band, so that a
+    /// rolling restart never unhooks the bot.
+    Webhook {
+        #[command(subcommand)]
+        command: WebhookCommand,
+    },
+    /// Exit 0 when the running bot's /healthz answers 200, 1 otherwise (a container's
+    /// health check).
+    Health {
+        /// The health URL (default: http://[server] listen/healthz).
+        #[arg(long)]
+        url: Option<String>,
+    },
     /// Write the stored submissions of a form as CSV or JSON.
     Export {
         /// The form id.
@@ -108,6 +122,16 @@ pub enum KbCommand {
         #[arg(long, default_value_t = 3)]
         k: usize,
     },
+}
+
+#[derive(Subcommand)]
+pub enum WebhookCommand {
+    /// Have Telegram deliver updates to `[telegram] webhook_url`.
+    Set,
+    /// Remove the webhook (the bot goes back to long polling at its next start).
+    Delete,
+    /// What Telegram has: the URL, pending updates, the last delivery error.
+    Info,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

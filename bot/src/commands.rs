@@ -2,7 +2,7 @@
 //! knowledge base) rather than on the running bot: each a function `main.rs` calls.
 
 use crate::bench;
-use crate::cli::{ExportFormat, KbCommand};
+use crate::cli::{ExportFormat, KbCommand, WebhookCommand};
 use anyhow::{Context, bail};
 use kaiwa::app;
 use kaiwa::config::Settings;
@@ -222,4 +222,81 @@ pub async fn export(
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// `kaiwa webhook set|delete|info`: the Telegram webhook, registered out of band.
+pub async fn webhook(settings: &Settings, command: WebhookCommand) -> anyhow::Result<()> {
+    use kaiwa_adapters::telegram::{self, TelegramApi};
+    let tg = &settings.telegram;
+    let token = kaiwa::config::secret_from_env(&tg.token_env)
+        .with_context(|| format!("the Telegram bot token ({})", tg.token_env))?;
+    let api = TelegramApi::new(&token, tg.api_url.as_deref())?;
+    match command {
+        WebhookCommand::Set => {
+            let Some(url) = &tg.webhook_url else {
+                bail!(
+                    "[telegram] webhook_url is not set: the public https:// URL Telegram posts to"
+                );
+            };
+            let Some(variable) = &tg.webhook_secret_env else {
+                bail!(
+                    "[telegram] webhook_secret_env is not set: the variable holding the webhook's secret"
+                );
+            };
+            let secret = kaiwa::config::secret_from_env(variable)
+                .with_context(|| format!("the webhook secret ({variable})"))?;
+            if !telegram::valid_secret(&secret) {
+                bail!(
+                    "the secret in {variable} must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
+                );
+            }
+            if !url.starts_with("https://") {
+                eprintln!("note: Telegram delivers only to https:// URLs ({url})");
+            }
+            telegram::set_webhook(&api, url, &secret)
+                .await
+                .context("setWebhook")?;
+            println!("webhook set: Telegram delivers to {url}");
+        }
+        WebhookCommand::Delete => {
+            telegram::delete_webhook(&api)
+                .await
+                .context("deleteWebhook")?;
+            println!("webhook deleted: the bot long-polls at its next start");
+        }
+        WebhookCommand::Info => {
+            let info = telegram::webhook_info(&api)
+                .await
+                .context("getWebhookInfo")?;
+            println!("{}", serde_json::to_string_pretty(&info)?);
+        }
+    }
+    Ok(())
+}
+
+/// `kaiwa health`: whether `url` (a running bot's `/healthz`) answers 200; what it said
+/// is printed either way.
+pub async fn health(url: &str) -> bool {
+    let client = match reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("health: {e}");
+            return false;
+        }
+    };
+    match client.get(url).send().await {
+        Ok(response) => {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            println!("{status} {body}");
+            status.is_success()
+        }
+        Err(e) => {
+            eprintln!("health: {url} did not answer: {}", e.without_url());
+            false
+        }
+    }
 }

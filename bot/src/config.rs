@@ -190,6 +190,22 @@ pub struct TelegramSettings {
     /// Long-poll timeout (at most 15: teloxide's HTTP client gives up after ~17 s).
     #[serde(default = "default_poll_timeout")]
     pub poll_timeout_secs: u64,
+    /// Receive updates as a webhook on this address (`ADDR:PORT`) instead of long polling;
+    /// every instance may receive (register it with `kaiwa webhook set`).
+    pub webhook_listen: Option<String>,
+    /// The path Telegram posts to (default `/telegram`).
+    #[serde(default = "default_webhook_path")]
+    pub webhook_path: String,
+    /// The environment variable holding the secret Telegram sends with each delivery
+    /// (required with `webhook_listen`; 1–256 of `A-Z a-z 0-9 _ -`).
+    pub webhook_secret_env: Option<String>,
+    /// The public HTTPS URL Telegram delivers to (for `kaiwa webhook set`), e.g.
+    /// `https://bot.example.com/telegram`.
+    pub webhook_url: Option<String>,
+}
+
+fn default_webhook_path() -> String {
+    "/telegram".into()
 }
 
 /// A group, or one forum topic of it, and the flow it runs.
@@ -221,6 +237,10 @@ impl Default for TelegramSettings {
             places: Vec::new(),
             private_chats: true,
             poll_timeout_secs: default_poll_timeout(),
+            webhook_listen: None,
+            webhook_path: default_webhook_path(),
+            webhook_secret_env: None,
+            webhook_url: None,
         }
     }
 }
@@ -415,6 +435,24 @@ impl Settings {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
+        }
+        let tg = &self.telegram;
+        if !tg.webhook_path.starts_with('/') {
+            bail!(
+                "[telegram] webhook_path must start with / (got {:?})",
+                tg.webhook_path
+            );
+        }
+        if tg.webhook_listen.is_some() && tg.webhook_secret_env.is_none() {
+            bail!(
+                "[telegram] webhook_listen needs webhook_secret_env: the variable holding the \
+                 secret Telegram sends with each delivery"
+            );
+        }
+        if let Some(url) = &tg.webhook_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            bail!("[telegram] webhook_url must be an https:// URL (got {url:?})");
         }
         if let Some(url) = &self.telegram.api_url
             && !(url.starts_with("http://") || url.starts_with("https://"))

@@ -44,7 +44,7 @@ use config::{Settings, optional_secret};
 use kaiwa_adapters::console;
 use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
 use kaiwa_adapters::telegram::{
-    PlaceFlow, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox,
+    PlaceFlow, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox, WebhookConfig,
 };
 use kaiwa_core::admin::{AdminSink, FanoutAdminSink, LogAdminSink};
 use kaiwa_core::jobs::every;
@@ -114,6 +114,8 @@ pub struct Kaiwa {
     orchestrator: Arc<Orchestrator>,
     store: Arc<dyn Store>,
     telegram: Option<(TelegramApi, String)>,
+    /// `[telegram] webhook_listen` with its secret (read when the bot is built).
+    telegram_webhook: Option<WebhookConfig>,
     discord: Option<(DiscordApi, String)>,
 }
 
@@ -203,6 +205,10 @@ impl KaiwaBuilder {
                 platform: "Telegram",
                 source,
             })?;
+        let telegram_webhook = match (&telegram, &tg.webhook_listen) {
+            (Some(_), Some(listen)) => Some(webhook_config(tg, listen)?),
+            _ => None,
+        };
         let discord = self
             .discord_token
             .map(|token| (DiscordApi::new(&token, dc.api_proxy.as_deref()), token));
@@ -254,9 +260,38 @@ impl KaiwaBuilder {
             orchestrator: app.orchestrator,
             store: app.store,
             telegram,
+            telegram_webhook,
             discord,
         })
     }
+}
+
+/// The webhook `[telegram]` configures, its secret read from the variable it names: a
+/// webhook without a secret would take updates from anyone, so the start is refused.
+fn webhook_config(tg: &config::TelegramSettings, listen: &str) -> Result<WebhookConfig, Error> {
+    let variable = tg.webhook_secret_env.as_deref().unwrap_or_default();
+    let Some(secret) = optional_secret(variable) else {
+        return Err(Error::Config(
+            format!(
+                "[telegram] webhook_listen is set but the variable {variable:?} \
+                 (webhook_secret_env) holding the webhook's secret is not"
+            )
+            .into(),
+        ));
+    };
+    if !kaiwa_adapters::telegram::valid_secret(&secret) {
+        return Err(Error::Config(
+            format!(
+                "the webhook secret in {variable} must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
+            )
+            .into(),
+        ));
+    }
+    Ok(WebhookConfig {
+        listen: listen.to_string(),
+        path: tg.webhook_path.clone(),
+        secret,
+    })
 }
 
 /// The lease of the instance that runs the scheduled jobs (weekly reviews, retention).
@@ -448,6 +483,7 @@ impl Kaiwa {
                 .collect(),
             private_chats: tg.private_chats,
             poll_timeout: Duration::from_secs(tg.poll_timeout_secs),
+            webhook: self.telegram_webhook.clone(),
         }
     }
 

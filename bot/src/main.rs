@@ -94,6 +94,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             commands::bench(options, settings).await?;
         }
         Command::Kb { command } => commands::kb(&settings, command)?,
+        Command::Webhook { command } => commands::webhook(&settings, command).await?,
+        Command::Health { url } => {
+            let url = url.unwrap_or_else(|| format!("http://{}/healthz", settings.server.listen));
+            if !commands::health(&url).await {
+                return Err(anyhow::anyhow!("unhealthy"));
+            }
+        }
         Command::Export {
             form,
             format,

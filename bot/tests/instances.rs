@@ -201,3 +201,246 @@ async fn a_second_run_on_one_sqlite_file_is_refused_with_a_pointer_to_postgres()
     let _ = first.start_kill();
     let _ = first.wait().await;
 }
+
+const SECRET: &str = "webhook-SECRET_42";
+
+/// `kaiwa` with `args` on `dir`'s configuration, the bot token and `env`; its exit status
+/// and what it printed (stdout, stderr).
+async fn kaiwa(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(args)
+        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/cli.db", dir.display()),
+        )
+        .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("kaiwa runs");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// An update as Telegram would post it, for deliveries the test makes itself.
+fn forged_update(id: i64, chat: i64, text: &str) -> String {
+    serde_json::json!({
+        "update_id": id,
+        "message": {
+            "message_id": id, "date": 1,
+            "chat": {"id": chat, "type": "private", "first_name": "Mallory"},
+            "from": {"id": chat, "is_bot": false, "first_name": "Mallory"},
+            "text": text,
+        }
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_take_webhook_deliveries_once_and_refuse_forged_ones() {
+    const USERS: i64 = 20;
+    const EACH: usize = 3;
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let url = kaiwa_core::testing::postgres::database_url().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = format!(
+        "{}webhook_listen = \"127.0.0.1:0\"\nwebhook_secret_env = \"KAIWA_TEST_WEBHOOK_SECRET\"\nwebhook_url = \"https://bot.example.com/telegram\"\n",
+        config(telegram.url())
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), settings).expect("config");
+    let secret = [("KAIWA_TEST_WEBHOOK_SECRET", SECRET)];
+
+    // without its secret a webhook instance does not start
+    let (status, _, stderr) = kaiwa(dir.path(), &["run"], &[]).await;
+    assert!(!status.success());
+    assert!(stderr.contains("KAIWA_TEST_WEBHOOK_SECRET"), "{stderr}");
+
+    // registered out of band, with the updates Kaiwa handles
+    let (status, stdout, stderr) = kaiwa(dir.path(), &["webhook", "set"], &secret).await;
+    assert!(status.success(), "{stdout}{stderr}");
+    let webhook = telegram.webhook().expect("a webhook is set");
+    assert_eq!(webhook.url, "https://bot.example.com/telegram");
+    assert_eq!(webhook.secret.as_deref(), Some(SECRET));
+    let allowed = webhook.allowed_updates.to_string();
+    assert!(
+        allowed.contains("message") && allowed.contains("callback_query"),
+        "{allowed}"
+    );
+    let (status, stdout, _) = kaiwa(dir.path(), &["webhook", "info"], &[]).await;
+    assert!(status.success());
+    assert!(
+        stdout.contains("https://bot.example.com/telegram"),
+        "{stdout}"
+    );
+
+    let (mut one, log_one, _) =
+        common::spawn_run_env(&url, dir.path(), TOKEN, None, "info", &secret);
+    let (mut two, log_two, _) =
+        common::spawn_run_env(&url, dir.path(), TOKEN, None, "info", &secret);
+    let mut hooks = Vec::new();
+    let mut health = Vec::new();
+    for log in [&log_one, &log_two] {
+        hooks.push(format!(
+            "http://{}",
+            common::logged_after(log, "Telegram webhook at http://").await
+        ));
+        health.push(format!(
+            "http://{}",
+            common::logged_after(log, "health and metrics at http://").await
+        ));
+    }
+    // the team's load balancer: deliveries alternate between the instances
+    telegram.deliver_to(hooks.clone());
+    for address in &health {
+        let (status, stdout, _) = kaiwa(dir.path(), &["health", "--url", address], &[]).await;
+        assert!(status.success(), "{address}: {stdout}");
+        assert!(stdout.contains("\"telegram_webhook\":true"), "{stdout}");
+    }
+
+    // how many replies a chat's messages get
+    let control = Chat::private(1);
+    for i in 0..EACH {
+        telegram.send_text(control, 1, &format!("control {i}"));
+    }
+    telegram.wait_texts(control, 1).await;
+    let expected = common::settle(
+        || telegram.texts_in(control).len(),
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )
+    .await;
+
+    let chats: Vec<Chat> = (0..USERS).map(|u| Chat::private(100 + u)).collect();
+    let mut first_update = None;
+    for i in 0..EACH {
+        for (u, chat) in chats.iter().enumerate() {
+            let id = telegram.send_text(*chat, 100 + u as i64, &format!("user {u} message {i}"));
+            first_update.get_or_insert(id);
+        }
+    }
+    let replies = || {
+        chats
+            .iter()
+            .map(|c| telegram.texts_in(*c).len())
+            .sum::<usize>()
+    };
+    telegram
+        .wait_for("every chat answered", Duration::from_secs(90), |_| {
+            chats
+                .iter()
+                .all(|c| telegram.texts_in(*c).len() >= expected)
+        })
+        .await;
+    let delivered_to = |hook: &str| {
+        telegram
+            .deliveries()
+            .iter()
+            .filter(|(_, target, status)| target == hook && *status == 200)
+            .count()
+    };
+    assert!(
+        hooks.iter().all(|h| delivered_to(h) > 0),
+        "both instances receive"
+    );
+
+    // forged deliveries: a wrong secret, none at all
+    let client = reqwest::Client::new();
+    let mut refused = 0;
+    for (i, header) in [
+        Some("wrong-secret"),
+        None,
+        Some(""),
+        Some("webhook-SECRET_4"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for hook in &hooks {
+            let body = forged_update(900_000 + i as i64, 666, &format!("forged {i}"));
+            let mut request = client.post(hook).header("content-type", "application/json");
+            if let Some(header) = header {
+                request = request.header("X-Telegram-Bot-Api-Secret-Token", *header);
+            }
+            let status = request.body(body).send().await.expect("posted").status();
+            assert_eq!(status.as_u16(), 401);
+            refused += 1;
+        }
+    }
+    // bodies that are not updates
+    let post = |hook: &str, body: Vec<u8>| {
+        client
+            .post(hook)
+            .header("X-Telegram-Bot-Api-Secret-Token", SECRET)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let hook = &hooks[0];
+    let status = |r: reqwest::Result<reqwest::Response>| r.expect("posted").status().as_u16();
+    assert_eq!(status(post(hook, b"{not json".to_vec()).await), 400);
+    assert_eq!(status(post(hook, b"{\"ok\":true}".to_vec()).await), 400);
+    assert_eq!(status(post(hook, vec![b' '; 2 << 20]).await), 413);
+
+    // duplicates: each update posted again to both instances, then Telegram delivering
+    // everything again (a lost confirmation)
+    let first_update = first_update.expect("updates sent");
+    for id in first_update..first_update + 10 {
+        let body = telegram.update_json(id).expect("an update");
+        for hook in &hooks {
+            assert_eq!(status(post(hook, body.clone().into_bytes()).await), 200);
+        }
+    }
+    telegram.redeliver(first_update);
+    let before = telegram.deliveries().len();
+    telegram
+        .wait_for(
+            "everything delivered again",
+            Duration::from_secs(60),
+            |_| telegram.deliveries().len() >= before + USERS as usize * EACH,
+        )
+        .await;
+    common::settle(replies, Duration::from_secs(2), Duration::from_secs(30)).await;
+
+    // an instance dies: deliveries go on to the other
+    one.start_kill().expect("SIGKILL");
+    let _ = one.wait().await;
+    let (status_dead, _, _) = kaiwa(dir.path(), &["health", "--url", &health[0]], &[]).await;
+    assert!(!status_dead.success(), "a dead instance is unhealthy");
+    let late = Chat::private(999);
+    telegram.send_text(late, 999, "after the kill");
+    telegram.wait_texts(late, 1).await;
+    let _ = two.start_kill();
+    let _ = two.wait().await;
+
+    let stored = common::stored_user_messages(&url).await;
+    let mut processed_twice = 0;
+    for (u, chat) in chats.iter().enumerate() {
+        let said = stored
+            .get(&chat.id.to_string())
+            .cloned()
+            .unwrap_or_default();
+        let wanted: Vec<String> = (0..EACH).map(|i| format!("user {u} message {i}")).collect();
+        assert_eq!(said, wanted, "chat {u}: each message once, in order");
+        processed_twice += telegram.texts_in(*chat).len().saturating_sub(expected);
+    }
+    assert!(!stored.contains_key("666"), "nothing forged is stored");
+    assert!(telegram.texts_in(Chat::private(666)).is_empty());
+    let (status, _, _) = kaiwa(dir.path(), &["webhook", "delete"], &[]).await;
+    assert!(status.success());
+    assert!(telegram.webhook().is_none());
+    eprintln!(
+        "webhook, two instances: {refused} forged deliveries refused (401), {} deliveries \
+         of {} updates, {processed_twice} duplicates processed twice",
+        telegram.deliveries().len(),
+        USERS as usize * EACH
+    );
+    assert_eq!(processed_twice, 0, "a repeated delivery is processed once");
+}

@@ -227,3 +227,116 @@ async fn a_process_killed_mid_turn_handles_the_message_after_restart_without_rep
         "{log}"
     );
 }
+
+/// A webhook delivery the database cannot take (a write lock held elsewhere longer than the
+/// store waits) is answered 5xx, so Telegram delivers it again; once the database takes
+/// writes the next delivery is kept and answered, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_delivery_that_cannot_be_stored_is_refused_with_5xx_and_delivered_again() {
+    use sqlx::Connection;
+    const SECRET: &str = "a-webhook-secret";
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_dir = config_dir();
+    let settings = format!(
+        r#"
+[flows]
+forms_dir = "{config_dir}/forms"
+kb_dir = "{config_dir}/kb"
+books = "{config_dir}/books.toml"
+
+[server]
+listen = "127.0.0.1:0"
+
+[telegram]
+token_env = "KAIWA_TEST_TELEGRAM_TOKEN"
+api_url = "{}"
+private_flow = "assistant"
+webhook_listen = "127.0.0.1:0"
+webhook_path = "/hook/tg"
+webhook_secret_env = "KAIWA_TEST_WEBHOOK_SECRET"
+"#,
+        telegram.url()
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), settings).expect("config");
+    let db = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let (mut child, log, _) = common::spawn_run_env(
+        &db,
+        dir.path(),
+        TOKEN,
+        None,
+        "info",
+        &[("KAIWA_TEST_WEBHOOK_SECRET", SECRET)],
+    );
+    let hook = format!(
+        "http://{}",
+        common::logged_after(&log, "Telegram webhook at http://").await
+    );
+    assert!(hook.ends_with("/hook/tg"), "{hook}");
+    telegram.set_webhook(&hook, SECRET);
+    let chat = Chat::private(31);
+    telegram.send_text(chat, 31, "first");
+    let first = telegram.wait_texts(chat, 1).await.len();
+    let first = common::settle(
+        || telegram.texts_in(chat).len(),
+        Duration::from_secs(1),
+        Duration::from_secs(20),
+    )
+    .await
+    .max(first);
+    // long polling is not used while a webhook is set
+    assert_eq!(telegram.polls(), 0, "a webhook instance never polls");
+
+    // the database is locked for longer than the store waits
+    let mut lock = sqlx::SqliteConnection::connect(&db)
+        .await
+        .expect("a connection");
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut lock)
+        .await
+        .expect("locked");
+    let update = telegram.send_text(chat, 31, "second");
+    let started = std::time::Instant::now();
+    while !telegram
+        .deliveries()
+        .iter()
+        .any(|(id, _, status)| *id == update && *status >= 500)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no refused delivery: {:?}\n{}",
+            telegram.deliveries(),
+            log.lock().unwrap_or_else(|p| p.into_inner())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::query("ROLLBACK")
+        .execute(&mut lock)
+        .await
+        .expect("unlocked");
+    drop(lock);
+    telegram
+        .wait_for(
+            "delivered again and answered",
+            Duration::from_secs(30),
+            |_| telegram.texts_in(chat).len() > first,
+        )
+        .await;
+    common::settle(
+        || telegram.texts_in(chat).len(),
+        Duration::from_secs(1),
+        Duration::from_secs(20),
+    )
+    .await;
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let stored = common::stored_user_messages(&db).await;
+    assert_eq!(
+        stored.get("31").cloned().unwrap_or_default(),
+        ["first", "second"],
+        "the refused delivery is kept once, when delivered again"
+    );
+    let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(log.contains("Telegram will retry"), "{log}");
+    assert!(!log.contains("second"), "no user text in the log");
+}

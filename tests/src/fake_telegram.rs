@@ -5,7 +5,9 @@
 //! long-poll `getUpdates` with offsets (answering within two seconds, well before the
 //! HTTP client gives up), and records `sendMessage`, `editMessageText`,
 //! `editMessageReplyMarkup`, `answerCallbackQuery`, `sendChatAction`, `setMyCommands` and
-//! `createForumTopic`. A test feeds updates (a user's message, a button press, the same
+//! `createForumTopic`; `setWebhook` switches it to posting updates to the webhook (or to
+//! the test's targets in turn, a load balancer) with the secret header, again until
+//! answered 2xx, and `getUpdates` to 409 meanwhile. A test feeds updates (a user's message, a button press, the same
 //! update twice, raw JSON a `Value` cannot hold), queues failures (a 429 with `retry_after`,
 //! a 500, a 502, an answer lost after the call was carried out; for every chat or one),
 //! takes its port down and back up (an outage), and asserts on what the bot sent.
@@ -140,6 +142,23 @@ struct Inner {
     get_updates_calls: usize,
     /// The bot's command menus by language code ("" for the default).
     menus: HashMap<String, Value>,
+    /// `setWebhook`'s URL, secret and allowed updates; while set, `getUpdates` answers 409
+    /// and updates are posted to the webhook instead.
+    webhook: Option<Webhook>,
+    /// Where deliveries go instead of the webhook's URL, in turn (a load balancer).
+    webhook_targets: Vec<String>,
+    /// The next update id to deliver to the webhook.
+    webhook_next: i64,
+    /// Every delivery attempt: update id, target, HTTP status (0: no answer).
+    deliveries: Vec<(i64, String, u16)>,
+}
+
+/// A webhook as `setWebhook` registered it.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub url: String,
+    pub secret: Option<String>,
+    pub allowed_updates: Value,
 }
 
 struct Shared {
@@ -160,6 +179,7 @@ pub struct FakeTelegram {
     addr: std::net::SocketAddr,
     shared: Arc<Shared>,
     server: Mutex<tokio::task::JoinHandle<()>>,
+    deliverer: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for FakeTelegram {
@@ -168,6 +188,66 @@ impl Drop for FakeTelegram {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .abort();
+        self.deliverer.abort();
+    }
+}
+
+/// While a webhook is set, posts each update in order (Telegram's secret header with it)
+/// to the webhook's URL or the next of the test's targets, until one answers 2xx; a failed
+/// delivery is tried again 100 ms later at the next target.
+async fn deliver(shared: Arc<Shared>) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("an HTTP client");
+    let mut turn = 0usize;
+    loop {
+        let changed = shared.changed.notified();
+        let next = {
+            let mut inner = shared.lock();
+            match inner.webhook.clone() {
+                None => None,
+                Some(webhook) => {
+                    if let Some(from) = inner.replay_from.take() {
+                        inner.webhook_next = from;
+                    }
+                    let from = inner.webhook_next.max(1);
+                    let update = inner.updates.iter().find(|(id, _)| *id >= from).cloned();
+                    let target = match inner.webhook_targets.len() {
+                        0 => webhook.url.clone(),
+                        n => inner.webhook_targets[turn % n].clone(),
+                    };
+                    update.map(|u| (u, target, webhook.secret))
+                }
+            }
+        };
+        let Some(((id, body), target, secret)) = next else {
+            let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
+            continue;
+        };
+        let mut request = client
+            .post(&target)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(secret) = secret {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        let status = match request.send().await {
+            Ok(response) => response.status().as_u16(),
+            Err(_) => 0,
+        };
+        turn += 1;
+        let delivered = (200..300).contains(&status);
+        {
+            let mut inner = shared.lock();
+            inner.deliveries.push((id, target, status));
+            if delivered && inner.webhook_next <= id {
+                inner.webhook_next = id + 1;
+            }
+        }
+        if !delivered {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -207,12 +287,51 @@ impl FakeTelegram {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = Mutex::new(serve(listener, shared.clone()));
+        let deliverer = tokio::spawn(deliver(shared.clone()));
         FakeTelegram {
             url: format!("http://{addr}"),
             addr,
             shared,
             server,
+            deliverer,
         }
+    }
+
+    /// The webhook `setWebhook` registered, if any.
+    pub fn webhook(&self) -> Option<Webhook> {
+        self.shared.lock().webhook.clone()
+    }
+
+    /// As if `setWebhook` had been called with `url` and `secret`.
+    pub fn set_webhook(&self, url: &str, secret: &str) {
+        self.shared.lock().webhook = Some(Webhook {
+            url: url.to_string(),
+            secret: Some(secret.to_string()),
+            allowed_updates: json!(["message", "callback_query"]),
+        });
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Deliveries go to these URLs in turn instead of the webhook's URL (the team's load
+    /// balancer in front of several instances).
+    pub fn deliver_to(&self, targets: Vec<String>) {
+        self.shared.lock().webhook_targets = targets;
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Every webhook delivery attempt so far: update id, target, HTTP status (0: none).
+    pub fn deliveries(&self) -> Vec<(i64, String, u16)> {
+        self.shared.lock().deliveries.clone()
+    }
+
+    /// The JSON text of update `id`, as it is delivered.
+    pub fn update_json(&self, id: i64) -> Option<String> {
+        let inner = self.shared.lock();
+        inner
+            .updates
+            .iter()
+            .find(|(u, _)| *u == id)
+            .map(|(_, body)| body.clone())
     }
 
     /// The API goes down: the port refuses connections (open ones are cut) until
@@ -555,6 +674,13 @@ async fn handle(
         })
     };
     if method == "getupdates" && failure.is_none() {
+        if shared.lock().webhook.is_some() {
+            return (
+                StatusCode::CONFLICT,
+                Json(json!({"ok": false, "error_code": 409, "description": "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"})),
+            )
+                .into_response();
+        }
         return get_updates(&shared, &params).await;
     }
     match failure {
@@ -646,10 +772,38 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
             }),
             None,
         ),
-        "getwebhookinfo" => (
-            json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}),
-            None,
-        ),
+        "getwebhookinfo" => {
+            let pending = inner
+                .updates
+                .iter()
+                .filter(|(id, _)| *id >= inner.webhook_next)
+                .count();
+            let info = match &inner.webhook {
+                Some(w) => {
+                    json!({"url": w.url, "has_custom_certificate": false, "pending_update_count": pending, "allowed_updates": w.allowed_updates})
+                }
+                None => {
+                    json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0})
+                }
+            };
+            (info, None)
+        }
+        "setwebhook" => {
+            let url = params["url"].as_str().unwrap_or_default().to_string();
+            inner.webhook = (!url.is_empty()).then(|| Webhook {
+                url,
+                secret: params["secret_token"].as_str().map(str::to_string),
+                allowed_updates: params.get("allowed_updates").cloned().unwrap_or(json!([])),
+            });
+            // what polling confirmed is not delivered again
+            inner.webhook_next = inner.webhook_next.max(inner.confirmed);
+            shared.changed.notify_waiters();
+            (json!(true), None)
+        }
+        "deletewebhook" => {
+            inner.webhook = None;
+            (json!(true), None)
+        }
         "sendmessage" => {
             inner.next_message += 1;
             let id = inner.next_message;
@@ -729,11 +883,9 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
             let menu = inner.menus.get(language).cloned().unwrap_or(json!([]));
             (menu, None)
         }
-        "deletewebhook"
-        | "sendmessagedraft"
-        | "answercallbackquery"
-        | "sendchataction"
-        | "deletemycommands" => (json!(true), None),
+        "sendmessagedraft" | "answercallbackquery" | "sendchataction" | "deletemycommands" => {
+            (json!(true), None)
+        }
         _ => {
             return (
                 StatusCode::NOT_FOUND,

@@ -35,11 +35,15 @@ mod polling;
 mod send;
 mod stream;
 mod updates;
+mod webhook;
 
 pub use api::{CallError, TelegramApi};
 pub use plugin::{TelegramListener, TelegramPlugin};
 pub use send::{MESSAGE_LIMIT, TelegramAdminSink, TelegramOutbox, escape_html};
 pub use updates::command_for_me;
+pub use webhook::{
+    MAX_BODY, SECRET_HEADER, WebhookConfig, delete_webhook, set_webhook, valid_secret, webhook_info,
+};
 
 use crate::lanes::Scheduler;
 use crate::{AdapterError, AdapterHealth, SeenIds};
@@ -71,6 +75,8 @@ pub struct TelegramConfig {
     pub private_chats: bool,
     /// Long-poll timeout.
     pub poll_timeout: Duration,
+    /// Receive updates as a webhook instead of long polling.
+    pub webhook: Option<WebhookConfig>,
 }
 
 /// A group or one of its forum topics, and the flow it runs.
@@ -326,9 +332,33 @@ impl TelegramAdapter {
             orchestrator,
             health,
         } = self;
+        let webhook = config.webhook.clone();
         let intake = Intake::start(api, config, orchestrator, false).await?;
         health.ok();
-        long_poll(&intake, &health, shutdown, None).await;
+        match webhook {
+            Some(webhook) => {
+                health.set_role("poller", false);
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let served = webhook::serve(intake.clone(), &webhook, health.clone(), async {
+                    let _ = stopped.await;
+                });
+                tokio::pin!(served);
+                tokio::pin!(shutdown);
+                let result = tokio::select! {
+                    result = &mut served => result,
+                    () = &mut shutdown => {
+                        let _ = stop.send(());
+                        served.await
+                    }
+                };
+                if let Err(e) = result {
+                    intake.finish().await;
+                    health.set_stopped();
+                    return Err(e);
+                }
+            }
+            None => long_poll(&intake, &health, shutdown, None).await,
+        }
         tracing::info!("Telegram adapter stopping; finishing turns in flight");
         intake.finish().await;
         health.set_stopped();

@@ -10,6 +10,10 @@ use serde_json::value::RawValue;
 use std::time::Duration;
 use teloxide::types::Update;
 
+/// The updates Kaiwa asks for, polling or as a webhook.
+pub(super) const ALLOWED_UPDATES: [&str; 3] =
+    ["message", "callback_query", "stopped_message_generation"];
+
 /// What a poll brought: the updates that could be read, and the offset that confirms the
 /// whole batch (those skipped too).
 pub(super) struct Batch {
@@ -28,7 +32,7 @@ pub(super) async fn poll(
 ) -> Result<Batch, CallError> {
     let mut params = serde_json::json!({
         "timeout": timeout.as_secs(),
-        "allowed_updates": ["message", "callback_query", "stopped_message_generation"],
+        "allowed_updates": ALLOWED_UPDATES,
     });
     if let Some(offset) = offset {
         params["offset"] = offset.into();

@@ -46,7 +46,25 @@ pub fn spawn_run_on(
     Arc<Mutex<String>>,
     tokio::task::JoinHandle<()>,
 ) {
+    spawn_run_env(url, dir, telegram_token, discord_token, log_level, &[])
+}
+
+/// [`spawn_run_on`] with more environment variables (a webhook's secret, say).
+#[allow(dead_code)]
+pub fn spawn_run_env(
+    url: &str,
+    dir: &std::path::Path,
+    telegram_token: &str,
+    discord_token: Option<&str>,
+    log_level: &str,
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    Arc<Mutex<String>>,
+    tokio::task::JoinHandle<()>,
+) {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+    command.envs(env.iter().copied());
     command
         .arg("run")
         .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
@@ -113,4 +131,28 @@ pub async fn stored_user_messages(url: &str) -> HashMap<String, Vec<String>> {
     }
     store.close().await;
     by_chat
+}
+
+/// Waits (up to 30 s) for the log to hold `marker` and returns the word after it: an
+/// address a child logged (`"health and metrics at http://"` gives `ADDR/healthz`).
+#[allow(dead_code)]
+pub async fn logged_after(log: &Mutex<String>, marker: &str) -> String {
+    let started = Instant::now();
+    loop {
+        {
+            let log = log.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(rest) = log.split(marker).nth(1) {
+                return rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{marker:?} not logged: {log}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
