@@ -59,6 +59,8 @@ pub struct AdapterHealth {
     last_failure: Mutex<Option<Instant>>,
     /// What this instance does among several (`poller`: it long-polls), for `/healthz`.
     roles: Mutex<std::collections::BTreeMap<&'static str, bool>>,
+    /// What else `/healthz` says about it (`shards`: the Discord shards it runs).
+    info: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 const STARTING: u8 = 0;
@@ -76,6 +78,7 @@ impl AdapterHealth {
             state: AtomicU8::new(STARTING),
             last_failure: Mutex::new(None),
             roles: Mutex::new(Default::default()),
+            info: Mutex::new(Default::default()),
         }
     }
 
@@ -85,6 +88,20 @@ impl AdapterHealth {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(role, active);
+    }
+
+    /// Sets what `/healthz` reports as `key` (e.g. `shards` = `"0-1/4"`).
+    pub fn set_info(&self, key: &'static str, value: String) {
+        self.info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, value);
+    }
+
+    /// What was set with [`Self::set_info`].
+    pub fn info(&self) -> Vec<(&'static str, String)> {
+        let info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        info.iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
     /// The roles set so far and whether this instance plays each.

@@ -106,6 +106,10 @@ pub struct DiscordSettings {
     /// Whether direct messages are Kaiwa's (default true); false leaves them to a host bot.
     #[serde(default = "default_true")]
     pub dms: bool,
+    /// The gateway shards this instance runs, `"FIRST-LAST/TOTAL"` (e.g. `"0-1/4"`) or
+    /// `"SHARD/TOTAL"`; default all shards of the count Discord recommends. Instances on
+    /// one PostgreSQL database never run the same shard (one stands by).
+    pub shards: Option<String>,
 }
 
 impl Default for DiscordSettings {
@@ -120,6 +124,7 @@ impl Default for DiscordSettings {
             dm_flow: default_dm_flow(),
             dm_flow_arg: None,
             dms: true,
+            shards: None,
         }
     }
 }
@@ -435,6 +440,10 @@ impl Settings {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
+        }
+        if let Some(shards) = &self.discord.shards {
+            kaiwa_adapters::discord::ShardRange::parse(shards)
+                .map_err(|e| anyhow::anyhow!("[discord] shards: {e}"))?;
         }
         let tg = &self.telegram;
         if !tg.webhook_path.starts_with('/') {

@@ -502,6 +502,11 @@ impl Kaiwa {
             dm_flow: Some(dc.dm_flow.clone()),
             dm_flow_arg: dc.dm_flow_arg.clone(),
             dms: dc.dms,
+            // checked when the settings were loaded
+            shards: dc
+                .shards
+                .as_deref()
+                .and_then(|s| kaiwa_adapters::discord::ShardRange::parse(s).ok()),
         }
     }
 

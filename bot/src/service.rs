@@ -50,6 +50,9 @@ async fn healthz(State(state): State<ServerState>) -> impl IntoResponse {
         for (role, active) in adapter.roles() {
             roles.insert(format!("{}_{role}", adapter.name()), active.into());
         }
+        for (key, value) in adapter.info() {
+            roles.insert(format!("{}_{key}", adapter.name()), value.into());
+        }
     }
     let jobs = store
         .leases(crate::JOBS_LEASE)

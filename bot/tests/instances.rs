@@ -444,3 +444,130 @@ async fn two_instances_take_webhook_deliveries_once_and_refuse_forged_ones() {
     );
     assert_eq!(processed_twice, 0, "a repeated delivery is processed once");
 }
+
+const DISCORD_TOKEN: &str = "discord-SHARDS-secret";
+
+/// A Discord-only configuration running `shards`, on the fake at `proxy`.
+fn discord_config(proxy: &str, shards: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    format!(
+        r#"
+[flows]
+forms_dir = "{dir}/forms"
+kb_dir = "{dir}/kb"
+books = "{dir}/books.toml"
+
+[server]
+listen = "127.0.0.1:0"
+shutdown_grace_secs = 5
+
+[discord]
+token_env = "KAIWA_TEST_DISCORD_TOKEN"
+api_proxy = "{proxy}"
+helpdesk_channel_ids = [10, 20]
+dm_flow = "assistant"
+shards = "{shards}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discord_shards_split_across_instances_and_a_standby_takes_over_a_dead_ones() {
+    use kaiwa_tests::fake_discord::{FakeDiscord, dm_channel_of};
+    // guild A's events come on shard 0 of 2, guild B's on shard 1, DMs on shard 0
+    const GUILD_A: u64 = kaiwa_tests::fake_discord::GUILD;
+    const GUILD_B: u64 = (1 << 22) | 77;
+    let discord = FakeDiscord::start().await;
+    let url = kaiwa_core::testing::postgres::database_url().await;
+    let mut dirs = Vec::new();
+    for shards in ["0/2", "1/2", "0/2"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("kaiwa.toml"),
+            discord_config(discord.api_proxy(), shards),
+        )
+        .expect("config");
+        dirs.push(dir);
+    }
+    let spawn = |dir: &tempfile::TempDir| {
+        common::spawn_run_on(&url, dir.path(), TOKEN, Some(DISCORD_TOKEN), "info")
+    };
+    let (mut zero, _log_zero, _) = spawn(&dirs[0]);
+    let (mut one, _log_one, _) = spawn(&dirs[1]);
+    discord
+        .wait_for("both shards connected", Duration::from_secs(60), |d| {
+            d.connected_shards() == [0, 1]
+        })
+        .await;
+    // a third instance for shard 0 stands by: shard 0 is never run twice
+    let (mut standby, log_standby, _) = spawn(&dirs[2]);
+    common::logged_after(&log_standby, "standing by").await;
+    let health = format!(
+        "http://{}",
+        common::logged_after(&log_standby, "health and metrics at http://").await
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut identified = discord.identified();
+    identified.sort_unstable();
+    assert_eq!(identified, [(0, 2), (1, 2)], "one identify per shard");
+
+    // each guild's question is answered by the instance running its shard
+    discord.user_message(10, Some(GUILD_A), 501, "How do I stop a conversation?");
+    discord.user_message(20, Some(GUILD_B), 502, "How do I delete my data?");
+    let dm = dm_channel_of(503);
+    discord.user_message(dm, None, 503, "hello there");
+    let answered_in = |parent: u64| {
+        discord
+            .threads()
+            .iter()
+            .filter(|(_, p, _)| *p == parent)
+            .any(|(thread, _, _)| !discord.texts_in(*thread).is_empty())
+    };
+    discord
+        .wait_for(
+            "both guilds and the DM answered",
+            Duration::from_secs(60),
+            |d| answered_in(10) && answered_in(20) && !d.texts_in(dm).is_empty(),
+        )
+        .await;
+
+    // the instance of shard 0 dies: the standby takes the shard over
+    zero.start_kill().expect("SIGKILL");
+    let _ = zero.wait().await;
+    let killed = Instant::now();
+    let before = discord.texts_in(dm).len();
+    discord.user_message(dm, None, 503, "still there?");
+    discord
+        .wait_for("shard 0 again", Duration::from_secs(60), |d| {
+            d.identified().iter().filter(|s| **s == (0, 2)).count() == 2
+                && d.texts_in(dm).len() > before
+        })
+        .await;
+    let taken_over = killed.elapsed();
+    let body = reqwest::get(&health)
+        .await
+        .expect("healthz")
+        .text()
+        .await
+        .expect("a body");
+    assert!(body.contains("\"discord_shards\":\"0/2\""), "{body}");
+    assert!(body.contains("\"discord_gateway\":true"), "{body}");
+    assert_eq!(
+        discord
+            .identified()
+            .iter()
+            .filter(|s| **s == (1, 2))
+            .count(),
+        1,
+        "shard 1 ran on one instance throughout"
+    );
+    eprintln!(
+        "discord shards: shard 0 taken over by the standby and the DM answered {:.1} s after the kill",
+        taken_over.as_secs_f64()
+    );
+    assert!(taken_over < Duration::from_secs(20), "{taken_over:?}");
+    for child in [&mut one, &mut standby] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}

@@ -1,7 +1,9 @@
 //! A fake Discord on 127.0.0.1 for the adapter's end-to-end tests: the REST API under
 //! `/api/v10` (what serenity sends through its `proxy` setting) and a gateway WebSocket.
 //!
-//! The gateway says Hello, reads Identify (answering READY) or Resume (answering RESUMED),
+//! The gateway says Hello, reads Identify (answering READY; its shard is remembered, and
+//! each event goes to the connection of its guild's shard, DMs to shard 0) or Resume
+//! (answering RESUMED),
 //! acknowledges heartbeats, and dispatches the events a test injects (MESSAGE_CREATE,
 //! INTERACTION_CREATE); it can drop the connection to test resuming. The REST side records
 //! every request, creates messages and threads, answers channel look-ups, interaction
@@ -72,7 +74,7 @@ struct Inner {
     history: HashMap<u64, Vec<Value>>,
     /// (channel path, nonce) → the message created with it (`enforce_nonce`)
     nonces: HashMap<(String, String), Value>,
-    /// events injected while no connection was ready
+    /// events injected while no connection of their shard was ready
     pending: Vec<(&'static str, Value)>,
     /// the application's global commands, as registered
     commands: Vec<Value>,
@@ -83,7 +85,10 @@ struct Inner {
 
 struct Shared {
     inner: Mutex<Inner>,
-    connection: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// Ready connections by shard: the shard count they identified with, and their sender.
+    connections: Mutex<HashMap<u32, (u32, mpsc::UnboundedSender<Command>)>>,
+    /// Every Identify's shard and shard count, in order.
+    identified: Mutex<Vec<(u32, u32)>>,
     identifies: AtomicUsize,
     resumes: AtomicUsize,
     gateway_url: Mutex<String>,
@@ -211,7 +216,8 @@ impl FakeDiscord {
                 next_id: 100_000,
                 ..Inner::default()
             }),
-            connection: Mutex::new(None),
+            connections: Mutex::new(HashMap::new()),
+            identified: Mutex::new(Vec::new()),
             identifies: AtomicUsize::new(0),
             resumes: AtomicUsize::new(0),
             gateway_url: Mutex::new(String::new()),
@@ -261,17 +267,46 @@ impl FakeDiscord {
     }
 
     fn dispatch(&self, event: &'static str, data: Value) {
-        let sent = self
-            .shared
-            .connection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|tx| tx.send(Command::Dispatch(event, data.clone())).is_ok())
-            .unwrap_or(false);
+        let sent = {
+            let connections = self
+                .shared
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let total = connections.values().map(|(t, _)| *t).next().unwrap_or(1);
+            connections
+                .get(&shard_of(&data, total))
+                .map(|(_, tx)| tx.send(Command::Dispatch(event, data.clone())).is_ok())
+                .unwrap_or(false)
+        };
         if !sent {
             self.shared.lock().pending.push((event, data));
         }
+    }
+
+    /// The shards identified so far (shard, count), in order: a shard identified again
+    /// after a restart or a takeover appears again.
+    pub fn identified(&self) -> Vec<(u32, u32)> {
+        self.shared
+            .identified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The shards connected now.
+    pub fn connected_shards(&self) -> Vec<u32> {
+        let mut shards: Vec<u32> = self
+            .shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, (_, tx))| !tx.is_closed())
+            .map(|(shard, _)| *shard)
+            .collect();
+        shards.sort_unstable();
+        shards
     }
 
     /// A user posts `text` in `channel` (`guild` None: a DM). Returns the message id.
@@ -400,13 +435,14 @@ impl FakeDiscord {
 
     /// Closes the gateway connection (the bot must resume or reconnect).
     pub fn drop_connection(&self) {
-        if let Some(tx) = self
-            .shared
-            .connection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        let connections = std::mem::take(
+            &mut *self
+                .shared
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for (_, tx) in connections.into_values() {
             let _ = tx.send(Command::Drop);
         }
     }
@@ -576,6 +612,16 @@ impl FakeDiscord {
     }
 }
 
+/// The shard an event goes to: its guild's (`(guild_id >> 22) % shards`, as Discord
+/// shards), shard 0 for a DM.
+fn shard_of(data: &Value, total: u32) -> u32 {
+    let guild = data["guild_id"]
+        .as_str()
+        .and_then(|g| g.parse::<u64>().ok())
+        .or_else(|| data["guild_id"].as_u64());
+    guild.map_or(0, |g| ((g >> 22) % u64::from(total.max(1))) as u32)
+}
+
 async fn serve_gateway(
     ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
     shared: Arc<Shared>,
@@ -586,6 +632,8 @@ async fn serve_gateway(
     if sink.send(WsMessage::Text(hello.to_string())).await.is_err() {
         return;
     }
+    // the shard this connection identified as, and the shard count
+    let mut shard = (0u32, 1u32);
     let frame = |shared: &Shared, t: &str, d: Value| {
         let mut inner = shared.lock();
         inner.seq += 1;
@@ -611,6 +659,11 @@ async fn serve_gateway(
                             frame(&shared, "RESUMED", json!({}))
                         } else {
                             shared.identifies.fetch_add(1, Ordering::SeqCst);
+                            let number = |i: usize, default: u32| {
+                                payload["d"]["shard"][i].as_u64().map_or(default, |n| n as u32)
+                            };
+                            shard = (number(0, 0), number(1, 1));
+                            shared.identified.lock().unwrap_or_else(|p| p.into_inner()).push(shard);
                             let url = shared.gateway_url.lock().unwrap_or_else(|p| p.into_inner()).clone();
                             frame(&shared, "READY", json!({
                                 "v": 10, "user": user_json(BOT_ID, true), "guilds": [],
@@ -619,9 +672,12 @@ async fn serve_gateway(
                             }))
                         };
                         if sink.send(WsMessage::Text(reply)).await.is_err() { break }
-                        *shared.connection.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+                        shared.connections.lock().unwrap_or_else(|p| p.into_inner()).insert(shard.0, (shard.1, tx.clone()));
                         let pending = std::mem::take(&mut shared.lock().pending);
-                        for (t, d) in pending {
+                        let (mine, others): (Vec<_>, Vec<_>) =
+                            pending.into_iter().partition(|(_, d)| shard_of(d, shard.1) == shard.0);
+                        shared.lock().pending.extend(others);
+                        for (t, d) in mine {
                             let _ = tx.send(Command::Dispatch(t, d));
                         }
                     }
@@ -631,11 +687,30 @@ async fn serve_gateway(
             command = rx.recv() => {
                 match command {
                     Some(Command::Dispatch(t, d)) => {
-                        if sink.send(WsMessage::Text(frame(&shared, t, d))).await.is_err() { break }
+                        if sink.send(WsMessage::Text(frame(&shared, t, d.clone()))).await.is_err() {
+                            shared.lock().pending.push((t, d));
+                            break;
+                        }
                     }
                     Some(Command::Drop) | None => break,
                 }
             }
+        }
+    }
+    // gone: its shard's events wait for the next connection of that shard
+    {
+        let mut connections = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+        if connections
+            .get(&shard.0)
+            .is_some_and(|(_, t)| t.same_channel(&tx))
+        {
+            connections.remove(&shard.0);
+        }
+    }
+    rx.close();
+    while let Ok(command) = rx.try_recv() {
+        if let Command::Dispatch(t, d) = command {
+            shared.lock().pending.push((t, d));
         }
     }
 }

@@ -2,13 +2,14 @@
 //! and after a gateway session that could not be resumed, every place with an open session
 //! active in the last day has its latest messages fetched, and those newer than the
 //! session's last turn go through the usual path in order (the store's deduplication drops
-//! any already handled).
+//! any already handled). With several shards each catches up its own places.
 
 use super::events::Handler;
 use super::outbox::channel_of;
+use super::shards::shard_of;
 use kaiwa_core::message::Platform;
 use serenity::all::GetMessages;
-use serenity::all::{ChannelId, Message};
+use serenity::all::{Channel, ChannelId, Message};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -32,7 +33,36 @@ impl Handler {
         !thread.is_empty() || configured
     }
 
-    pub(super) async fn catch_up(&self) {
+    /// Catches up the places of `shard` (its number and the shard count; `None` or one
+    /// shard: every place): a guild's channels on its guild's shard, DMs on shard 0.
+    /// The shard `channel`'s events come on: its guild's (looked up), 0 for a DM; `None`
+    /// when the channel cannot be looked up.
+    async fn shard_of_channel(
+        &self,
+        channel: ChannelId,
+        in_guild: bool,
+        total: u32,
+    ) -> Option<u32> {
+        if !in_guild {
+            return Some(0);
+        }
+        let found = self
+            .api
+            .call("getChannel", |http| async move {
+                channel.to_channel(&http).await
+            })
+            .await;
+        match found {
+            Ok(Channel::Guild(channel)) => Some(shard_of(Some(channel.guild_id.get()), total)),
+            Ok(_) => Some(0),
+            Err(e) => {
+                tracing::warn!(error = %e, %channel, "could not look up a channel's server");
+                None
+            }
+        }
+    }
+
+    pub(super) async fn catch_up(&self, shard: Option<(u32, u32)>) {
         let window = Duration::from_secs(WINDOW_SECS);
         let places = match self
             .orchestrator
@@ -62,6 +92,11 @@ impl Handler {
         }
         let mut handled = 0;
         for (channel, (last_turn, in_guild)) in since {
+            if let Some((shard, total)) = shard.filter(|(_, total)| *total > 1)
+                && self.shard_of_channel(channel, in_guild, total).await != Some(shard)
+            {
+                continue;
+            }
             let fetched = self
                 .api
                 .call("getMessages", |http| async move {

@@ -39,6 +39,9 @@ pub(super) struct Handler {
     pub(super) turns: Arc<Turns>,
     /// Beside a host bot's handlers: other components and commands are left to them.
     pub(super) mounted: bool,
+    /// A shard was ready already: what is done once per process (the last run's leftovers,
+    /// the slash commands) is done.
+    pub(super) started: std::sync::atomic::AtomicBool,
 }
 
 /// A session's lane: chat, thread, user.
@@ -58,7 +61,14 @@ pub(super) struct Turns {
     pub(super) outbox: DiscordOutbox,
     pub(super) orchestrator: Arc<Orchestrator>,
     pub(super) lanes: Scheduler<LaneKey, Work>,
+    /// Messages queued here already (a claim lists them again until they are answered).
+    pub(super) queued: SeenIds<String>,
+    /// Several instances: the task claiming this instance's share of the shared inbox.
+    pub(super) claims: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
+
+/// How often an instance among several looks for messages of chats it holds or may take.
+const CLAIM_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Turns {
     /// Keeps `incoming` in the inbox and queues it in its session's lane (a worker starts
@@ -70,7 +80,52 @@ impl Turns {
         command: Option<(Box<CommandInteraction>, Arc<Http>)>,
     ) {
         self.orchestrator.accept(&incoming).await;
+        if self.orchestrator.instance().is_shared()
+            && !self
+                .orchestrator
+                .holds_chat(Platform::Discord, &incoming.chat)
+                .await
+        {
+            // another instance holds the chat (a turn of it may be running there): the
+            // message waits in the shared inbox for that instance's claim
+            tracing::debug!("a message for a chat another instance holds, left in the inbox");
+            if let Some((command, http)) = command {
+                let shown = match &incoming.body {
+                    Body::Command { name, args } => format!("/{name} {args}"),
+                    _ => String::new(),
+                };
+                let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
+                if let Err(e) = command.edit_response(&http, done).await {
+                    tracing::warn!(error = %e, "could not finish a slash command");
+                }
+            }
+            return;
+        }
         self.schedule(incoming, reply_to, command);
+    }
+
+    /// Several instances: every [`CLAIM_EVERY`] the messages of the chats this instance
+    /// holds or takes go to their lanes ([`Orchestrator::claim`]).
+    pub(super) fn claim_loop(self: Arc<Self>) {
+        let turns = Arc::downgrade(&self);
+        let task = tokio::spawn(async move {
+            loop {
+                let Some(this) = turns.upgrade() else { return };
+                for incoming in this
+                    .orchestrator
+                    .claim(Platform::Discord, &this.outbox)
+                    .await
+                {
+                    match channel_of(&incoming.chat, &incoming.thread) {
+                        Some(channel) => this.schedule(incoming, channel, None),
+                        None => tracing::warn!("a kept Discord message names no channel"),
+                    }
+                }
+                drop(this);
+                tokio::time::sleep(CLAIM_EVERY).await;
+            }
+        });
+        *self.claims.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
     /// Queues a message already in the inbox in its session's lane.
@@ -80,6 +135,10 @@ impl Turns {
         reply_to: ChannelId,
         command: Option<(Box<CommandInteraction>, Arc<Http>)>,
     ) {
+        if !self.queued.first_sight(incoming.message_id.clone()) {
+            tracing::debug!("a message queued already");
+            return;
+        }
         let lane = (
             incoming.chat.clone(),
             incoming.thread.clone(),
@@ -102,9 +161,17 @@ impl Turns {
         }
     }
 
-    /// Waits until no turn is queued or running.
+    /// Waits until no turn is queued or running (no more are claimed), then lets go of the
+    /// chats this instance held.
     pub(super) async fn finish(&self) {
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(claims) = claims {
+            claims.abort();
+        }
         self.lanes.finish().await;
+        if self.orchestrator.instance().is_shared() {
+            self.orchestrator.let_go_chats(Platform::Discord).await;
+        }
     }
 
     async fn run(&self, work: Work) {
@@ -174,24 +241,33 @@ fn user_ref(user: &serenity::all::User) -> UserRef {
 impl EventHandler for Handler {
     async fn ready(&self, _ctx: Context, ready: Ready) {
         self.health.ok();
-        tracing::info!(bot = %ready.user.name, "Discord connected");
+        let shard = ready.shard.map(|s| (s.id.0, s.total));
+        tracing::info!(bot = %ready.user.name, ?shard, "Discord connected");
         self.api.http.set_application_id(ready.application.id);
+        let first = !self.started.swap(true, std::sync::atomic::Ordering::SeqCst);
         // what the last run kept and did not answer goes first in its session's lane
-        for incoming in self
-            .orchestrator
-            .left_by_last_run(Platform::Discord, &self.turns.outbox)
-            .await
-        {
-            match channel_of(&incoming.chat, &incoming.thread) {
-                Some(channel) => self.turns.schedule(incoming, channel, None),
-                None => tracing::warn!("a kept Discord message names no channel"),
+        // (several instances: the claims hand out what any instance left)
+        if first && !self.orchestrator.instance().is_shared() {
+            for incoming in self
+                .orchestrator
+                .left_by_last_run(Platform::Discord, &self.turns.outbox)
+                .await
+            {
+                match channel_of(&incoming.chat, &incoming.thread) {
+                    Some(channel) => self.turns.schedule(incoming, channel, None),
+                    None => tracing::warn!("a kept Discord message names no channel"),
+                }
             }
         }
-        self.catch_up().await;
-        let commands = self.orchestrator.flows().menu_commands();
-        match self.api.set_commands(&commands).await {
-            Ok(written) => tracing::debug!(written, "Discord slash commands registered"),
-            Err(e) => tracing::warn!(error = %e, "could not register the Discord slash commands"),
+        self.catch_up(shard).await;
+        if first {
+            let commands = self.orchestrator.flows().menu_commands();
+            match self.api.set_commands(&commands).await {
+                Ok(written) => tracing::debug!(written, "Discord slash commands registered"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not register the Discord slash commands")
+                }
+            }
         }
     }
 

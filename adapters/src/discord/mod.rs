@@ -35,6 +35,7 @@ mod events;
 mod outbox;
 mod places;
 mod plugin;
+mod shards;
 mod stream;
 
 use crate::discord::events::{Handler, SEEN, Turns};
@@ -44,6 +45,7 @@ pub use api::{DiscordApi, build_http};
 pub use components::{NAMESPACE, Press, components};
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use plugin::DiscordPlugin;
+pub use shards::{ShardRange, shard_of};
 pub use stream::STOP_ID;
 
 /// Discord's limit on one message's content, in characters.
@@ -68,6 +70,8 @@ pub struct DiscordConfig {
     pub dm_flow_arg: Option<String>,
     /// Direct messages are Kaiwa's (`false`: left to a host bot, or ignored).
     pub dms: bool,
+    /// The gateway shards this instance runs; `None`: all of the count Discord recommends.
+    pub shards: Option<ShardRange>,
 }
 
 impl std::fmt::Debug for DiscordConfig {
@@ -78,6 +82,7 @@ impl std::fmt::Debug for DiscordConfig {
             .field("helpdesk_channel_ids", &self.helpdesk_channel_ids)
             .field("reading_channel_ids", &self.reading_channel_ids)
             .field("api_proxy", &self.api_proxy)
+            .field("shards", &self.shards)
             .finish()
     }
 }
@@ -120,30 +125,89 @@ impl DiscordAdapter {
         ));
         let turns = handler.turns.clone();
         let health = handler.health.clone();
+        let orchestrator = handler.orchestrator.clone();
+        let shared = orchestrator.instance().is_shared();
         // the client takes its own Http; both point at the same place with the same token
         let http = build_http(&config.token, config.api_proxy.as_deref());
+        let range = match config.shards {
+            Some(range) => range,
+            None => {
+                let gateway = http.get_bot_gateway().await.map_err(|e| {
+                    AdapterError::Platform(format!("Discord: the recommended shard count: {e}"))
+                })?;
+                ShardRange::all(gateway.shards)
+            }
+        };
+        health.set_info("shards", range.to_string());
+        tokio::pin!(shutdown);
+        if shared {
+            // another instance may run these shards: stand by until it stops
+            let mut told = false;
+            while !shards::take(&orchestrator, range).await {
+                if !told {
+                    tracing::info!(shards = %range, "another instance runs these Discord shards; standing by");
+                    told = true;
+                }
+                health.set_role("gateway", false);
+                health.ok();
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => {
+                        health.set_stopped();
+                        return Ok(());
+                    }
+                    () = tokio::time::sleep(kaiwa_core::orchestrator::RENEW_EVERY) => {}
+                }
+            }
+            tracing::info!(shards = %range, "running the Discord shards");
+            turns.clone().claim_loop();
+        }
+        health.set_role("gateway", true);
         let mut client = serenity::client::ClientBuilder::new_with_http(http, INTENTS)
             .event_handler_arc(handler)
             .await
             .map_err(|e| AdapterError::Platform(format!("Discord client: {e}")))?;
-        let shards = client.shard_manager.clone();
+        let manager = client.shard_manager.clone();
+        let lost = async {
+            if shared {
+                shards::keep(&orchestrator, range).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         let stopper = async move {
-            shutdown.await;
+            let lost = tokio::select! {
+                () = &mut shutdown => false,
+                () = lost => true,
+            };
             tracing::info!("Discord adapter stopping");
-            shards.shutdown_all().await;
+            manager.shutdown_all().await;
+            lost
         };
         let run = async {
-            let result = client.start().await;
+            // serenity's range is inclusive of its end
+            let result = client
+                .start_shard_range(range.first..range.last, range.total)
+                .await;
             if let Err(e) = &result {
                 health.failed();
                 tracing::error!(error = %e, "Discord gateway stopped");
             }
             result
         };
-        let (result, ()) = tokio::join!(run, stopper);
+        let (result, lost) = tokio::join!(run, stopper);
         // the turns queued finish (the binary's grace period bounds this)
         turns.finish().await;
+        if shared {
+            shards::let_go(&orchestrator, range).await;
+        }
+        health.set_role("gateway", false);
         health.set_stopped();
+        if lost {
+            return Err(AdapterError::Platform(format!(
+                "Discord: lost the lease of shards {range} to another instance"
+            )));
+        }
         result.map_err(|e| AdapterError::Platform(format!("Discord gateway: {e}")))
     }
 }
@@ -167,6 +231,8 @@ impl Handler {
             outbox: DiscordOutbox::new(api.clone()),
             lanes: Scheduler::new(orchestrator.max_waiting()),
             orchestrator: orchestrator.clone(),
+            queued: SeenIds::new(SEEN),
+            claims: std::sync::Mutex::new(None),
         });
         Handler {
             api,
@@ -177,6 +243,7 @@ impl Handler {
             parents: Parents::default(),
             turns,
             mounted,
+            started: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
