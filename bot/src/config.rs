@@ -91,6 +91,9 @@ pub struct DiscordSettings {
     /// User ids allowed to use the admin commands.
     #[serde(default)]
     pub admins: Vec<u64>,
+    /// The language of the admin channel's buttons (`en`, `ja`).
+    #[serde(default = "default_admin_language")]
+    pub admin_language: String,
     /// Channels where a new message opens a help-desk thread.
     #[serde(default)]
     pub helpdesk_channel_ids: Vec<u64>,
@@ -118,6 +121,7 @@ impl Default for DiscordSettings {
             token_env: default_discord_token_env(),
             admin_channel_id: None,
             admins: Vec::new(),
+            admin_language: default_admin_language(),
             helpdesk_channel_ids: Vec::new(),
             reading_channel_ids: Vec::new(),
             api_proxy: None,
@@ -127,6 +131,10 @@ impl Default for DiscordSettings {
             shards: None,
         }
     }
+}
+
+fn default_admin_language() -> String {
+    "en".into()
 }
 
 fn default_discord_token_env() -> String {
@@ -176,6 +184,9 @@ pub struct TelegramSettings {
     /// User ids allowed to use the admin commands (`/sessions`, `/transcript`, `/export`).
     #[serde(default)]
     pub admins: Vec<i64>,
+    /// The language of the admin chat's buttons (`en`, `ja`).
+    #[serde(default = "default_admin_language")]
+    pub admin_language: String,
     /// A self-hosted Bot API server; default the official one.
     pub api_url: Option<String>,
     /// The flow a private chat starts with (default: `[flows] default`) and its argument
@@ -235,6 +246,7 @@ impl Default for TelegramSettings {
             token_env: default_telegram_token_env(),
             admin_chat_id: None,
             admins: Vec::new(),
+            admin_language: default_admin_language(),
             api_url: None,
             private_flow: None,
             private_flow_arg: None,
@@ -444,6 +456,14 @@ impl Settings {
         if let Some(shards) = &self.discord.shards {
             kaiwa_adapters::discord::ShardRange::parse(shards)
                 .map_err(|e| anyhow::anyhow!("[discord] shards: {e}"))?;
+        }
+        for (section, language) in [
+            ("telegram", &self.telegram.admin_language),
+            ("discord", &self.discord.admin_language),
+        ] {
+            if !["en", "ja"].contains(&language.as_str()) {
+                bail!("[{section}] admin_language must be \"en\" or \"ja\" (got {language:?})");
+            }
         }
         let tg = &self.telegram;
         if !tg.webhook_path.starts_with('/') {

@@ -217,10 +217,15 @@ impl KaiwaBuilder {
             None => {
                 let mut sinks: Vec<Arc<dyn AdminSink>> = Vec::new();
                 if let (Some((api, _)), Some(chat)) = (&telegram, tg.admin_chat_id) {
-                    sinks.push(Arc::new(TelegramAdminSink::new(api.clone(), chat)));
+                    sinks.push(Arc::new(
+                        TelegramAdminSink::new(api.clone(), chat).with_language(&tg.admin_language),
+                    ));
                 }
                 if let (Some((api, _)), Some(channel)) = (&discord, dc.admin_channel_id) {
-                    sinks.push(Arc::new(DiscordAdminSink::new(api.clone(), channel)));
+                    sinks.push(Arc::new(
+                        DiscordAdminSink::new(api.clone(), channel)
+                            .with_language(&dc.admin_language),
+                    ));
                 }
                 match sinks.len() {
                     0 => {

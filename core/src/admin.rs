@@ -16,6 +16,85 @@ pub struct AdminNotice {
     /// Labelled facts (applicant, form, result, …), rendered as embed fields or lines.
     pub fields: Vec<(String, String)>,
     pub session_id: Option<i64>,
+    /// Buttons for the admins under the notice, each acting on [`Self::session_id`].
+    #[serde(default)]
+    pub actions: Vec<AdminActionKind>,
+}
+
+/// What an admin can do from a notice's button.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminActionKind {
+    /// Approve the application of the session.
+    Approve,
+    /// Reject it.
+    Reject,
+}
+
+impl AdminActionKind {
+    const ALL: [AdminActionKind; 2] = [AdminActionKind::Approve, AdminActionKind::Reject];
+
+    fn code(self) -> &'static str {
+        match self {
+            AdminActionKind::Approve => "ok",
+            AdminActionKind::Reject => "no",
+        }
+    }
+
+    /// The button's label in `lang` (the admins' language).
+    pub fn label(self, lang: &str) -> &'static str {
+        let ja = lang == "ja";
+        match self {
+            AdminActionKind::Approve if ja => "承認",
+            AdminActionKind::Approve => "Approve",
+            AdminActionKind::Reject if ja => "不採用",
+            AdminActionKind::Reject => "Reject",
+        }
+    }
+}
+
+/// An admin's button press: what, on which session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminAction {
+    pub kind: AdminActionKind,
+    pub session_id: i64,
+}
+
+/// The prefix of an admin button's data (Telegram callback data, Discord custom id).
+pub const ADMIN_ACTION_PREFIX: &str = "kaiwa|a|";
+
+impl AdminAction {
+    /// `kaiwa|a|CODE|SESSION`: short enough for Telegram's 64 bytes.
+    pub fn encode(&self) -> String {
+        format!(
+            "{ADMIN_ACTION_PREFIX}{}|{}",
+            self.kind.code(),
+            self.session_id
+        )
+    }
+
+    pub fn decode(data: &str) -> Option<AdminAction> {
+        let rest = data.strip_prefix(ADMIN_ACTION_PREFIX)?;
+        let (code, session) = rest.split_once('|')?;
+        let kind = AdminActionKind::ALL
+            .into_iter()
+            .find(|k| k.code() == code)?;
+        let session_id = session.parse().ok().filter(|id: &i64| *id > 0)?;
+        Some(AdminAction { kind, session_id })
+    }
+}
+
+impl AdminNotice {
+    /// The notice's buttons with their data, labelled in `lang`.
+    pub fn buttons(&self, lang: &str) -> Vec<(&'static str, String)> {
+        let Some(session_id) = self.session_id else {
+            return Vec::new();
+        };
+        self.actions
+            .iter()
+            .map(|&kind| (kind.label(lang), AdminAction { kind, session_id }.encode()))
+            .collect()
+    }
 }
 
 impl AdminNotice {
@@ -113,5 +192,34 @@ impl AdminSink for CollectingAdminSink {
             .unwrap_or_else(|p| p.into_inner())
             .push(notice.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip_and_refuse_what_is_not_theirs() {
+        for kind in AdminActionKind::ALL {
+            let action = AdminAction {
+                kind,
+                session_id: 4_000_000_123,
+            };
+            let data = action.encode();
+            assert!(data.len() <= 64, "{data}");
+            assert_eq!(AdminAction::decode(&data), Some(action));
+        }
+        for bad in [
+            "",
+            "kaiwa|a|",
+            "kaiwa|a|ok|",
+            "kaiwa|a|ok|x",
+            "kaiwa|a|ok|-3",
+            "kaiwa|a|maybe|3",
+            "kaiwa|p|ok|3",
+        ] {
+            assert_eq!(AdminAction::decode(bad), None, "{bad}");
+        }
     }
 }

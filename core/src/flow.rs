@@ -242,6 +242,17 @@ pub trait Flow: Send + Sync {
         let _ = (args, store);
         Err(FlowError::Other(format!("no admin command /{name}")))
     }
+    /// What the user of `session` is told of the team's `decision` on their submission
+    /// (`approved`, `rejected`), in `lang`; `None`: nothing is configured to say.
+    fn decision_message(
+        &self,
+        session: &crate::store::SessionRecord,
+        decision: &str,
+        lang: &str,
+    ) -> Option<String> {
+        let _ = (session, decision, lang);
+        None
+    }
     /// What `/end` says in `lang`; `None` ends the session without a word.
     fn farewell(&self, lang: &str) -> Option<String> {
         Some(crate::i18n::pick(

@@ -269,6 +269,50 @@ async fn a_whole_dm_interview_runs_through_buttons_and_text_with_the_audit_embed
     );
     let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
     assert_eq!(subs[0].submission.values["work_style"], "remote");
+
+    // the team rejects the application with the embed's button
+    let posted = &fake.messages_in(ADMIN)[0];
+    let notice = posted["_fake_id"].as_u64().expect("the embed's id");
+    let buttons = posted["components"][0]["components"].clone();
+    let reject = buttons
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["label"] == "Reject")
+        .and_then(|b| b["custom_id"].as_str())
+        .expect("a Reject button")
+        .to_string();
+    let outcomes = |f: &FakeDiscord| -> Vec<String> {
+        f.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/messages/@original"))
+            .filter_map(|r| r.body["content"].as_str().map(str::to_string))
+            .collect()
+    };
+    fake.press(ADMIN, Some(GUILD), 12_345, notice, &reject);
+    fake.wait_for("a refusal", Duration::from_secs(20), |f| {
+        outcomes(f).iter().any(|t| t.contains("Not allowed"))
+    })
+    .await;
+    let applicant = fake.texts_in(DM).len();
+    fake.press(ADMIN, Some(GUILD), ADMIN_USER, notice, &reject);
+    fake.wait_for("the decision", Duration::from_secs(20), |f| {
+        outcomes(f)
+            .iter()
+            .any(|t| t.contains("Rejected by discord:"))
+    })
+    .await;
+    let told = fake.wait_texts(DM, applicant + 1).await;
+    assert!(
+        told.last()
+            .is_some_and(|t| t.contains("will not move forward")),
+        "{told:?}"
+    );
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(
+        subs[0].decision.as_ref().map(|d| d.decision.as_str()),
+        Some("rejected")
+    );
     bot.stop().await;
 }
 

@@ -187,6 +187,63 @@ async fn a_whole_interview_runs_through_buttons_and_text_and_the_audit_reaches_t
     let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
     assert_eq!(subs.len(), 1);
     assert_eq!(subs[0].submission.values["work_style"], "remote");
+    assert_eq!(subs[0].decision, None);
+
+    // the hiring team decides from the admin chat, with the buttons under the audit
+    let admin = Chat::private(ADMIN);
+    let (notice, approve) = button(&fake, admin, "Approve");
+    let (_, reject) = button(&fake, admin, "Reject");
+    let before = fake.texts_in(admin).len();
+    fake.press(admin, 77, notice, &approve);
+    let said = replies(&fake, admin, before).await;
+    assert!(said.iter().any(|t| t.contains("Not allowed")), "{said:?}");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(
+        subs[0].decision, None,
+        "a non-admin's press changes nothing"
+    );
+    let applicant = fake.texts_in(chat).len();
+    let before = fake.texts_in(admin).len();
+    fake.press(admin, ADMIN_USER, notice, &approve);
+    let said = replies(&fake, admin, before).await.join("\n");
+    assert!(said.contains("Approved by telegram:9"), "{said}");
+    assert!(said.contains("The applicant was told"), "{said}");
+    let told = fake.wait_texts(chat, applicant + 1).await;
+    assert!(
+        told.last()
+            .is_some_and(|t| t.contains("invite you to an interview")),
+        "{told:?}"
+    );
+    // a later press reports the decision instead of deciding again
+    let before = fake.texts_in(admin).len();
+    fake.press(admin, ADMIN_USER, notice, &reject);
+    let said = replies(&fake, admin, before).await.join("\n");
+    assert!(
+        said.contains("Already decided: approved by telegram:9"),
+        "{said}"
+    );
+    assert_eq!(fake.texts_in(chat).len(), applicant + 1, "told once");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    let decision = subs[0].decision.clone().expect("decided");
+    assert_eq!(decision.decision, "approved");
+    assert!(
+        decision.decided_by.starts_with("telegram:9"),
+        "{decision:?}"
+    );
+    // the export and the transcript show it
+    let exported = say(&fake, admin, ADMIN_USER, "/export engineer")
+        .await
+        .join("\n");
+    assert!(exported.contains("decided_by"), "{exported}");
+    assert!(exported.contains("approved"), "{exported}");
+    let session = subs[0].session_id.expect("a session");
+    let transcript = say(&fake, admin, ADMIN_USER, &format!("/transcript {session}"))
+        .await
+        .join("\n");
+    assert!(
+        transcript.contains("[decision] approved by telegram:9"),
+        "{transcript}"
+    );
     bot.stop().await;
 }
 

@@ -15,6 +15,7 @@ use crate::lanes::Scheduler;
 use crate::split::truncate;
 use crate::{AdapterHealth, SeenIds};
 use async_trait::async_trait;
+use kaiwa_core::admin::AdminAction;
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{Orchestrator, QUEUE_FULL};
 use serenity::all::{
@@ -393,6 +394,36 @@ impl Handler {
         self.turn(incoming, reply_to).await;
     }
 
+    /// A button under an admin notice: answered at once (deferred), done, then the outcome
+    /// shown in the admin channel for every admin to see.
+    async fn on_admin_action(
+        &self,
+        ctx: &Context,
+        component: &ComponentInteraction,
+        action: AdminAction,
+    ) {
+        let defer = CreateInteractionResponse::Defer(CreateInteractionResponseMessage::new());
+        if let Err(e) = component.create_response(&ctx.http, defer).await {
+            tracing::warn!(error = %e, "could not acknowledge an admin's press");
+        }
+        let by = SessionKey {
+            platform: Platform::Discord,
+            chat: component.channel_id.get().to_string(),
+            thread: String::new(),
+            user: component.user.id.get().to_string(),
+        };
+        let name = component
+            .user
+            .global_name
+            .clone()
+            .unwrap_or_else(|| component.user.name.clone());
+        let said = self.orchestrator.admin_action(&by, &name, action).await;
+        let done = EditInteractionResponse::new().content(truncate(&said, MESSAGE_LIMIT));
+        if let Err(e) = component.edit_response(&ctx.http, done).await {
+            tracing::warn!(error = %e, "could not show the outcome of an admin's press");
+        }
+    }
+
     pub(super) async fn on_component(&self, ctx: &Context, component: ComponentInteraction) {
         if self.mounted && !component.data.custom_id.starts_with(NAMESPACE) {
             // the host's own component: neither acknowledged nor answered here
@@ -417,6 +448,9 @@ impl Handler {
                 tracing::warn!(error = %e, "could not acknowledge a Stop");
             }
             return;
+        }
+        if let Some(action) = AdminAction::decode(&component.data.custom_id) {
+            return self.on_admin_action(ctx, &component, action).await;
         }
         let press = Press::decode(&component.data.custom_id);
         let dm = component.guild_id.is_none();

@@ -226,6 +226,11 @@ impl Handler {
         health: Arc<AdapterHealth>,
         mounted: bool,
     ) -> Handler {
+        // decisions and a person's replies reach users outside their turns through it
+        orchestrator.register_outbox(
+            kaiwa_core::message::Platform::Discord,
+            Arc::new(DiscordOutbox::new(api.clone())),
+        );
         let turns = Arc::new(Turns {
             api: api.clone(),
             outbox: DiscordOutbox::new(api.clone()),

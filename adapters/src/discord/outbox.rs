@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::message::{Outgoing, SessionKey};
 use kaiwa_core::orchestrator::Outbox;
-use serenity::all::{ChannelId, CreateEmbed, CreateMessage, Message};
+use serenity::all::{
+    ChannelId, CreateActionRow, CreateButton, CreateEmbed, CreateMessage, Message,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,6 +200,8 @@ fn is_refused(e: &serenity::Error) -> bool {
 pub struct DiscordAdminSink {
     api: DiscordApi,
     channel: ChannelId,
+    /// The admins' language: the buttons' labels.
+    language: String,
 }
 
 impl DiscordAdminSink {
@@ -205,7 +209,14 @@ impl DiscordAdminSink {
         DiscordAdminSink {
             api,
             channel: ChannelId::new(admin_channel_id.max(1)),
+            language: "en".into(),
         }
+    }
+
+    /// Labels the notices' buttons in `language` (`en`, `ja`).
+    pub fn with_language(mut self, language: &str) -> Self {
+        self.language = language.to_string();
+        self
     }
 }
 
@@ -240,9 +251,21 @@ impl AdminSink for DiscordAdminSink {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
         let channel = self.channel;
         let embed = notice_embed(notice);
+        let buttons: Vec<CreateButton> = notice
+            .buttons(&self.language)
+            .into_iter()
+            .map(|(label, id)| CreateButton::new(id).label(label))
+            .collect();
+        let rows = if buttons.is_empty() {
+            Vec::new()
+        } else {
+            vec![CreateActionRow::Buttons(buttons)]
+        };
         self.api
             .call("createMessage", |http| {
-                let builder = CreateMessage::new().embed(embed.clone());
+                let builder = CreateMessage::new()
+                    .embed(embed.clone())
+                    .components(rows.clone());
                 async move { channel.send_message(&http, builder).await }
             })
             .await

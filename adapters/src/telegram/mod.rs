@@ -184,6 +184,11 @@ impl Intake {
         if let Err(e) = api.set_commands(&commands, mounted).await {
             tracing::warn!(error = %e, "could not register the Telegram command menu");
         }
+        // decisions and a person's replies reach users outside their turns through it
+        orchestrator.register_outbox(
+            Platform::Telegram,
+            Arc::new(TelegramOutbox::new(api.clone())),
+        );
         let outbox = TelegramOutbox::new(api.clone());
         // a host's dispatcher drops the stop updates: no Stop button unless Kaiwa polls
         // ([`TelegramPlugin::listener`])

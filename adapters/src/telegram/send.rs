@@ -13,7 +13,9 @@ use kaiwa_core::message::{Outgoing, SessionKey};
 use kaiwa_core::orchestrator::Outbox;
 use serde::Serialize;
 use serde::de::IgnoredAny;
-use teloxide::types::{BotCommand, ChatId, InlineKeyboardMarkup, Me, MessageId};
+use teloxide::types::{
+    BotCommand, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, Me, MessageId,
+};
 
 /// Telegram's limit on one message's text, in UTF-16 code units.
 pub const MESSAGE_LIMIT: usize = 4096;
@@ -385,6 +387,8 @@ fn unreachable_privately(e: &CallError) -> bool {
 pub struct TelegramAdminSink {
     api: TelegramApi,
     chat: ChatId,
+    /// The admins' language: the buttons' labels.
+    language: String,
 }
 
 impl TelegramAdminSink {
@@ -392,7 +396,14 @@ impl TelegramAdminSink {
         TelegramAdminSink {
             api,
             chat: ChatId(admin_chat_id),
+            language: "en".into(),
         }
+    }
+
+    /// Labels the notices' buttons in `language` (`en`, `ja`).
+    pub fn with_language(mut self, language: &str) -> Self {
+        self.language = language.to_string();
+        self
     }
 }
 
@@ -403,8 +414,15 @@ impl AdminSink for TelegramAdminSink {
             chat: self.chat,
             topic: None,
         };
+        let buttons = notice.buttons(&self.language);
+        let markup = (!buttons.is_empty()).then(|| {
+            InlineKeyboardMarkup::new([buttons
+                .into_iter()
+                .map(|(label, data)| InlineKeyboardButton::callback(label, data))
+                .collect::<Vec<_>>()])
+        });
         self.api
-            .send_text(place, &notice.to_text(), None)
+            .send_text(place, &notice.to_text(), markup)
             .await
             .map_err(delivery_error)
     }

@@ -10,6 +10,8 @@ use super::send::TelegramOutbox;
 use crate::interaction::{
     PICK_ONE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
+use crate::split::truncate;
+use kaiwa_core::admin::AdminAction;
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError, QUEUE_FULL};
 use std::sync::Arc;
@@ -44,6 +46,14 @@ pub(super) enum Work {
     Notice { query: String, text: &'static str },
     /// Not a text message, in a private chat.
     TextOnly { place: Place },
+    /// A button under an admin notice (approve, reject …), pressed in the admin chat.
+    Admin {
+        query: String,
+        place: Place,
+        by: SessionKey,
+        name: String,
+        action: AdminAction,
+    },
 }
 
 impl Work {
@@ -204,6 +214,26 @@ impl Context {
             work: Work::Notice { query, text },
         };
         let data = query.data.as_deref().unwrap_or_default();
+        if let Some(action) = AdminAction::decode(data)
+            && let Some(message) = query.regular_message()
+        {
+            let place = Place::of(message);
+            let by = SessionKey {
+                platform: Platform::Telegram,
+                chat: place.chat.0.to_string(),
+                thread: String::new(),
+                user: user.to_string(),
+            };
+            let work = Work::Admin {
+                query: query.id.0.clone(),
+                place,
+                by,
+                name: query.from.full_name(),
+                action,
+            };
+            let lane = (place.chat.0, place.topic_number(), user);
+            return Ok(Some(Routed { id, lane, work }));
+        }
         if self.mounted && !Press::is_kaiwas(data) {
             // the host's own button
             return Ok(None);
@@ -320,6 +350,20 @@ impl Context {
                 self.answer_quietly(&query, None).await;
             }
             Work::Notice { query, text } => self.answer_quietly(&query, Some(text)).await,
+            Work::Admin {
+                query,
+                place,
+                by,
+                name,
+                action,
+            } => {
+                let said = self.orchestrator.admin_action(&by, &name, action).await;
+                self.answer_quietly(&query, Some(&truncate(&said, 190)))
+                    .await;
+                if let Err(e) = self.api.send_text(place, &said, None).await {
+                    tracing::warn!(error = %e, "could not answer an admin's press in the admin chat");
+                }
+            }
             Work::TextOnly { place } => {
                 if let Err(e) = self.api.send_text(place, TEXT_ONLY, None).await {
                     tracing::warn!(error = %e, "could not answer a non-text message");
@@ -340,7 +384,10 @@ impl Context {
                     tracing::warn!(error = %e, "could not say the queue is full");
                 }
             }
-            Work::Press { query, .. } | Work::Toggle { query, .. } | Work::Notice { query, .. } => {
+            Work::Press { query, .. }
+            | Work::Toggle { query, .. }
+            | Work::Notice { query, .. }
+            | Work::Admin { query, .. } => {
                 let text = tell.then_some(QUEUE_FULL);
                 self.answer_quietly(&query, text).await;
             }

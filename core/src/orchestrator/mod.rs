@@ -28,6 +28,7 @@ mod instances;
 mod intake;
 mod language;
 mod notices;
+mod people;
 mod routing;
 mod turn;
 mod working;
@@ -113,6 +114,9 @@ pub struct Orchestrator {
     unreached: Mutex<std::collections::HashSet<i64>>,
     /// This instance among others on the same database ([`instances`]).
     instance: Instance,
+    /// Where to reach a user of each platform outside their turn (a decision, a person's
+    /// reply): registered by the adapters as they start ([`people`]).
+    outboxes: Mutex<std::collections::HashMap<crate::message::Platform, Arc<dyn Outbox>>>,
 }
 
 /// Messages a user may send in a minute before "slow down" (per place).
@@ -149,6 +153,7 @@ impl Orchestrator {
             told: Mutex::new((0, std::collections::HashSet::new())),
             unreached: Mutex::new(std::collections::HashSet::new()),
             instance: Instance::new(false),
+            outboxes: Mutex::default(),
         }
     }
 

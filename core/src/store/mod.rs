@@ -314,6 +314,27 @@ pub struct SubmissionRecord {
     pub created_at: DateTime<Utc>,
     #[serde(flatten)]
     pub submission: Submission,
+    /// The team's decision, once made (`None`: undecided).
+    #[serde(default)]
+    pub decision: Option<Decision>,
+}
+
+/// The team's decision on an application: the first one stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `approved` or `rejected`.
+    pub decision: String,
+    /// Who decided: `platform:user id (name)`.
+    pub decided_by: String,
+    pub decided_at: DateTime<Utc>,
+}
+
+/// A decision as [`Staff::decide`] found it: the one that stands, and whether this call
+/// made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub decision: Decision,
+    pub first: bool,
 }
 
 /// A help-desk question answered in a session.
@@ -555,11 +576,25 @@ pub trait Leases: Send + Sync {
     async fn leases(&self, prefix: &str) -> Result<Vec<Lease>, StoreError>;
 }
 
+/// What the team does from the admin chat: decisions on applications.
+#[async_trait]
+pub trait Staff: Send + Sync {
+    /// Records `decision` by `by` on the submission of session `session_id` unless one is
+    /// recorded already; returns the decision that stands (`None`: the session has no
+    /// submission).
+    async fn decide(
+        &self,
+        session_id: i64,
+        decision: &str,
+        by: &str,
+    ) -> Result<Option<Decided>, StoreError>;
+}
+
 /// The whole store, held as `Arc<dyn Store>` by the orchestrator (the one writer of turns)
 /// and the binary: the turn path, delivery marks, privacy deletes and the ledger, on top of
 /// [`Reads`] and [`Inbox`].
 #[async_trait]
-pub trait Store: Reads + Inbox + Leases {
+pub trait Store: Reads + Inbox + Leases + Staff {
     /// Which database this is.
     fn backend(&self) -> Backend;
     async fn is_processed(

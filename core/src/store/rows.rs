@@ -183,7 +183,9 @@ pub(crate) fn submission_from_row(row: &impl Columns) -> Result<SubmissionRecord
         serde_json::from_str(&text).map_err(|e| corrupt("submission JSON", e))
     };
     let audit = row.maybe_text("audit").map_err(get)?;
+    let decision = decision_from_row(row)?;
     Ok(SubmissionRecord {
+        decision,
         id: row.int("id").map_err(get)?,
         session_id: row.maybe_int("session_id").map_err(get)?,
         platform: row.text("platform").map_err(get)?,
@@ -209,6 +211,26 @@ pub(crate) fn submission_from_row(row: &impl Columns) -> Result<SubmissionRecord
                 .transpose()?,
         },
     })
+}
+
+/// The decision columns of a submission row (`decision`, `decided_by`, `decided_ms`).
+pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Option<super::Decision>, StoreError> {
+    let get = |e: sqlx::Error| corrupt("decision", e);
+    let Some(decision) = row.maybe_text("decision").map_err(get)? else {
+        return Ok(None);
+    };
+    Ok(Some(super::Decision {
+        decision,
+        decided_by: row
+            .maybe_text("decided_by")
+            .map_err(get)?
+            .unwrap_or_default(),
+        decided_at: from_ms(
+            row.maybe_int("decided_ms")
+                .map_err(get)?
+                .unwrap_or_default(),
+        ),
+    }))
 }
 
 pub(crate) fn llm_call_from_row(row: &impl Columns) -> Result<LlmCallRecord, StoreError> {

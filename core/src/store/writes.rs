@@ -285,3 +285,12 @@ pub(crate) fn leases_of(rows: Vec<(String, String, i64)>) -> Vec<super::Lease> {
         })
         .collect()
 }
+
+/// A decision on the submission of a session (`$1` decision, `$2` by, `$3` when in ms,
+/// `$4` session), unless one was made: the first stands.
+pub(crate) const DECIDE: &str = "UPDATE submissions SET decision = $1, decided_by = $2, decided_ms = $3 \
+     WHERE session_id = $4 AND decision IS NULL";
+
+/// The decision columns of a session's (latest) submission (`$1` session).
+pub(crate) const DECISION_OF: &str = "SELECT decision, decided_by, decided_ms FROM submissions \
+     WHERE session_id = $1 ORDER BY id DESC LIMIT 1";

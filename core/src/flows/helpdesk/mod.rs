@@ -191,6 +191,7 @@ impl HelpdeskFlow {
                         ),
                     ],
                     session_id: None,
+                    actions: Vec::new(),
                 });
                 out.say(pick(
                     &lang,

@@ -34,6 +34,9 @@ pub fn csv(form: Option<&Form>, records: &[SubmissionRecord]) -> String {
         "country",
         "timezone",
         "audit_passed",
+        "decision",
+        "decided_by",
+        "decided_at",
     ]
     .into_iter()
     .map(str::to_string)
@@ -66,6 +69,18 @@ pub fn csv(form: Option<&Form>, records: &[SubmissionRecord]) -> String {
             s.country.clone().unwrap_or_default(),
             s.timezone.clone().unwrap_or_default(),
             audit_passed,
+            r.decision
+                .as_ref()
+                .map(|d| d.decision.clone())
+                .unwrap_or_default(),
+            r.decision
+                .as_ref()
+                .map(|d| d.decided_by.clone())
+                .unwrap_or_default(),
+            r.decision
+                .as_ref()
+                .map(|d| d.decided_at.to_rfc3339())
+                .unwrap_or_default(),
         ];
         for f in &fields {
             row.push(

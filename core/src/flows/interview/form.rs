@@ -184,6 +184,10 @@ pub struct Form {
     pub prohibited_topics: Option<Vec<ProhibitedTopic>>,
     #[serde(default)]
     pub tone: ToneRules,
+    /// What the applicant is told of the team's decision (`approved`, `rejected`) in each
+    /// language (`[decisions.approved] en = "…"`); a decision without one tells nothing.
+    #[serde(default)]
+    pub decisions: BTreeMap<String, LocalText>,
     /// The topics' triggers and the banned phrases as one automaton, built on first use.
     #[serde(skip)]
     pub(crate) screener: Derived<std::sync::Arc<Screener>>,

@@ -2,6 +2,7 @@
 //! `submitted` only when every required field is done, and the admins told.
 
 use super::*;
+use crate::admin::AdminActionKind;
 
 impl InterviewFlow {
     /// Stores the submission; `submitted` only when every required field is done.
@@ -87,6 +88,11 @@ impl InterviewFlow {
                     ),
                 ],
                 session_id: None,
+                actions: if status == SubmissionStatus::Submitted {
+                    vec![AdminActionKind::Approve, AdminActionKind::Reject]
+                } else {
+                    Vec::new()
+                },
             });
         }
         out.say(match status {

@@ -804,3 +804,43 @@ fn signals_are_whole_words() {
     assert!(reviewer::mentions_any("visual basic at school", &signals));
     assert!(!reviewer::mentions_any("good cloud work", &signals));
 }
+
+#[test]
+fn a_decision_is_told_in_the_applicants_language_from_the_form() {
+    use crate::flow::Flow;
+    let flow = InterviewFlow::new(forms(), Some("engineer".into()));
+    let session_in = |form: &str, language: &str| {
+        let mut session = crate::store::SessionRecord::draft(
+            crate::message::SessionKey {
+                platform: Platform::Telegram,
+                chat: "1".into(),
+                thread: String::new(),
+                user: "1".into(),
+            },
+            "interview",
+        );
+        let st = InterviewState {
+            form_id: form.into(),
+            language: Some(language.into()),
+            ..InterviewState::default()
+        };
+        session.state = crate::store::FlowState::of(&st).expect("state");
+        session
+    };
+    let ja = flow.decision_message(&session_in("engineer", "ja"), "approved", "en");
+    assert_eq!(
+        ja.as_deref(),
+        Some("選考の結果、面接にお進みいただくことになりました。")
+    );
+    let en = flow.decision_message(&session_in("engineer", "en"), "rejected", "ja");
+    assert!(en.is_some_and(|t| t.contains("will not move forward")));
+    // a form without decisions tells nothing
+    assert_eq!(
+        flow.decision_message(&session_in("event_signup", "en"), "approved", "en"),
+        None
+    );
+    assert_eq!(
+        flow.decision_message(&session_in("engineer", "en"), "maybe", "en"),
+        None
+    );
+}

@@ -72,6 +72,18 @@ impl Flow for InterviewFlow {
         false
     }
 
+    fn decision_message(
+        &self,
+        session: &crate::store::SessionRecord,
+        decision: &str,
+        lang: &str,
+    ) -> Option<String> {
+        let st = session.state.parse::<InterviewState>().ok()?;
+        let text = self.form(&st.form_id)?.decisions.get(decision)?;
+        let lang = st.language.as_deref().unwrap_or(lang);
+        Some(text.get(lang).to_string()).filter(|t| !t.trim().is_empty())
+    }
+
     fn farewell(&self, lang: &str) -> Option<String> {
         Some(pick(
             lang,

@@ -89,6 +89,20 @@ impl Orchestrator {
                         for m in messages {
                             out.push_str(&format!("[{}] {}\n", m.role.as_str(), m.text));
                         }
+                        if session.flow == "interview" {
+                            let submissions = self.store.submissions(None).await?;
+                            for s in submissions.iter().filter(|s| s.session_id == Some(id)) {
+                                out.push_str(&match &s.decision {
+                                    Some(d) => format!(
+                                        "[decision] {} by {} at {}\n",
+                                        d.decision,
+                                        d.decided_by,
+                                        d.decided_at.format("%Y-%m-%d %H:%M UTC")
+                                    ),
+                                    None => "[decision] none yet\n".into(),
+                                });
+                            }
+                        }
                         out
                     }
                 }

@@ -89,6 +89,7 @@ contract!(
     two_instances_never_both_commit_a_turn_of_one_session,
     the_same_update_at_two_instances_is_processed_once,
     a_lease_is_held_by_one_instance_until_it_expires,
+    the_first_decision_stands_and_goes_with_the_submission,
 );
 
 fn place(chat: &str) -> SessionKey {
@@ -713,5 +714,67 @@ async fn old_transcripts_are_deleted(db: Db) {
             .expect("reads")
             .is_some()
     );
+    store.close().await;
+}
+
+async fn the_first_decision_stands_and_goes_with_the_submission(db: Db) {
+    let store = db.open().await;
+    let mut ending = said("my answers", "thanks");
+    ending.push(StateChange::SaveSubmission {
+        submission: submission(),
+    });
+    let done = store
+        .commit_turn(commit(
+            SessionRecord::draft(place("d"), "interview"),
+            "d1",
+            ending,
+        ))
+        .await
+        .expect("commits");
+    let session = done.session.id;
+    assert_eq!(
+        store
+            .decide(session + 1000, "approved", "x")
+            .await
+            .expect("decides"),
+        None,
+        "no submission, no decision"
+    );
+    let first = store
+        .decide(session, "approved", "telegram:9 (Ann)")
+        .await
+        .expect("decides")
+        .expect("a submission");
+    assert!(first.first);
+    assert_eq!(first.decision.decision, "approved");
+    // a second instance's later press finds the first decision
+    let other = db.open().await;
+    let second = other
+        .decide(session, "rejected", "telegram:10 (Bob)")
+        .await
+        .expect("decides")
+        .expect("a submission");
+    assert!(!second.first);
+    assert_eq!(second.decision, first.decision);
+    let stored = store.submissions(None).await.expect("reads");
+    assert_eq!(stored[0].decision.as_ref(), Some(&first.decision));
+    let data = store
+        .user_data(Platform::Console, "u1")
+        .await
+        .expect("data");
+    assert_eq!(data["submissions"][0]["decision"], "approved");
+    // /forget keeping submissions keeps the decision with them
+    store
+        .forget_user(Platform::Console, "u1", true)
+        .await
+        .expect("forgets");
+    let kept = store.submissions(None).await.expect("reads");
+    assert_eq!(kept[0].decision.as_ref(), Some(&first.decision));
+    store
+        .forget_user(Platform::Console, "u1", false)
+        .await
+        .expect("forgets");
+    assert!(store.submissions(None).await.expect("reads").is_empty());
+    other.close().await;
     store.close().await;
 }

@@ -13,6 +13,7 @@
 //! reading rows), this file ([`Store`], [`Inbox`], connecting).
 
 mod reads;
+mod staff;
 mod turn;
 
 use super::{

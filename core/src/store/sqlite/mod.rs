@@ -20,6 +20,7 @@ mod open;
 mod privacy;
 mod reads;
 mod rows;
+mod staff;
 mod statements;
 mod turn;
 mod wal_readahead;
