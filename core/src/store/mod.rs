@@ -576,9 +576,51 @@ pub trait Leases: Send + Sync {
     async fn leases(&self, prefix: &str) -> Result<Vec<Lease>, StoreError>;
 }
 
-/// What the team does from the admin chat: decisions on applications.
+/// A conversation a person from the team holds (taken over from the admin chat).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub session_id: i64,
+    /// The user's place.
+    pub key: SessionKey,
+    /// Who holds it: `platform:user id (name)`.
+    pub held_by: String,
+    pub taken_at: DateTime<Utc>,
+    /// The person's last message (or the takeover).
+    pub last_at: DateTime<Utc>,
+}
+
+/// A message in an admin place (a notice, a relayed message) that stands for a session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NoticeRef {
+    pub platform: Platform,
+    pub chat: String,
+    pub message_id: String,
+}
+
+/// What the team does from the admin chat: decisions on applications, conversations taken
+/// over.
 #[async_trait]
 pub trait Staff: Send + Sync {
+    /// `session` (at `key`) held by `by` unless someone holds the place already; returns the
+    /// hold that stands and whether this call took it.
+    async fn take_over(
+        &self,
+        session_id: i64,
+        key: &SessionKey,
+        by: &str,
+    ) -> Result<(Hold, bool), StoreError>;
+    /// Ends the hold on `session_id`; returns it (`None`: none was there).
+    async fn hand_back(&self, session_id: i64) -> Result<Option<Hold>, StoreError>;
+    /// Every hold (a handful: the instances cache them).
+    async fn holds(&self) -> Result<Vec<Hold>, StoreError>;
+    /// The person holding `session_id` wrote now.
+    async fn touch_hold(&self, session_id: i64) -> Result<(), StoreError>;
+    /// `message` in an admin place stands for `session_id`.
+    async fn link_notice(&self, message: &NoticeRef, session_id: i64) -> Result<(), StoreError>;
+    /// The session a message in an admin place stands for.
+    async fn notice_session(&self, message: &NoticeRef) -> Result<Option<i64>, StoreError>;
+    /// The latest message standing for `session_id` in each admin place.
+    async fn notices_of(&self, session_id: i64) -> Result<Vec<NoticeRef>, StoreError>;
     /// Records `decision` by `by` on the submission of session `session_id` unless one is
     /// recorded already; returns the decision that stands (`None`: the session has no
     /// submission).

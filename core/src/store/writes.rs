@@ -45,7 +45,8 @@ pub(crate) fn sqlite_sql(sql: &str) -> String {
 /// What `/forget` deletes for one user (`$1` platform, `$2` user id), children first; the
 /// users row cascades to what is left. Submissions are kept unless `keep_submissions` is
 /// false ([`forget_statements`]).
-const FORGET: [&str; 9] = [
+const FORGET: [&str; 10] = [
+    "DELETE FROM holds WHERE platform = $1 AND user_id = $2",
     "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
     "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
     "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",
@@ -294,3 +295,75 @@ pub(crate) const DECIDE: &str = "UPDATE submissions SET decision = $1, decided_b
 /// The decision columns of a session's (latest) submission (`$1` session).
 pub(crate) const DECISION_OF: &str = "SELECT decision, decided_by, decided_ms FROM submissions \
      WHERE session_id = $1 ORDER BY id DESC LIMIT 1";
+
+/// A hold on a place unless one stands (`$1` session, `$2`-`$5` platform, chat, thread,
+/// user, `$6` by, `$7` now in ms).
+pub(crate) const HOLD_TAKE: &str = "INSERT INTO holds (session_id, platform, chat, thread, user_id, held_by, taken_ms, last_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT DO NOTHING";
+
+/// The hold on a place (`$1`-`$4` platform, chat, thread, user).
+pub(crate) const HOLD_AT: &str = "SELECT session_id, platform, chat, thread, user_id, held_by, taken_ms, last_ms \
+     FROM holds WHERE platform = $1 AND chat = $2 AND thread = $3 AND user_id = $4";
+
+/// Every hold.
+pub(crate) const HOLDS: &str =
+    "SELECT session_id, platform, chat, thread, user_id, held_by, taken_ms, last_ms FROM holds";
+
+/// The hold on a session (`$1`), before it is deleted.
+pub(crate) const HOLD_OF: &str = "SELECT session_id, platform, chat, thread, user_id, held_by, taken_ms, last_ms \
+     FROM holds WHERE session_id = $1";
+
+pub(crate) const HOLD_END: &str = "DELETE FROM holds WHERE session_id = $1";
+
+pub(crate) const HOLD_TOUCH: &str = "UPDATE holds SET last_ms = $2 WHERE session_id = $1";
+
+/// `$1`-`$3` platform, chat, message id, `$4` session, `$5` now in ms.
+pub(crate) const NOTICE_LINK: &str = "INSERT INTO relays (platform, chat, message_id, session_id, created_ms) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+
+pub(crate) const NOTICE_SESSION: &str =
+    "SELECT session_id FROM relays WHERE platform = $1 AND chat = $2 AND message_id = $3";
+
+/// The messages standing for a session (`$1`), newest first.
+pub(crate) const NOTICES_OF: &str = "SELECT platform, chat, message_id FROM relays WHERE session_id = $1 \
+     ORDER BY created_ms DESC, message_id DESC LIMIT 20";
+
+/// The newest message per admin place among `rows` (platform, chat, message id; newest
+/// first).
+pub(crate) fn latest_notices(rows: Vec<(String, String, String)>) -> Vec<super::NoticeRef> {
+    let mut out: Vec<super::NoticeRef> = Vec::new();
+    for (platform, chat, message_id) in rows {
+        let Some(platform) = crate::message::Platform::parse(&platform) else {
+            continue;
+        };
+        if !out.iter().any(|n| n.platform == platform && n.chat == chat) {
+            out.push(super::NoticeRef {
+                platform,
+                chat,
+                message_id,
+            });
+        }
+    }
+    out
+}
+
+/// A hold from [`HOLD_AT`]'s columns.
+pub(crate) fn hold_from_row(
+    row: &impl crate::store::rows::Columns,
+) -> Result<super::Hold, StoreError> {
+    let get = |e: sqlx::Error| corrupt("hold", e);
+    let platform = row.text("platform").map_err(get)?;
+    Ok(super::Hold {
+        session_id: row.int("session_id").map_err(get)?,
+        key: SessionKey {
+            platform: crate::message::Platform::parse(&platform)
+                .ok_or_else(|| StoreError::Corrupt(format!("hold of platform {platform:?}")))?,
+            chat: row.text("chat").map_err(get)?,
+            thread: row.text("thread").map_err(get)?,
+            user: row.text("user_id").map_err(get)?,
+        },
+        held_by: row.text("held_by").map_err(get)?,
+        taken_at: crate::store::rows::from_ms(row.int("taken_ms").map_err(get)?),
+        last_at: crate::store::rows::from_ms(row.int("last_ms").map_err(get)?),
+    })
+}

@@ -90,6 +90,7 @@ contract!(
     the_same_update_at_two_instances_is_processed_once,
     a_lease_is_held_by_one_instance_until_it_expires,
     the_first_decision_stands_and_goes_with_the_submission,
+    a_place_is_held_by_one_person_until_handed_back,
 );
 
 fn place(chat: &str) -> SessionKey {
@@ -775,6 +776,86 @@ async fn the_first_decision_stands_and_goes_with_the_submission(db: Db) {
         .await
         .expect("forgets");
     assert!(store.submissions(None).await.expect("reads").is_empty());
+    other.close().await;
+    store.close().await;
+}
+
+async fn a_place_is_held_by_one_person_until_handed_back(db: Db) {
+    use super::NoticeRef;
+    let store = db.open().await;
+    let done = first_turn(&*store, "h").await;
+    let session = done.session.id;
+    let key = place("h");
+    let (hold, took) = store
+        .take_over(session, &key, "telegram:9 (Ann)")
+        .await
+        .expect("takes");
+    assert!(took);
+    assert_eq!(hold.key, key);
+    // another instance, another person: the first hold stands
+    let other = db.open().await;
+    let (stands, took) = other
+        .take_over(session, &key, "telegram:10 (Bob)")
+        .await
+        .expect("takes");
+    assert!(!took);
+    assert_eq!(stands.held_by, "telegram:9 (Ann)");
+    assert_eq!(other.holds().await.expect("reads"), [hold.clone()]);
+    store.touch_hold(session).await.expect("touches");
+    let notice = |chat: &str, id: &str| NoticeRef {
+        platform: Platform::Telegram,
+        chat: chat.into(),
+        message_id: id.into(),
+    };
+    store
+        .link_notice(&notice("-100", "5"), session)
+        .await
+        .expect("links");
+    store
+        .link_notice(&notice("-100", "7"), session)
+        .await
+        .expect("links");
+    store
+        .link_notice(&notice("-100", "7"), session)
+        .await
+        .expect("twice is once");
+    assert_eq!(
+        other
+            .notice_session(&notice("-100", "5"))
+            .await
+            .expect("reads"),
+        Some(session)
+    );
+    assert_eq!(
+        other
+            .notice_session(&notice("-100", "6"))
+            .await
+            .expect("reads"),
+        None
+    );
+    let latest = other.notices_of(session).await.expect("reads");
+    assert_eq!(latest.len(), 1, "{latest:?}");
+    let ended = other.hand_back(session).await.expect("hands back");
+    assert_eq!(ended.map(|h| h.session_id), Some(session));
+    assert_eq!(store.hand_back(session).await.expect("hands back"), None);
+    assert!(store.holds().await.expect("reads").is_empty());
+    // /forget ends the user's holds; the notice links (ids only) stay
+    store
+        .take_over(session, &key, "telegram:9 (Ann)")
+        .await
+        .expect("takes");
+    store
+        .forget_user(Platform::Console, "u1", false)
+        .await
+        .expect("forgets");
+    assert!(store.holds().await.expect("reads").is_empty());
+    assert_eq!(
+        store
+            .notice_session(&notice("-100", "5"))
+            .await
+            .expect("reads"),
+        Some(session)
+    );
     other.close().await;
     store.close().await;
 }
