@@ -32,6 +32,30 @@ pub struct Settings {
     pub limits: LimitSettings,
     #[serde(default)]
     pub privacy: PrivacySettings,
+    /// Conversations a person takes over from the admin chat.
+    #[serde(default)]
+    pub handoff: HandoffSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffSettings {
+    /// A conversation taken over goes back to the agent after this many minutes without a
+    /// message from the person holding it (fractions allowed).
+    #[serde(default = "default_idle_minutes")]
+    pub idle_minutes: f64,
+}
+
+impl Default for HandoffSettings {
+    fn default() -> Self {
+        HandoffSettings {
+            idle_minutes: default_idle_minutes(),
+        }
+    }
+}
+
+fn default_idle_minutes() -> f64 {
+    30.0
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -281,6 +305,7 @@ impl Default for Settings {
             discord: DiscordSettings::default(),
             limits: LimitSettings::default(),
             privacy: PrivacySettings::default(),
+            handoff: HandoffSettings::default(),
         }
     }
 }
@@ -452,6 +477,9 @@ impl Settings {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
+        }
+        if !(self.handoff.idle_minutes.is_finite() && self.handoff.idle_minutes > 0.0) {
+            bail!("[handoff] idle_minutes must be a positive number of minutes");
         }
         if let Some(shards) = &self.discord.shards {
             kaiwa_adapters::discord::ShardRange::parse(shards)

@@ -63,6 +63,9 @@ use tokio::sync::watch;
 /// How often the retention job runs.
 const RETENTION_CHECK: Duration = Duration::from_secs(3600);
 
+/// How often conversations held by a person are checked for an idle hold (at most).
+const HANDBACK_CHECK: Duration = Duration::from_secs(30);
+
 /// How often the weekly reviews that are due are looked for.
 const REVIEW_CHECK: Duration = Duration::from_secs(60);
 
@@ -552,6 +555,24 @@ impl Kaiwa {
                 }
             })
         };
+        let idle = Duration::from_secs_f64(self.settings.handoff.idle_minutes * 60.0);
+        let handbacks = {
+            let orchestrator = self.orchestrator.clone();
+            // often enough for a short idle time, at most every few seconds
+            let check = (idle / 4).clamp(Duration::from_secs(1), HANDBACK_CHECK);
+            every(check, stop_rx.clone(), move || {
+                let orchestrator = orchestrator.clone();
+                async move {
+                    if !orchestrator.hold(JOBS_LEASE).await {
+                        return;
+                    }
+                    let handed = orchestrator.hand_back_idle(idle).await;
+                    if handed > 0 {
+                        tracing::info!(handed, "idle conversations handed back to the agent");
+                    }
+                }
+            })
+        };
         let retention = self.settings.privacy.transcript_days.map(|days| {
             let (store, orchestrator) = (self.store.clone(), self.orchestrator.clone());
             every(RETENTION_CHECK, stop_rx, move || {
@@ -572,6 +593,7 @@ impl Kaiwa {
             shutdown.await;
             let _ = stop_tx.send(true);
             let _ = reviews.await;
+            let _ = handbacks.await;
             if let Some(retention) = retention {
                 let _ = retention.await;
             }

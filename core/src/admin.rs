@@ -2,6 +2,7 @@
 //! them after the turn that produced them is committed; adapters implement it for the admin
 //! chat (Telegram), the admin channel (Discord) or stderr (console).
 
+pub use crate::store::NoticeRef;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -29,15 +30,26 @@ pub enum AdminActionKind {
     Approve,
     /// Reject it.
     Reject,
+    /// Take the conversation over: the agent stays silent, messages are relayed.
+    TakeOver,
+    /// Give the conversation back to the agent.
+    HandBack,
 }
 
 impl AdminActionKind {
-    const ALL: [AdminActionKind; 2] = [AdminActionKind::Approve, AdminActionKind::Reject];
+    const ALL: [AdminActionKind; 4] = [
+        AdminActionKind::Approve,
+        AdminActionKind::Reject,
+        AdminActionKind::TakeOver,
+        AdminActionKind::HandBack,
+    ];
 
     fn code(self) -> &'static str {
         match self {
             AdminActionKind::Approve => "ok",
             AdminActionKind::Reject => "no",
+            AdminActionKind::TakeOver => "take",
+            AdminActionKind::HandBack => "back",
         }
     }
 
@@ -49,6 +61,10 @@ impl AdminActionKind {
             AdminActionKind::Approve => "Approve",
             AdminActionKind::Reject if ja => "不採用",
             AdminActionKind::Reject => "Reject",
+            AdminActionKind::TakeOver if ja => "対応を引き継ぐ",
+            AdminActionKind::TakeOver => "Take over",
+            AdminActionKind::HandBack if ja => "エージェントに戻す",
+            AdminActionKind::HandBack => "Hand back",
         }
     }
 }
@@ -126,6 +142,18 @@ pub enum DeliveryError {
 #[async_trait]
 pub trait AdminSink: Send + Sync {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError>;
+
+    /// Sends `notice`, as a reply to the message of `replying_to` in the sink's own place
+    /// where there is one, and says where it landed: a person's reply to it then reaches
+    /// the notice's session. A sink that cannot say sends it as [`Self::notify`] does.
+    async fn post(
+        &self,
+        notice: &AdminNotice,
+        replying_to: &[NoticeRef],
+    ) -> Result<Vec<NoticeRef>, DeliveryError> {
+        let _ = replying_to;
+        self.notify(notice).await.map(|()| Vec::new())
+    }
 }
 
 /// Writes that a notice came to the log (the default when no admin place is configured):
@@ -147,6 +175,32 @@ pub struct FanoutAdminSink(pub Vec<std::sync::Arc<dyn AdminSink>>);
 
 #[async_trait]
 impl AdminSink for FanoutAdminSink {
+    async fn post(
+        &self,
+        notice: &AdminNotice,
+        replying_to: &[NoticeRef],
+    ) -> Result<Vec<NoticeRef>, DeliveryError> {
+        let mut last = None;
+        let mut landed = Vec::new();
+        let mut delivered = false;
+        for sink in &self.0 {
+            match sink.post(notice, replying_to).await {
+                Ok(refs) => {
+                    delivered = true;
+                    landed.extend(refs);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "an admin sink did not take the notice");
+                    last = Some(e);
+                }
+            }
+        }
+        match (delivered, last) {
+            (false, Some(e)) => Err(e),
+            _ => Ok(landed),
+        }
+    }
+
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
         let mut last = None;
         let mut delivered = false;

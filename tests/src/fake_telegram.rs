@@ -393,6 +393,54 @@ impl FakeTelegram {
         })
     }
 
+    /// A user writes `text` in `chat` as a reply to message `reply_to` (one of the bot's,
+    /// as Telegram quotes it); returns the update id.
+    pub fn reply_text(&self, chat: Chat, user: i64, text: &str, reply_to: i64) -> i64 {
+        self.push(|id, inner| {
+            inner.next_message += 1;
+            let replied = inner
+                .bot_messages
+                .get(&(chat.id, reply_to))
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"message_id": reply_to, "date": now(), "chat": chat.json()}),
+                );
+            let message = json!({
+                "message_id": inner.next_message,
+                "date": now(),
+                "chat": chat.json(),
+                "from": user_json(user),
+                "text": text,
+                "reply_to_message": replied,
+            });
+            json!({"update_id": id, "message": message})
+        })
+    }
+
+    /// A user sends a sticker in `chat` as a reply to message `reply_to`.
+    pub fn reply_sticker(&self, chat: Chat, user: i64, reply_to: i64) -> i64 {
+        self.push(|id, inner| {
+            inner.next_message += 1;
+            let replied = inner
+                .bot_messages
+                .get(&(chat.id, reply_to))
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"message_id": reply_to, "date": now(), "chat": chat.json()}),
+                );
+            let message = json!({
+                "message_id": inner.next_message,
+                "date": now(),
+                "chat": chat.json(),
+                "from": user_json(user),
+                "sticker": {"file_id": "s1", "file_unique_id": "u1", "type": "regular",
+                            "width": 512, "height": 512, "is_animated": false, "is_video": false},
+                "reply_to_message": replied,
+            });
+            json!({"update_id": id, "message": message})
+        })
+    }
+
     /// A user presses Stop under the streamed draft `draft_id` in `chat` (Bot API 10.3's
     /// `stopped_message_generation` update).
     pub fn stop_generation(&self, chat: Chat, draft_id: i64) -> i64 {

@@ -46,7 +46,7 @@ async fn start(fake: &FakeTelegram, db: &str, form: &str, models: ModelRouter) -
         "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"test\"\nturn_budget_secs = 10\n\n\
          [telegram]\napi_url = \"{}\"\nadmin_chat_id = {ADMIN}\nadmins = [{ADMIN_USER}]\n\
          private_flow = \"interview\"\nprivate_flow_arg = \"{form}\"\n\
-         group_flow = \"helpdesk\"\npoll_timeout_secs = 1\n",
+         group_flow = \"helpdesk\"\npoll_timeout_secs = 1\n\n[handoff]\nidle_minutes = 0.1\n",
         fake.url()
     );
     let kaiwa = common::kaiwa(dir.path(), &sections, db, (Some(TOKEN), None), models).await;
@@ -1348,4 +1348,202 @@ async fn answers_streamed_in_a_group_keep_to_the_group_budget() {
     );
     assert!(minute >= 5, "the answers did stream: {minute}");
     bot.stop().await;
+}
+
+/// The latest message in the admin chat whose text holds `marker`: its id.
+fn admin_message(fake: &FakeTelegram, marker: &str) -> i64 {
+    fake.calls_of("sendMessage")
+        .into_iter()
+        .rfind(|c| c.chat_id() == Some(ADMIN) && c.text().contains(marker))
+        .and_then(|c| c.message_id)
+        .unwrap_or_else(|| panic!("no admin message with {marker:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_takes_over_a_help_desk_conversation_and_hands_it_back() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (dir, db) = temp_db();
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let user = Chat::topic(-100_600, 7);
+    let admin = Chat::private(ADMIN);
+    say(&fake, user, 701, "How do I export submissions?").await;
+    let asked = tap(&fake, user, 701, "Talk to a human").await;
+    assert!(
+        asked.join(" ").contains("a person will get back"),
+        "{asked:?}"
+    );
+    fake.wait_for("the handoff notice", Duration::from_secs(20), |_| {
+        fake.texts_in(admin).iter().any(|t| t.contains("[handoff]"))
+    })
+    .await;
+
+    // someone who is not an admin cannot take it; an admin can
+    let (notice, take) = button(&fake, admin, "Take over");
+    let before = fake.texts_in(admin).len();
+    fake.press(admin, 77, notice, &take);
+    let said = replies(&fake, admin, before).await;
+    assert!(said.iter().any(|t| t.contains("Not allowed")), "{said:?}");
+    let before_user = fake.texts_in(user).len();
+    fake.press(admin, ADMIN_USER, notice, &take);
+    let joined = fake.wait_texts(user, before_user + 1).await;
+    assert!(
+        joined
+            .last()
+            .is_some_and(|t| t.contains("A person from the team has joined")),
+        "{joined:?}"
+    );
+    fake.wait_for("the takeover notice", Duration::from_secs(20), |_| {
+        fake.texts_in(admin)
+            .iter()
+            .any(|t| t.contains("[takeover]"))
+    })
+    .await;
+
+    // three messages each way, in order; the agent says nothing meanwhile
+    let quiet_from = fake.texts_in(user).len();
+    for i in 0..3 {
+        let relayed = fake.texts_in(admin).len();
+        fake.send_text(user, 701, &format!("user says {i}"));
+        fake.wait_texts(admin, relayed + 1).await;
+    }
+    let relays: Vec<Call> = fake
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|c| c.chat_id() == Some(ADMIN) && c.text().contains("[relay]"))
+        .collect();
+    assert_eq!(relays.len(), 3);
+    for (i, relay) in relays.iter().enumerate() {
+        assert!(
+            relay.text().contains(&format!("user says {i}")),
+            "{relay:?}"
+        );
+        assert!(
+            relay.params["reply_parameters"]["message_id"]
+                .as_i64()
+                .is_some(),
+            "relayed under the conversation's notice: {relay:?}"
+        );
+    }
+    assert_eq!(fake.texts_in(user).len(), quiet_from, "the agent is silent");
+    let last_relay = admin_message(&fake, "user says 2");
+    for i in 0..3 {
+        let before = fake.texts_in(user).len();
+        fake.reply_text(admin, ADMIN_USER, &format!("admin says {i}"), last_relay);
+        let got = fake.wait_texts(user, before + 1).await;
+        assert!(
+            got.last()
+                .is_some_and(|t| t.ends_with(&format!("admin says {i}"))),
+            "{got:?}"
+        );
+    }
+    // a sticker is refused, a non-admin relays nothing
+    let before = fake.texts_in(admin).len();
+    fake.reply_sticker(admin, ADMIN_USER, last_relay);
+    let said = replies(&fake, admin, before).await;
+    assert!(said.iter().any(|t| t.contains("Only text")), "{said:?}");
+    let before = fake.texts_in(admin).len();
+    fake.reply_text(admin, 77, "I am not an admin", last_relay);
+    let said = replies(&fake, admin, before).await;
+    assert!(said.iter().any(|t| t.contains("Not allowed")), "{said:?}");
+    assert!(
+        !fake
+            .texts_in(user)
+            .iter()
+            .any(|t| t.contains("not an admin"))
+    );
+
+    // a restart keeps the hold
+    bot.stop().await;
+    let bot = start(&fake, &db, "engineer", ModelRouter::none()).await;
+    let relayed = fake.texts_in(admin).len();
+    let before_user = fake.texts_in(user).len();
+    fake.send_text(user, 701, "still with me?");
+    fake.wait_texts(admin, relayed + 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.texts_in(user).len(),
+        before_user,
+        "still held after the restart"
+    );
+
+    // hand back with the button under a relayed message
+    let (relay, back) = button(&fake, admin, "Hand back");
+    let before_user = fake.texts_in(user).len();
+    fake.press(admin, ADMIN_USER, relay, &back);
+    let told = fake.wait_texts(user, before_user + 1).await;
+    assert!(
+        told.last()
+            .is_some_and(|t| t.contains("the assistant is back")),
+        "{told:?}"
+    );
+    let answer = say(&fake, user, 701, "How do I stop a conversation?").await;
+    assert!(answer[0].contains("Stopping a conversation"), "{answer:?}");
+    // a reply to a relayed message of a conversation handed back reaches nobody
+    let before = fake.texts_in(admin).len();
+    let before_user = fake.texts_in(user).len();
+    fake.reply_text(admin, ADMIN_USER, "too late", last_relay);
+    let said = replies(&fake, admin, before).await;
+    assert!(said.iter().any(|t| t.contains("closed")), "{said:?}");
+    assert_eq!(fake.texts_in(user).len(), before_user);
+
+    // the transcript holds both sides
+    let key = kaiwa_core::message::SessionKey {
+        platform: Platform::Telegram,
+        chat: user.id.to_string(),
+        thread: "7".into(),
+        user: "701".into(),
+    };
+    let session = bot
+        .store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("a session");
+    let said: Vec<String> = bot
+        .store
+        .recent_messages(session.id, 100)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    for text in [
+        "user says 0",
+        "user says 2",
+        "admin says 0",
+        "admin says 2",
+        "still with me?",
+    ] {
+        assert!(
+            said.iter().any(|t| t.contains(text)),
+            "{text:?} in {said:?}"
+        );
+    }
+
+    // taken over again and left idle: back to the agent by itself
+    let handoff = admin_message(&fake, "[handoff]");
+    let take = fake
+        .calls_of("sendMessage")
+        .into_iter()
+        .find(|c| c.message_id == Some(handoff))
+        .and_then(|c| {
+            c.buttons()
+                .into_iter()
+                .find(|(label, _)| label == "Take over")
+        })
+        .map(|(_, data)| data)
+        .expect("the handoff notice's Take over");
+    let before_user = fake.texts_in(user).len();
+    fake.press(admin, ADMIN_USER, handoff, &take);
+    fake.wait_texts(user, before_user + 1).await;
+    fake.wait_for("handed back when idle", Duration::from_secs(30), |_| {
+        fake.texts_in(user)
+            .iter()
+            .rev()
+            .take(1)
+            .any(|t| t.contains("the assistant is back"))
+    })
+    .await;
+    bot.stop().await;
+    drop(dir);
 }

@@ -417,7 +417,12 @@ impl Handler {
             .global_name
             .clone()
             .unwrap_or_else(|| component.user.name.clone());
-        let said = self.orchestrator.admin_action(&by, &name, action).await;
+        let outcome = self.orchestrator.admin_action(&by, &name, action).await;
+        let said = if outcome.posted {
+            "Done.".to_string()
+        } else {
+            outcome.text
+        };
         let done = EditInteractionResponse::new().content(truncate(&said, MESSAGE_LIMIT));
         if let Err(e) = component.edit_response(&ctx.http, done).await {
             tracing::warn!(error = %e, "could not show the outcome of an admin's press");

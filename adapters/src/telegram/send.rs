@@ -7,9 +7,9 @@ use super::api::{CallError, Repeat, TelegramApi};
 pub use crate::markup::escape_html;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
-use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError, NoticeRef};
 use kaiwa_core::flow::CommandInfo;
-use kaiwa_core::message::{Outgoing, SessionKey};
+use kaiwa_core::message::{Outgoing, Platform, SessionKey};
 use kaiwa_core::orchestrator::Outbox;
 use serde::Serialize;
 use serde::de::IgnoredAny;
@@ -410,10 +410,22 @@ impl TelegramAdminSink {
 #[async_trait]
 impl AdminSink for TelegramAdminSink {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
-        let place = Place {
-            chat: self.chat,
-            topic: None,
-        };
+        self.post(notice, &[]).await.map(|_| ())
+    }
+
+    /// The notice in the admin chat, with its buttons, as a reply to the message of
+    /// `replying_to` in this chat (a relayed message stays under its conversation); its
+    /// last piece is where it landed.
+    async fn post(
+        &self,
+        notice: &AdminNotice,
+        replying_to: &[NoticeRef],
+    ) -> Result<Vec<NoticeRef>, DeliveryError> {
+        let chat = self.chat.0.to_string();
+        let reply_to = replying_to
+            .iter()
+            .find(|r| r.platform == Platform::Telegram && r.chat == chat)
+            .and_then(|r| r.message_id.parse::<i64>().ok());
         let buttons = notice.buttons(&self.language);
         let markup = (!buttons.is_empty()).then(|| {
             InlineKeyboardMarkup::new([buttons
@@ -421,10 +433,35 @@ impl AdminSink for TelegramAdminSink {
                 .map(|(label, data)| InlineKeyboardButton::callback(label, data))
                 .collect::<Vec<_>>()])
         });
-        self.api
-            .send_text(place, &notice.to_text(), markup)
-            .await
-            .map_err(delivery_error)
+        let pieces = split_capped(&notice.to_text(), MESSAGE_LIMIT, MAX_PIECES, html_cost);
+        let last = pieces.len().saturating_sub(1);
+        let mut landed = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            let mut request = serde_json::json!({
+                "chat_id": self.chat.0,
+                "text": crate::markup::telegram_html(piece),
+                "parse_mode": "HTML",
+            });
+            if let Some(message) = reply_to.filter(|_| i == 0) {
+                // a reply to a message deleted since is sent alone
+                request["reply_parameters"] =
+                    serde_json::json!({"message_id": message, "allow_sending_without_reply": true});
+            }
+            if let Some(markup) = markup.as_ref().filter(|_| i == last) {
+                request["reply_markup"] = serde_json::to_value(markup).unwrap_or_default();
+            }
+            let sent: teloxide::types::Message = self
+                .api
+                .call("sendMessage", &request, Repeat::Once)
+                .await
+                .map_err(delivery_error)?;
+            landed.push(NoticeRef {
+                platform: Platform::Telegram,
+                chat: chat.clone(),
+                message_id: sent.id.0.to_string(),
+            });
+        }
+        Ok(landed)
     }
 }
 

@@ -11,7 +11,7 @@ use crate::interaction::{
     PICK_ONE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
 use crate::split::truncate;
-use kaiwa_core::admin::AdminAction;
+use kaiwa_core::admin::{AdminAction, NoticeRef};
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError, QUEUE_FULL};
 use std::sync::Arc;
@@ -46,6 +46,16 @@ pub(super) enum Work {
     Notice { query: String, text: &'static str },
     /// Not a text message, in a private chat.
     TextOnly { place: Place },
+    /// A message in the admin chat replying to one of the bot's (a person writing to a
+    /// conversation they hold; `text` `None`: a photo, a sticker …).
+    StaffReply {
+        place: Place,
+        by: SessionKey,
+        name: String,
+        replying_to: NoticeRef,
+        text: Option<String>,
+        message_id: String,
+    },
     /// A button under an admin notice (approve, reject …), pressed in the admin chat.
     Admin {
         query: String,
@@ -155,8 +165,31 @@ impl Context {
         let private = message.chat.is_private();
         let in_admin_chat = self.config.admin_chat_id == Some(message.chat.id.0);
         if in_admin_chat && !message.text().is_some_and(|t| t.starts_with('/')) {
-            // the admin chat takes admin commands only
-            return None;
+            // the admin chat takes admin commands, and replies to the bot's notices and
+            // relayed messages (a person writing to a conversation they hold)
+            let replied = message
+                .reply_to_message()
+                .filter(|m| m.from.as_ref().is_some_and(|u| u.is_bot))?;
+            let place = Place::of(message);
+            let work = Work::StaffReply {
+                place,
+                by: SessionKey {
+                    platform: Platform::Telegram,
+                    chat: place.chat.0.to_string(),
+                    thread: String::new(),
+                    user: from.id.0.to_string(),
+                },
+                name: from.full_name(),
+                replying_to: NoticeRef {
+                    platform: Platform::Telegram,
+                    chat: place.chat.0.to_string(),
+                    message_id: replied.id.0.to_string(),
+                },
+                text: message.text().map(str::to_string),
+                message_id: id.clone(),
+            };
+            let lane = (place.chat.0, place.topic_number(), from.id.0);
+            return Some(Routed { id, lane, work });
         }
         let place = Place::of(message);
         let (flow, flow_arg) = self
@@ -350,6 +383,24 @@ impl Context {
                 self.answer_quietly(&query, None).await;
             }
             Work::Notice { query, text } => self.answer_quietly(&query, Some(text)).await,
+            Work::StaffReply {
+                place,
+                by,
+                name,
+                replying_to,
+                text,
+                message_id,
+            } => {
+                let said = self
+                    .orchestrator
+                    .staff_reply(&by, &name, &replying_to, &message_id, text.as_deref())
+                    .await;
+                if let Some(said) = said
+                    && let Err(e) = self.api.send_text(place, &said, None).await
+                {
+                    tracing::warn!(error = %e, "could not answer in the admin chat");
+                }
+            }
             Work::Admin {
                 query,
                 place,
@@ -357,10 +408,13 @@ impl Context {
                 name,
                 action,
             } => {
-                let said = self.orchestrator.admin_action(&by, &name, action).await;
-                self.answer_quietly(&query, Some(&truncate(&said, 190)))
+                let outcome = self.orchestrator.admin_action(&by, &name, action).await;
+                self.answer_quietly(&query, Some(&truncate(&outcome.text, 190)))
                     .await;
-                if let Err(e) = self.api.send_text(place, &said, None).await {
+                // (a notice the orchestrator posted says it in the admin chat already)
+                if !outcome.posted
+                    && let Err(e) = self.api.send_text(place, &outcome.text, None).await
+                {
                     tracing::warn!(error = %e, "could not answer an admin's press in the admin chat");
                 }
             }
@@ -379,7 +433,9 @@ impl Context {
             self.orchestrator.release(incoming).await;
         }
         match work {
-            Work::Turn { place, .. } | Work::TextOnly { place } => {
+            Work::Turn { place, .. }
+            | Work::TextOnly { place }
+            | Work::StaffReply { place, .. } => {
                 if tell && let Err(e) = self.api.send_text(place, QUEUE_FULL, None).await {
                     tracing::warn!(error = %e, "could not say the queue is full");
                 }

@@ -110,9 +110,7 @@ impl Orchestrator {
         for notice in &output.admin {
             let mut notice = notice.clone();
             notice.session_id = notice.session_id.or(Some(committed.session.id));
-            if let Err(e) = self.admin.notify(&notice).await {
-                tracing::warn!(error = %e, kind = %notice.kind, "admin notice not delivered");
-            }
+            self.post_notice(&notice, &[]).await;
         }
         Ok(TurnReport {
             session_id: committed.session.id,

@@ -117,6 +117,8 @@ pub struct Orchestrator {
     /// Where to reach a user of each platform outside their turn (a decision, a person's
     /// reply): registered by the adapters as they start ([`people`]).
     outboxes: Mutex<std::collections::HashMap<crate::message::Platform, Arc<dyn Outbox>>>,
+    /// The conversations people hold, as last read ([`people`]).
+    holds: people::HoldCache,
 }
 
 /// Messages a user may send in a minute before "slow down" (per place).
@@ -154,6 +156,7 @@ impl Orchestrator {
             unreached: Mutex::new(std::collections::HashSet::new()),
             instance: Instance::new(false),
             outboxes: Mutex::default(),
+            holds: people::HoldCache::default(),
         }
     }
 

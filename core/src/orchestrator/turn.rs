@@ -3,7 +3,8 @@
 //! 1. [`Orchestrator::answer_before_loading`] — an oversized message or an admin command is
 //!    answered before the session is read.
 //! 2. `load_for_turn` — the session, its history, and whether the update was processed.
-//! 3. [`Orchestrator::answer_personal_command`] — `/mydata`, `/forget`, `/lang`.
+//! 3. [`Orchestrator::answer_personal_command`] — `/mydata`, `/forget`, `/lang`; then, at a
+//!    place a person holds, the message is stored and relayed to them (`people.rs`).
 //! 4. [`Orchestrator::plan`] (`routing.rs`) — a turn of a flow, or a reply without one.
 //! 5. [`Orchestrator::settle_language`] (`language.rs`) — the conversation's language.
 //! 6. [`Orchestrator::run_flow`] — the flow's turn within the budget (`working.rs`).
@@ -62,6 +63,10 @@ impl Orchestrator {
             .await?
         {
             return Ok(report);
+        }
+        if let Some(hold) = self.hold_at(&key).await {
+            // a person holds the conversation: the agent stays silent
+            return self.relay_to_staff(&incoming, active, hold, outbox).await;
         }
         let history_of = active.as_ref().map(|s| s.id);
         let (mut session, finish_session, input) = match self.plan(&incoming, active)? {

@@ -191,7 +191,7 @@ impl HelpdeskFlow {
                         ),
                     ],
                     session_id: None,
-                    actions: Vec::new(),
+                    actions: vec![crate::admin::AdminActionKind::TakeOver],
                 });
                 out.say(pick(
                     &lang,

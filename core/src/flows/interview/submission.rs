@@ -89,9 +89,13 @@ impl InterviewFlow {
                 ],
                 session_id: None,
                 actions: if status == SubmissionStatus::Submitted {
-                    vec![AdminActionKind::Approve, AdminActionKind::Reject]
+                    vec![
+                        AdminActionKind::Approve,
+                        AdminActionKind::Reject,
+                        AdminActionKind::TakeOver,
+                    ]
                 } else {
-                    Vec::new()
+                    vec![AdminActionKind::TakeOver]
                 },
             });
         }

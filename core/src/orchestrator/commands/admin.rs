@@ -33,7 +33,7 @@ impl AdminAccess {
 
 /// The admin commands the orchestrator answers itself; flows add theirs
 /// ([`crate::flow::Flow::admin_commands`]: the interview's `/export`).
-pub const ADMIN_COMMANDS: [&str; 2] = ["sessions", "transcript"];
+pub const ADMIN_COMMANDS: [&str; 4] = ["sessions", "transcript", "takeover", "handback"];
 
 impl Orchestrator {
     /// Whether `/name` is an admin command: the orchestrator's own or a flow's.
@@ -105,6 +105,23 @@ impl Orchestrator {
                         }
                         out
                     }
+                }
+            }
+            "takeover" | "handback" => {
+                let Ok(session_id) = args.trim().trim_start_matches('#').parse::<i64>() else {
+                    return Ok(format!("Usage: /{name} SESSION_ID (see /sessions)"));
+                };
+                let kind = if name == "takeover" {
+                    crate::admin::AdminActionKind::TakeOver
+                } else {
+                    crate::admin::AdminActionKind::HandBack
+                };
+                let action = crate::admin::AdminAction { kind, session_id };
+                let outcome = self.admin_action(key, &key.user, action).await;
+                if outcome.posted {
+                    "Done.".into()
+                } else {
+                    outcome.text
                 }
             }
             _ => match self.flows.by_admin_command(name) {

@@ -800,7 +800,10 @@ async fn a_place_is_held_by_one_person_until_handed_back(db: Db) {
         .expect("takes");
     assert!(!took);
     assert_eq!(stands.held_by, "telegram:9 (Ann)");
-    assert_eq!(other.holds().await.expect("reads"), [hold.clone()]);
+    assert_eq!(
+        other.holds().await.expect("reads"),
+        std::slice::from_ref(&hold)
+    );
     store.touch_hold(session).await.expect("touches");
     let notice = |chat: &str, id: &str| NoticeRef {
         platform: Platform::Telegram,
