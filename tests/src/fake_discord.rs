@@ -318,6 +318,30 @@ impl FakeDiscord {
         id
     }
 
+    /// A user posts `text` in `channel` as a reply to message `reply_to`.
+    pub fn reply_message(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        text: &str,
+        reply_to: u64,
+    ) -> u64 {
+        let id = self.shared.next_id();
+        let mut message = message_json(id, channel, guild, user_json(user, false), text);
+        message["message_reference"] = json!({
+            "message_id": reply_to.to_string(),
+            "channel_id": channel.to_string(),
+        });
+        if let Some(guild) = guild {
+            message["message_reference"]["guild_id"] = json!(guild.to_string());
+        }
+        message["type"] = json!(19);
+        self.remember(channel, &message);
+        self.dispatch("MESSAGE_CREATE", message);
+        id
+    }
+
     fn remember(&self, channel: u64, message: &Value) {
         self.shared
             .lock()

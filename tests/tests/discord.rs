@@ -1007,3 +1007,145 @@ async fn after_a_restart_a_help_desk_thread_answers_only_what_it_missed() {
     );
     bot.stop().await;
 }
+
+/// The admin channel's embeds whose title holds `marker`: (message id, embed).
+fn admin_embeds(fake: &FakeDiscord, marker: &str) -> Vec<(u64, Value)> {
+    fake.messages_in(ADMIN)
+        .into_iter()
+        .filter(|m| {
+            m["embeds"][0]["title"]
+                .as_str()
+                .is_some_and(|t| t.contains(marker))
+        })
+        .map(|m| (m["_fake_id"].as_u64().unwrap_or_default(), m))
+        .collect()
+}
+
+fn button_of(message: &Value, label: &str) -> String {
+    message["components"][0]["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["label"] == label)
+        .and_then(|b| b["custom_id"].as_str())
+        .unwrap_or_else(|| panic!("no {label:?} on {message}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_takes_over_a_help_desk_thread_and_answers_from_the_admin_channel() {
+    let fake = FakeDiscord::start().await;
+    let bot = start(&fake, "engineer", ModelRouter::none()).await;
+    let thread = open_thread(&fake, HELPDESK, 41, "How do I stop a conversation?").await;
+    replies(&fake, thread, 0).await;
+    tap(&fake, thread, 41, "No").await;
+    tap(&fake, thread, 41, "human").await;
+    fake.wait_for("the handoff embed", Duration::from_secs(20), |f| {
+        !admin_embeds(f, "[handoff]").is_empty()
+    })
+    .await;
+    let (notice, embed) = admin_embeds(&fake, "[handoff]").remove(0);
+    let take = button_of(&embed, "Take over");
+    let before = fake.texts_in(thread).len();
+    fake.press(ADMIN, Some(GUILD), ADMIN_USER, notice, &take);
+    let joined = fake.wait_texts(thread, before + 1).await;
+    assert!(
+        joined
+            .last()
+            .is_some_and(|t| t.contains("A person from the team has joined")),
+        "{joined:?}"
+    );
+
+    // the user writes: relayed to the admin channel, under the notice; the agent is silent
+    let quiet = fake.texts_in(thread).len();
+    fake.user_message(thread, Some(GUILD), 41, "Is anyone there?");
+    fake.wait_for("the relay", Duration::from_secs(20), |f| {
+        !admin_embeds(f, "[relay]").is_empty()
+    })
+    .await;
+    let (relay, relayed) = admin_embeds(&fake, "[relay]").remove(0);
+    assert!(
+        relayed.to_string().contains("Is anyone there?"),
+        "{relayed}"
+    );
+    assert!(
+        relayed["message_reference"]["message_id"].is_string(),
+        "{relayed}"
+    );
+    // the admin answers from the admin channel…
+    fake.reply_message(ADMIN, Some(GUILD), ADMIN_USER, "Yes, I am here.", relay);
+    let got = fake.wait_texts(thread, quiet + 1).await;
+    assert!(
+        got.last().is_some_and(|t| t.ends_with("Yes, I am here.")),
+        "{got:?}"
+    );
+    // …or in the thread itself, where Kaiwa stays silent
+    fake.user_message(
+        thread,
+        Some(GUILD),
+        ADMIN_USER,
+        "Let me check that for you.",
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        fake.texts_in(thread).len(),
+        quiet + 1,
+        "Kaiwa is silent in the thread"
+    );
+    // a reply by someone who is not an admin reaches nobody
+    fake.reply_message(ADMIN, Some(GUILD), 12_345, "not an admin", relay);
+    fake.wait_for("a refusal", Duration::from_secs(20), |f| {
+        f.texts_in(ADMIN).iter().any(|t| t.contains("Not allowed"))
+    })
+    .await;
+    assert!(
+        !fake
+            .texts_in(thread)
+            .iter()
+            .any(|t| t.contains("not an admin"))
+    );
+
+    // handed back: the agent answers again
+    let back = button_of(&relayed, "Hand back");
+    let before = fake.texts_in(thread).len();
+    fake.press(ADMIN, Some(GUILD), ADMIN_USER, relay, &back);
+    let told = fake.wait_texts(thread, before + 1).await;
+    assert!(
+        told.last()
+            .is_some_and(|t| t.contains("the assistant is back")),
+        "{told:?}"
+    );
+    let answer = say(&fake, thread, 41, "How do I export submissions?").await;
+    assert!(answer[0].contains("Exporting submissions"), "{answer:?}");
+    let key = kaiwa_core::message::SessionKey {
+        platform: Platform::Discord,
+        chat: HELPDESK.to_string(),
+        thread: thread.to_string(),
+        user: "41".into(),
+    };
+    let session = bot
+        .store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("a session");
+    let said: Vec<String> = bot
+        .store
+        .recent_messages(session.id, 100)
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    for text in [
+        "Is anyone there?",
+        "Yes, I am here.",
+        "Let me check that for you.",
+    ] {
+        assert!(
+            said.iter().any(|t| t.contains(text)),
+            "{text:?} in {said:?}"
+        );
+    }
+    bot.stop().await;
+}

@@ -15,7 +15,7 @@ use crate::lanes::Scheduler;
 use crate::split::truncate;
 use crate::{AdapterHealth, SeenIds};
 use async_trait::async_trait;
-use kaiwa_core::admin::AdminAction;
+use kaiwa_core::admin::{AdminAction, NoticeRef};
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{Orchestrator, QUEUE_FULL};
 use serenity::all::{
@@ -356,9 +356,14 @@ impl Handler {
                     }
                 }
             }
-            // the admin channel takes admin commands only
+            // the admin channel takes admin commands, and replies to the bot's notices and
+            // relayed messages (a person writing to a conversation they hold)
             None if self.config.admin_channel_id == Some(msg.channel_id.get()) => {
                 if !text.starts_with('/') {
+                    if let Some(replied) = msg.message_reference.as_ref().and_then(|r| r.message_id)
+                    {
+                        self.staff_reply(&msg, replied.get(), text).await;
+                    }
                     return;
                 }
                 Place {
@@ -374,6 +379,25 @@ impl Handler {
             },
         };
         let reply_to = target_of(&place);
+        if !place.thread.is_empty() && !text.is_empty() {
+            // an admin writing in a thread whose conversation they hold: stored, unanswered
+            let written = Incoming {
+                platform: Platform::Discord,
+                chat: place.chat.clone(),
+                thread: place.thread.clone(),
+                user: user_ref(&msg.author),
+                message_id: msg.id.get().to_string(),
+                body: Body::Text {
+                    text: text.to_string(),
+                },
+                flow: None,
+                flow_arg: None,
+                shared: true,
+            };
+            if self.orchestrator.staff_in_place(&written).await {
+                return;
+            }
+        }
         if text.is_empty() {
             if dm && let Err(e) = self.api.send_text(reply_to, TEXT_ONLY, Vec::new()).await {
                 tracing::warn!(error = %e, "could not answer a non-text message");
@@ -392,6 +416,34 @@ impl Handler {
             shared: !dm,
         };
         self.turn(incoming, reply_to).await;
+    }
+
+    /// A message in the admin channel replying to message `replied`: a person writing to a
+    /// conversation they hold, when `replied` stands for one.
+    async fn staff_reply(&self, msg: &Message, replied: u64, text: &str) {
+        let channel = msg.channel_id;
+        let by = SessionKey {
+            platform: Platform::Discord,
+            chat: channel.get().to_string(),
+            thread: String::new(),
+            user: msg.author.id.get().to_string(),
+        };
+        let replying_to = NoticeRef {
+            platform: Platform::Discord,
+            chat: channel.get().to_string(),
+            message_id: replied.to_string(),
+        };
+        let name = user_ref(&msg.author).display_name;
+        let text = (!text.is_empty()).then_some(text);
+        let said = self
+            .orchestrator
+            .staff_reply(&by, &name, &replying_to, &msg.id.get().to_string(), text)
+            .await;
+        if let Some(said) = said
+            && let Err(e) = self.api.send_text(channel, &said, Vec::new()).await
+        {
+            tracing::warn!(error = %e, "could not answer in the admin channel");
+        }
     }
 
     /// A button under an admin notice: answered at once (deferred), done, then the outcome

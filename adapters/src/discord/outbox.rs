@@ -7,11 +7,11 @@ use super::api::is_rate_limited;
 use super::components::components;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
-use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
-use kaiwa_core::message::{Outgoing, SessionKey};
+use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError, NoticeRef};
+use kaiwa_core::message::{Outgoing, Platform, SessionKey};
 use kaiwa_core::orchestrator::Outbox;
 use serenity::all::{
-    ChannelId, CreateActionRow, CreateButton, CreateEmbed, CreateMessage, Message,
+    ChannelId, CreateActionRow, CreateButton, CreateEmbed, CreateMessage, Message, MessageId,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,6 +249,16 @@ pub fn notice_embed(notice: &AdminNotice) -> CreateEmbed {
 #[async_trait]
 impl AdminSink for DiscordAdminSink {
     async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        self.post(notice, &[]).await.map(|_| ())
+    }
+
+    /// The notice as an embed with its buttons in the admin channel, as a reply to the
+    /// message of `replying_to` there; returns where it landed.
+    async fn post(
+        &self,
+        notice: &AdminNotice,
+        replying_to: &[NoticeRef],
+    ) -> Result<Vec<NoticeRef>, DeliveryError> {
         let channel = self.channel;
         let embed = notice_embed(notice);
         let buttons: Vec<CreateButton> = notice
@@ -261,15 +271,29 @@ impl AdminSink for DiscordAdminSink {
         } else {
             vec![CreateActionRow::Buttons(buttons)]
         };
-        self.api
+        let reply_to = replying_to
+            .iter()
+            .find(|r| r.platform == Platform::Discord && r.chat == channel.get().to_string())
+            .and_then(|r| r.message_id.parse::<u64>().ok())
+            .filter(|id| *id > 0)
+            .map(MessageId::new);
+        let sent = self
+            .api
             .call("createMessage", |http| {
-                let builder = CreateMessage::new()
+                let mut builder = CreateMessage::new()
                     .embed(embed.clone())
                     .components(rows.clone());
+                if let Some(message) = reply_to {
+                    builder = builder.reference_message((channel, message));
+                }
                 async move { channel.send_message(&http, builder).await }
             })
             .await
-            .map(|_| ())
-            .map_err(delivery_error)
+            .map_err(delivery_error)?;
+        Ok(vec![NoticeRef {
+            platform: Platform::Discord,
+            chat: channel.get().to_string(),
+            message_id: sent.id.get().to_string(),
+        }])
     }
 }

@@ -412,6 +412,50 @@ impl Orchestrator {
         }
     }
 
+    /// A message an admin wrote at a user's place itself (a Discord help-desk thread) that
+    /// a person holds: stored in the conversation there, not answered (the user reads it
+    /// where it was written). `false`: not an admin, or nobody holds a conversation there
+    /// (the message goes its usual way).
+    pub async fn staff_in_place(&self, incoming: &Incoming) -> bool {
+        let is_admin = self
+            .access
+            .admins
+            .get(&incoming.platform)
+            .is_some_and(|ids| ids.contains(&incoming.user.id));
+        let Body::Text { text } = &incoming.body else {
+            return false;
+        };
+        if !is_admin {
+            return false;
+        }
+        self.holds_changed();
+        let holds = self.store.holds().await.unwrap_or_default();
+        let Some(hold) = holds.into_iter().find(|h| {
+            h.key.platform == incoming.platform
+                && h.key.chat == incoming.chat
+                && h.key.thread == incoming.thread
+                && h.key.user != incoming.user.id
+        }) else {
+            return false;
+        };
+        let said = format!("{}: {text}", incoming.user.display_name);
+        let mut stored = incoming.clone();
+        stored.user = UserRef {
+            id: hold.key.user.clone(),
+            display_name: hold.key.user.clone(),
+            language: None,
+        };
+        match self.staff_turn(&hold, &stored, &said, &Unheard).await {
+            Ok(()) => {
+                if let Err(e) = self.store.touch_hold(hold.session_id).await {
+                    tracing::warn!(error = %e, "could not note the person's message");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "a person's message in the place was not stored"),
+        }
+        true
+    }
+
     /// `said` (a person's message) stored in the conversation at the hold's place and
     /// delivered to its user, in the place's turn order.
     async fn staff_turn(
@@ -513,4 +557,18 @@ fn capitalised(word: &str) -> String {
         .next()
         .map(|c| c.to_uppercase().chain(chars).collect())
         .unwrap_or_default()
+}
+
+/// Delivers nothing: what a person wrote at the user's place is there already.
+struct Unheard;
+
+#[async_trait::async_trait]
+impl Outbox for Unheard {
+    async fn deliver(
+        &self,
+        _key: &SessionKey,
+        _items: &[Outgoing],
+    ) -> Result<(), crate::admin::DeliveryError> {
+        Ok(())
+    }
 }
