@@ -340,3 +340,66 @@ webhook_secret_env = "KAIWA_TEST_WEBHOOK_SECRET"
     assert!(log.contains("Telegram will retry"), "{log}");
     assert!(!log.contains("second"), "no user text in the log");
 }
+
+/// A conversation a person took over stays theirs across a SIGKILL of `kaiwa run`: after
+/// the restart the user's message is relayed, not answered, and the person's reply arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_conversation_stays_held_across_a_kill_and_restart() {
+    const ADMIN: i64 = -100777;
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config(telegram.url(), "http://127.0.0.1:9").replace(
+        "poll_timeout_secs = 1",
+        "poll_timeout_secs = 1\nadmins = [9]\ngroup_flow = \"helpdesk\"",
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), config).expect("config");
+    let user = Chat::topic(-100_800, 3);
+    let admin = Chat::private(ADMIN);
+    let (mut first, _log) = spawn_run(dir.path());
+    telegram.send_text(user, 55, "How do I export submissions?");
+    telegram.wait_texts(user, 2).await;
+    let keyboard = telegram.last_keyboard(user).expect("feedback buttons");
+    let human = telegram.button_on(user, keyboard.message_id.unwrap_or_default(), "human");
+    telegram.press(user, 55, keyboard.message_id.unwrap_or_default(), &human);
+    telegram
+        .wait_for("the handoff notice", Duration::from_secs(30), |_| {
+            telegram
+                .texts_in(admin)
+                .iter()
+                .any(|t| t.contains("[handoff]"))
+        })
+        .await;
+    let notice = telegram.last_keyboard(admin).expect("the notice's buttons");
+    let take = telegram.button_on(admin, notice.message_id.unwrap_or_default(), "Take over");
+    let before = telegram.texts_in(user).len();
+    telegram.press(admin, 9, notice.message_id.unwrap_or_default(), &take);
+    telegram.wait_texts(user, before + 1).await;
+
+    first.start_kill().expect("SIGKILL");
+    let _ = first.wait().await;
+    let (mut second, _log) = spawn_run(dir.path());
+    let quiet = telegram.texts_in(user).len();
+    let relayed = telegram.texts_in(admin).len();
+    telegram.send_text(user, 55, "hello after the restart");
+    telegram.wait_texts(admin, relayed + 1).await;
+    let relay = telegram
+        .calls_of("sendMessage")
+        .into_iter()
+        .rfind(|c| c.chat_id() == Some(ADMIN) && c.text().contains("hello after the restart"))
+        .and_then(|c| c.message_id)
+        .expect("relayed to the admin chat");
+    assert_eq!(
+        telegram.texts_in(user).len(),
+        quiet,
+        "the agent stays silent"
+    );
+    telegram.reply_text(admin, 9, "Hi, this is Ann from the team.", relay);
+    let got = telegram.wait_texts(user, quiet + 1).await;
+    assert!(
+        got.last()
+            .is_some_and(|t| t.ends_with("Hi, this is Ann from the team.")),
+        "{got:?}"
+    );
+    let _ = second.start_kill();
+    let _ = second.wait().await;
+}
