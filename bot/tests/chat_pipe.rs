@@ -500,7 +500,7 @@ async fn a_whole_interview_runs_through_a_pipe_without_a_model_and_exports() {
     let lines: Vec<&str> = csv.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", csv.stdout);
     assert!(lines[0].starts_with("id,created_at,status,applicant,platform,user_id,language,country,timezone,audit_passed,decision,decided_by,decided_at,name,email,attendance,guests,topics,flags"), "{}", lines[0]);
-    assert!(lines[1].contains(",submitted,aiko,console,aiko,en,JP,Asia/Tokyo,,Aiko Sato,aiko@example.com,online,0,\"Rust, databases\","), "{}", lines[1]);
+    assert!(lines[1].contains(",submitted,aiko,console,aiko,en,JP,Asia/Tokyo,,,,,Aiko Sato,aiko@example.com,online,0,\"Rust, databases\","), "{}", lines[1]);
 
     let json = kaiwa(
         dir.path(),
