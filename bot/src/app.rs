@@ -16,6 +16,7 @@ use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
+use kaiwa_core::search::{Provider, WebSearch};
 use kaiwa_core::store::{self, Store};
 use std::path::Path;
 use std::sync::Arc;
@@ -47,7 +48,9 @@ impl App {
             Some(models) => models,
             None => build_models(settings.llm.as_ref()).map_err(Error::setup("[llm]"))?,
         };
-        let flows = build_flows(settings).map_err(Error::setup("flows"))?;
+        let web =
+            build_web_search(settings, Some(store.clone())).map_err(Error::setup("[search]"))?;
+        let flows = build_flows(settings, web).map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
         // PostgreSQL is how several instances share one bot (SQLite: one process)
         let shared = store.backend() == store::Backend::Postgres;
@@ -111,8 +114,69 @@ pub fn open_kb(settings: &Settings) -> anyhow::Result<KnowledgeBase> {
     })
 }
 
-/// The flows enabled by `settings`, with their default.
-pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
+/// The web search `[search]` configures (none without it), its answers kept a day in
+/// `cache`.
+pub fn build_web_search(
+    settings: &Settings,
+    cache: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Option<Arc<WebSearch>>> {
+    let Some(search) = &settings.search else {
+        return Ok(None);
+    };
+    let provider = match search.provider.as_str() {
+        "brave" => Provider::Brave {
+            base_url: search
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://api.search.brave.com".into()),
+            api_key: secret_from_env(search.api_key_env.as_deref().unwrap_or_default())
+                .context("[search] api_key_env")?,
+        },
+        _ => Provider::SearxNg {
+            base_url: search.base_url.clone().unwrap_or_default(),
+        },
+    };
+    let mut web = WebSearch::new(
+        provider,
+        search.max_results,
+        Duration::from_secs(search.timeout_secs),
+    )?;
+    if let Some(store) = cache {
+        web = web.with_cache(store_as_cache(store));
+    }
+    Ok(Some(Arc::new(web)))
+}
+
+/// The store as the search cache it also is.
+fn store_as_cache(store: Arc<dyn Store>) -> Arc<dyn kaiwa_core::store::SearchCache> {
+    struct Cache(Arc<dyn Store>);
+    #[async_trait::async_trait]
+    impl kaiwa_core::store::SearchCache for Cache {
+        async fn cached_search(
+            &self,
+            provider: &str,
+            query: &str,
+            since: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Option<String>, kaiwa_core::store::StoreError> {
+            self.0.cached_search(provider, query, since).await
+        }
+        async fn cache_search(
+            &self,
+            provider: &str,
+            query: &str,
+            results: &str,
+        ) -> Result<(), kaiwa_core::store::StoreError> {
+            self.0.cache_search(provider, query, results).await
+        }
+    }
+    Arc::new(Cache(store))
+}
+
+/// The flows enabled by `settings`, with their default (`web`: the web search).
+pub fn build_flows(
+    settings: &Settings,
+    web: Option<Arc<WebSearch>>,
+) -> anyhow::Result<FlowRegistry> {
     let catalogue =
         Catalogue::load(Path::new(&settings.flows.books)).map_err(anyhow::Error::msg)?;
     let config = FlowConfig {
@@ -120,6 +184,8 @@ pub fn build_flows(settings: &Settings) -> anyhow::Result<FlowRegistry> {
         default_form: settings.flows.default_form.clone(),
         kb: Some(Arc::new(open_kb(settings)?)),
         catalogue: Some(Arc::new(catalogue)),
+        web_for_helpdesk: settings.search.as_ref().is_some_and(|s| s.helpdesk),
+        web,
     };
     if let Some(form) = &config.default_form
         && !config.forms.iter().any(|f| &f.id == form)

@@ -58,7 +58,7 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 
 /// `kaiwa check`: the configuration, the model settings, every form and the paths the
 /// configuration names. `defaults`: no configuration file was found at `path`.
-pub fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result<()> {
+pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result<()> {
     if defaults {
         println!(
             "configuration: none at {} (built-in defaults; run kaiwa where config/ is, or pass --config)",
@@ -77,7 +77,23 @@ pub fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result
         ),
         None => println!("model: none configured; agents use their rule-based floor"),
     }
-    let flows = app::build_flows(settings)?;
+    let web = app::build_web_search(settings, None).context("[search]")?;
+    let mut unreachable = None;
+    if let Some(web) = &web {
+        // one query, so that a wrong address or key shows now rather than in a conversation
+        match web.search("Natsume Soseki Kokoro", "en").await {
+            Ok(pages) => println!(
+                "search: {} answers ({} results for a test query)",
+                web.provider_name(),
+                pages.len()
+            ),
+            Err(e) => {
+                println!("search: {} cannot be reached: {e}", web.provider_name());
+                unreachable = Some(web.provider_name());
+            }
+        }
+    }
+    let flows = app::build_flows(settings, web)?;
     println!(
         "flows: {} (default {})",
         flows.ids().join(", "),
@@ -123,6 +139,9 @@ pub fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result
     }
     if failed {
         bail!("some forms are invalid");
+    }
+    if let Some(provider) = unreachable {
+        bail!("[search]: {provider} cannot be reached (check base_url and the API key)");
     }
     if !missing.is_empty() {
         bail!(

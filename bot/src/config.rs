@@ -35,6 +35,35 @@ pub struct Settings {
     /// Conversations a person takes over from the admin chat.
     #[serde(default)]
     pub handoff: HandoffSettings,
+    /// A web search for the agents (the BookGuide; the help-desk with `helpdesk = true`).
+    pub search: Option<SearchSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSettings {
+    /// `searxng` (a self-hosted SearxNG's JSON API, `base_url`) or `brave` (the Brave
+    /// Search API, `api_key_env`).
+    pub provider: String,
+    /// SearxNG's address (required for it); Brave's API (default its public one).
+    pub base_url: Option<String>,
+    /// The variable holding the Brave API key.
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_max_results")]
+    pub max_results: usize,
+    #[serde(default = "default_search_timeout")]
+    pub timeout_secs: u64,
+    /// The help-desk may search the web too (default: its knowledge base only).
+    #[serde(default)]
+    pub helpdesk: bool,
+}
+
+fn default_max_results() -> usize {
+    5
+}
+
+fn default_search_timeout() -> u64 {
+    8
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -306,6 +335,7 @@ impl Default for Settings {
             limits: LimitSettings::default(),
             privacy: PrivacySettings::default(),
             handoff: HandoffSettings::default(),
+            search: None,
         }
     }
 }
@@ -477,6 +507,30 @@ impl Settings {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
+        }
+        if let Some(search) = &self.search {
+            match search.provider.as_str() {
+                "searxng" if search.base_url.is_none() => {
+                    bail!("[search] provider \"searxng\" needs base_url (your SearxNG's address)")
+                }
+                "brave" if search.api_key_env.is_none() => {
+                    bail!(
+                        "[search] provider \"brave\" needs api_key_env (the variable holding the API key)"
+                    )
+                }
+                "searxng" | "brave" => {}
+                other => {
+                    bail!("[search] provider must be \"searxng\" or \"brave\" (got {other:?})")
+                }
+            }
+            if let Some(url) = &search.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("[search] base_url must start with http:// or https:// (got {url:?})");
+            }
+            if search.timeout_secs == 0 {
+                bail!("[search] timeout_secs must be at least 1");
+            }
         }
         if !(self.handoff.idle_minutes.is_finite() && self.handoff.idle_minutes > 0.0) {
             bail!("[handoff] idle_minutes must be a positive number of minutes");

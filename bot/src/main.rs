@@ -69,7 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(kaiwa::DEFAULT_CONFIG));
-            commands::check(&settings, &path, defaults)?;
+            commands::check(&settings, &path, defaults).await?;
         }
         Command::Bench {
             flow,

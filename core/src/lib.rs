@@ -25,6 +25,7 @@ pub mod llm;
 pub mod message;
 pub mod metrics;
 pub mod orchestrator;
+pub mod search;
 pub mod store;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;

@@ -286,6 +286,12 @@ pub fn check_citations(text: &str, sources: usize) -> String {
     .into_owned()
 }
 
+/// Whether `passage` is a web page (its path an `http(s)` address) rather than the
+/// library's.
+pub fn is_web(passage: &Passage) -> bool {
+    passage.path.starts_with("https://") || passage.path.starts_with("http://")
+}
+
 fn sources_block(sources: &[Passage], lang: &str) -> String {
     let mut out = if lang == "ja" {
         "出典:\n".to_string()
@@ -293,7 +299,13 @@ fn sources_block(sources: &[Passage], lang: &str) -> String {
         "Sources:\n".to_string()
     };
     for (i, p) in sources.iter().enumerate() {
-        out.push_str(&format!("[{}] {}\n", i + 1, p.citation()));
+        if is_web(p) {
+            // a page found on the web, named as such beside the library's sources
+            let web = if lang == "ja" { "ウェブ" } else { "web" };
+            out.push_str(&format!("[{}] {} — {} ({web})\n", i + 1, p.heading, p.path));
+        } else {
+            out.push_str(&format!("[{}] {}\n", i + 1, p.citation()));
+        }
     }
     out.trim_end().to_string()
 }

@@ -20,6 +20,10 @@ pub struct FlowConfig {
     pub kb: Option<Arc<KnowledgeBase>>,
     /// The book catalogue; with it the reading flow is offered.
     pub catalogue: Option<Arc<reading::catalogue::Catalogue>>,
+    /// The web search (`[search]`): the BookGuide's `web_search`, and the help-desk's too
+    /// when `web_for_helpdesk`.
+    pub web: Option<Arc<crate::search::WebSearch>>,
+    pub web_for_helpdesk: bool,
 }
 
 /// Every built-in flow, the default first.
@@ -36,13 +40,18 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
         )),
     ];
     if let Some(kb) = &config.kb {
-        flows.push(Arc::new(helpdesk::HelpdeskFlow::new(kb.clone())));
+        let mut helpdesk = helpdesk::HelpdeskFlow::new(kb.clone());
+        if let (Some(web), true) = (&config.web, config.web_for_helpdesk) {
+            helpdesk = helpdesk.with_web(web.clone());
+        }
+        flows.push(Arc::new(helpdesk));
     }
     if let Some(catalogue) = &config.catalogue {
-        let guide = Arc::new(reading::book_guide::BookGuide::new(
-            catalogue.clone(),
-            config.kb.clone(),
-        ));
+        let mut guide = reading::book_guide::BookGuide::new(catalogue.clone(), config.kb.clone());
+        if let Some(web) = &config.web {
+            guide = guide.with_web(web.clone());
+        }
+        let guide = Arc::new(guide);
         flows.push(Arc::new(reading::ReadingFlow::new(
             catalogue.clone(),
             guide,

@@ -632,11 +632,30 @@ pub trait Staff: Send + Sync {
     ) -> Result<Option<Decided>, StoreError>;
 }
 
+/// Answers of outside searches kept for a while (a day): per provider and query, as JSON.
+#[async_trait]
+pub trait SearchCache: Send + Sync {
+    /// The results stored for `query` at `provider` since `since`.
+    async fn cached_search(
+        &self,
+        provider: &str,
+        query: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError>;
+    /// Keeps `results` for `query` at `provider` (replacing older ones).
+    async fn cache_search(
+        &self,
+        provider: &str,
+        query: &str,
+        results: &str,
+    ) -> Result<(), StoreError>;
+}
+
 /// The whole store, held as `Arc<dyn Store>` by the orchestrator (the one writer of turns)
 /// and the binary: the turn path, delivery marks, privacy deletes and the ledger, on top of
 /// [`Reads`] and [`Inbox`].
 #[async_trait]
-pub trait Store: Reads + Inbox + Leases + Staff {
+pub trait Store: Reads + Inbox + Leases + Staff + SearchCache {
     /// Which database this is.
     fn backend(&self) -> Backend;
     async fn is_processed(

@@ -367,3 +367,11 @@ pub(crate) fn hold_from_row(
         last_at: crate::store::rows::from_ms(row.int("last_ms").map_err(get)?),
     })
 }
+
+/// Cached results of a query (`$1` provider, `$2` query) fetched since `$3` (ms).
+pub(crate) const CACHED_SEARCH: &str =
+    "SELECT results FROM search_cache WHERE provider = $1 AND query = $2 AND fetched_ms >= $3";
+
+/// Keeps results (`$1` provider, `$2` query, `$3` JSON, `$4` now in ms).
+pub(crate) const CACHE_SEARCH: &str = "INSERT INTO search_cache (provider, query, results, fetched_ms) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (provider, query) DO UPDATE SET results = excluded.results, fetched_ms = excluded.fetched_ms";

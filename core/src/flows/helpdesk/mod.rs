@@ -39,6 +39,14 @@ impl HelpdeskFlow {
         let library = Library::knowledge_base(ID, "a help-desk assistant for the team", kb.clone());
         HelpdeskFlow { kb, library }
     }
+
+    /// Searches the web too (`[search] helpdesk = true`): the model gets `web_search`.
+    pub fn with_web(mut self, web: Arc<crate::search::WebSearch>) -> Self {
+        self.library.tools.push(crate::agent::typed(
+            crate::flows::reading::book_guide::WebSearchTool(web),
+        ));
+        self
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
