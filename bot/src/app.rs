@@ -142,34 +142,10 @@ pub fn build_web_search(
         Duration::from_secs(search.timeout_secs),
     )?;
     if let Some(store) = cache {
-        web = web.with_cache(store_as_cache(store));
+        // (the store is a search cache too)
+        web = web.with_cache(store);
     }
     Ok(Some(Arc::new(web)))
-}
-
-/// The store as the search cache it also is.
-fn store_as_cache(store: Arc<dyn Store>) -> Arc<dyn kaiwa_core::store::SearchCache> {
-    struct Cache(Arc<dyn Store>);
-    #[async_trait::async_trait]
-    impl kaiwa_core::store::SearchCache for Cache {
-        async fn cached_search(
-            &self,
-            provider: &str,
-            query: &str,
-            since: chrono::DateTime<chrono::Utc>,
-        ) -> Result<Option<String>, kaiwa_core::store::StoreError> {
-            self.0.cached_search(provider, query, since).await
-        }
-        async fn cache_search(
-            &self,
-            provider: &str,
-            query: &str,
-            results: &str,
-        ) -> Result<(), kaiwa_core::store::StoreError> {
-            self.0.cache_search(provider, query, results).await
-        }
-    }
-    Arc::new(Cache(store))
 }
 
 /// The flows enabled by `settings`, with their default (`web`: the web search).

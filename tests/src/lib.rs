@@ -9,6 +9,7 @@
 
 pub mod fake_discord;
 pub mod fake_openai;
+pub mod fake_search;
 pub mod fake_telegram;
 
 /// A plain form with one multi-select field, for the adapters' multi-select tests.
