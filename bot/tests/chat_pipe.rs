@@ -1229,3 +1229,43 @@ async fn any_country_gets_its_zones_from_the_time_zone_database() {
     );
     assert!(out.contains("May I have your full name"), "{out}");
 }
+
+#[tokio::test]
+async fn check_reports_a_web_search_it_cannot_reach_and_one_it_can() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // nothing listens on port 9
+    let unreachable = format!(
+        "{}\n[search]\nprovider = \"searxng\"\nbase_url = \"http://127.0.0.1:9\"\ntimeout_secs = 2\n",
+        forms_config()
+    );
+    let run = kaiwa(dir.path(), &unreachable, &["check"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stdout.contains("search: searxng cannot be reached"),
+        "{}",
+        run.stdout
+    );
+    let fake = kaiwa_tests::fake_search::FakeSearch::start().await;
+    fake.set_pages(&[("Kokoro", "https://example.org/kokoro", "a novel")]);
+    let reachable = format!(
+        "{}\n[search]\nprovider = \"searxng\"\nbase_url = \"{}\"\n",
+        forms_config(),
+        fake.url()
+    );
+    let run = kaiwa(dir.path(), &reachable, &["check"], "").await;
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("search: searxng answers (1 results"),
+        "{}",
+        run.stdout
+    );
+    // a provider named wrong is refused with what works
+    let wrong = format!("{}\n[search]\nprovider = \"google\"\n", forms_config());
+    let run = kaiwa(dir.path(), &wrong, &["check"], "").await;
+    assert_ne!(run.code, Some(0));
+    assert!(
+        run.stderr.contains("\"searxng\" or \"brave\""),
+        "{}",
+        run.stderr
+    );
+}
