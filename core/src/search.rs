@@ -151,55 +151,14 @@ impl WebSearch {
     pub async fn search(&self, query: &str, lang: &str) -> Result<Vec<WebResult>, SearchError> {
         let query = query.trim();
         let key = format!("{lang}:{query}");
-        if let Some(cache) = &self.cache {
-            let since = chrono::Utc::now() - CACHE_FOR;
-            match cache.cached_search(self.provider.name(), &key, since).await {
-                Ok(Some(json)) => {
-                    if let Ok(results) = serde_json::from_str::<Vec<WebResult>>(&json) {
-                        return Ok(results);
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "could not read the search cache"),
-            }
-        }
-        let mut tries = 0;
-        let results = loop {
-            tries += 1;
-            match self.fetch(query, lang).await {
-                Ok(results) => break results,
-                // tried again once, while the turn's time allows
-                Err(SearchError::Timeout | SearchError::Provider(_))
-                    if tries < 2
-                        && budget::remaining().is_none_or(|left| left > LEAST_TIME * 2) =>
-                {
-                    tracing::info!(
-                        provider = self.provider.name(),
-                        "web search failed; trying once more"
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(provider = self.provider.name(), error = %e, "web search unavailable");
-                    return Err(e);
-                }
-            }
-        };
-        if let Some(cache) = &self.cache
-            && let Ok(json) = serde_json::to_string(&results)
-            && let Err(e) = cache.cache_search(self.provider.name(), &key, &json).await
-        {
-            tracing::warn!(error = %e, "could not keep the search results");
-        }
-        Ok(results)
+        cached(self.cache.as_deref(), self.provider.name(), &key, || {
+            self.fetch(query, lang)
+        })
+        .await
     }
 
     /// One request to the provider, within the turn's budget.
     async fn fetch(&self, query: &str, lang: &str) -> Result<Vec<WebResult>, SearchError> {
-        let timeout = match budget::remaining() {
-            Some(left) if left < LEAST_TIME => return Err(SearchError::NoTime),
-            Some(left) => self.timeout.min(left),
-            None => self.timeout,
-        };
         let request = match &self.provider {
             Provider::SearxNg { base_url } => self
                 .client
@@ -219,34 +178,16 @@ impl WebSearch {
                 .header("Accept", "application/json")
                 .header("X-Subscription-Token", api_key),
         };
-        let response = request.timeout(timeout).send().await.map_err(|e| {
-            if e.is_timeout() {
-                SearchError::Timeout
-            } else {
-                SearchError::Provider(e.without_url().to_string())
-            }
-        })?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(SearchError::Provider(format!("HTTP {status}")));
-        }
-        let body = tokio::time::timeout(timeout, response.bytes())
-            .await
-            .map_err(|_| SearchError::Timeout)?
-            .map_err(|e| SearchError::Provider(e.without_url().to_string()))?;
+        let body = get(request, self.timeout).await?;
         let found: Vec<(String, String, String)> = match &self.provider {
             Provider::SearxNg { .. } => serde_json::from_slice::<SearxAnswer>(&body)
-                .map_err(|e| {
-                    SearchError::Provider(format!("unreadable answer ({:?})", e.classify()))
-                })?
+                .map_err(unreadable)?
                 .results
                 .into_iter()
                 .map(|r| (r.title, r.url, r.content))
                 .collect(),
             Provider::Brave { .. } => serde_json::from_slice::<BraveAnswer>(&body)
-                .map_err(|e| {
-                    SearchError::Provider(format!("unreadable answer ({:?})", e.classify()))
-                })?
+                .map_err(unreadable)?
                 .web
                 .map(|w| w.results)
                 .unwrap_or_default()
@@ -260,6 +201,85 @@ impl WebSearch {
             .take(self.max_results)
             .collect())
     }
+}
+
+/// `fetch`'s answer from the cache when asked within [`CACHE_FOR`], else fetched (tried
+/// once more on a failure while the turn's time allows) and kept.
+async fn cached<T, F, Fut>(
+    cache: Option<&dyn SearchCache>,
+    provider: &str,
+    key: &str,
+    fetch: F,
+) -> Result<Vec<T>, SearchError>
+where
+    T: Serialize + serde::de::DeserializeOwned,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, SearchError>>,
+{
+    if let Some(cache) = cache {
+        let since = chrono::Utc::now() - CACHE_FOR;
+        match cache.cached_search(provider, key, since).await {
+            Ok(Some(json)) => {
+                if let Ok(results) = serde_json::from_str::<Vec<T>>(&json) {
+                    return Ok(results);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read the search cache"),
+        }
+    }
+    let mut tries = 0;
+    let results = loop {
+        tries += 1;
+        match fetch().await {
+            Ok(results) => break results,
+            Err(SearchError::Timeout | SearchError::Provider(_))
+                if tries < 2 && budget::remaining().is_none_or(|left| left > LEAST_TIME * 2) =>
+            {
+                tracing::info!(provider, "outside search failed; trying once more");
+            }
+            Err(e) => {
+                tracing::warn!(provider, error = %e, "outside search unavailable");
+                return Err(e);
+            }
+        }
+    };
+    if let Some(cache) = cache
+        && let Ok(json) = serde_json::to_string(&results)
+        && let Err(e) = cache.cache_search(provider, key, &json).await
+    {
+        tracing::warn!(error = %e, "could not keep the search results");
+    }
+    Ok(results)
+}
+
+/// One GET within `timeout` and the turn's budget: the body of a 2xx answer.
+async fn get(request: reqwest::RequestBuilder, timeout: Duration) -> Result<Vec<u8>, SearchError> {
+    let timeout = match budget::remaining() {
+        Some(left) if left < LEAST_TIME => return Err(SearchError::NoTime),
+        Some(left) => timeout.min(left),
+        None => timeout,
+    };
+    let response = request.timeout(timeout).send().await.map_err(|e| {
+        if e.is_timeout() {
+            SearchError::Timeout
+        } else {
+            SearchError::Provider(e.without_url().to_string())
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SearchError::Provider(format!("HTTP {status}")));
+    }
+    let body = tokio::time::timeout(timeout, response.bytes())
+        .await
+        .map_err(|_| SearchError::Timeout)?
+        .map_err(|e| SearchError::Provider(e.without_url().to_string()))?;
+    Ok(body.to_vec())
+}
+
+fn unreadable(e: serde_json::Error) -> SearchError {
+    SearchError::Provider(format!("unreadable answer ({:?})", e.classify()))
 }
 
 /// A result as agents see it: a plain-text title and snippet (markup and control
