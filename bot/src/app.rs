@@ -16,7 +16,7 @@ use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
-use kaiwa_core::search::{Provider, WebSearch};
+use kaiwa_core::search::{BooksApi, BooksProvider, Provider, WebSearch};
 use kaiwa_core::store::{self, Store};
 use std::path::Path;
 use std::sync::Arc;
@@ -50,7 +50,9 @@ impl App {
         };
         let web =
             build_web_search(settings, Some(store.clone())).map_err(Error::setup("[search]"))?;
-        let flows = build_flows(settings, web).map_err(Error::setup("flows"))?;
+        let books =
+            build_books_api(settings, Some(store.clone())).map_err(Error::setup("[books_api]"))?;
+        let flows = build_flows(settings, web, books).map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
         // PostgreSQL is how several instances share one bot (SQLite: one process)
         let shared = store.backend() == store::Backend::Postgres;
@@ -148,10 +150,48 @@ pub fn build_web_search(
     Ok(Some(Arc::new(web)))
 }
 
-/// The flows enabled by `settings`, with their default (`web`: the web search).
+/// The books API `[books_api]` configures (none without it), its answers kept a day in
+/// `cache`.
+pub fn build_books_api(
+    settings: &Settings,
+    cache: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Option<Arc<BooksApi>>> {
+    let Some(books) = &settings.books_api else {
+        return Ok(None);
+    };
+    let provider = match books.provider.as_str() {
+        "google_books" => BooksProvider::GoogleBooks {
+            base_url: books
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://www.googleapis.com".into()),
+            api_key: secret_from_env(books.api_key_env.as_deref().unwrap_or_default())
+                .context("[books_api] api_key_env")?,
+        },
+        _ => BooksProvider::OpenLibrary {
+            base_url: books
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://openlibrary.org".into()),
+        },
+    };
+    let mut api = BooksApi::new(
+        provider,
+        books.max_results,
+        Duration::from_secs(books.timeout_secs),
+    )?;
+    if let Some(store) = cache {
+        api = api.with_cache(store);
+    }
+    Ok(Some(Arc::new(api)))
+}
+
+/// The flows enabled by `settings`, with their default (`web`: the web search, `books`:
+/// the books API).
 pub fn build_flows(
     settings: &Settings,
     web: Option<Arc<WebSearch>>,
+    books: Option<Arc<BooksApi>>,
 ) -> anyhow::Result<FlowRegistry> {
     let catalogue =
         Catalogue::load(Path::new(&settings.flows.books)).map_err(anyhow::Error::msg)?;
@@ -162,6 +202,7 @@ pub fn build_flows(
         catalogue: Some(Arc::new(catalogue)),
         web_for_helpdesk: settings.search.as_ref().is_some_and(|s| s.helpdesk),
         web,
+        books_api: books,
     };
     if let Some(form) = &config.default_form
         && !config.forms.iter().any(|f| &f.id == form)

@@ -93,7 +93,24 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
             }
         }
     }
-    let flows = app::build_flows(settings, web)?;
+    let books = app::build_books_api(settings, None).context("[books_api]")?;
+    if let Some(api) = &books {
+        match api.search("Kokoro").await {
+            Ok(found) => println!(
+                "books API: {} answers ({} results for a test query)",
+                api.provider().label(),
+                found.len()
+            ),
+            Err(e) => {
+                println!(
+                    "books API: {} cannot be reached: {e}",
+                    api.provider().label()
+                );
+                unreachable = Some(api.provider().label());
+            }
+        }
+    }
+    let flows = app::build_flows(settings, web, books)?;
     println!(
         "flows: {} (default {})",
         flows.ids().join(", "),
@@ -141,7 +158,7 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
         bail!("some forms are invalid");
     }
     if let Some(provider) = unreachable {
-        bail!("[search]: {provider} cannot be reached (check base_url and the API key)");
+        bail!("{provider} cannot be reached (check base_url and the API key)");
     }
     if !missing.is_empty() {
         bail!(

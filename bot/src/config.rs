@@ -37,6 +37,23 @@ pub struct Settings {
     pub handoff: HandoffSettings,
     /// A web search for the agents (the BookGuide; the help-desk with `helpdesk = true`).
     pub search: Option<SearchSettings>,
+    /// A books API for the reading companion (`/reading start`, recommendations).
+    pub books_api: Option<BooksApiSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BooksApiSettings {
+    /// `openlibrary` (no key) or `google_books` (`api_key_env`).
+    pub provider: String,
+    /// Default: the provider's public API.
+    pub base_url: Option<String>,
+    /// The variable holding the Google Books API key.
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_max_results")]
+    pub max_results: usize,
+    #[serde(default = "default_search_timeout")]
+    pub timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -336,6 +353,7 @@ impl Default for Settings {
             privacy: PrivacySettings::default(),
             handoff: HandoffSettings::default(),
             search: None,
+            books_api: None,
         }
     }
 }
@@ -530,6 +548,25 @@ impl Settings {
             }
             if search.timeout_secs == 0 {
                 bail!("[search] timeout_secs must be at least 1");
+            }
+        }
+        if let Some(books) = &self.books_api {
+            match books.provider.as_str() {
+                "google_books" if books.api_key_env.is_none() => bail!(
+                    "[books_api] provider \"google_books\" needs api_key_env (the variable holding the API key)"
+                ),
+                "openlibrary" | "google_books" => {}
+                other => bail!(
+                    "[books_api] provider must be \"openlibrary\" or \"google_books\" (got {other:?})"
+                ),
+            }
+            if let Some(url) = &books.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("[books_api] base_url must start with http:// or https:// (got {url:?})");
+            }
+            if books.timeout_secs == 0 {
+                bail!("[books_api] timeout_secs must be at least 1");
             }
         }
         if !(self.handoff.idle_minutes.is_finite() && self.handoff.idle_minutes > 0.0) {

@@ -1269,3 +1269,96 @@ async fn check_reports_a_web_search_it_cannot_reach_and_one_it_can() {
         run.stderr
     );
 }
+
+fn books() -> Vec<kaiwa_tests::fake_search::FakeBook> {
+    use kaiwa_tests::fake_search::FakeBook;
+    vec![
+        FakeBook {
+            title: "The Housekeeper and the Professor",
+            author: "Yoko Ogawa",
+            year: 2003,
+            subjects: &["Mathematics", "Memory", "Japanese fiction"],
+        },
+        FakeBook {
+            title: "The Music of the Primes",
+            author: "Marcus du Sautoy",
+            year: 2003,
+            subjects: &["Mathematics", "Prime numbers"],
+        },
+        FakeBook {
+            title: "Kitchen",
+            author: "Banana Yoshimoto",
+            year: 1988,
+            subjects: &["Grief", "Japanese fiction"],
+        },
+    ]
+}
+
+#[tokio::test]
+async fn a_book_outside_the_catalogue_is_found_in_the_books_api_and_recommended_from_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = kaiwa_tests::fake_search::FakeSearch::start().await;
+    fake.set_books(&books());
+    let config = format!(
+        "{}\n[books_api]\nprovider = \"openlibrary\"\nbase_url = \"{}\"\n",
+        forms_config(),
+        fake.url()
+    );
+    // the book's author comes from the API and stays with the reading record
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "reading", "--user", "ren"],
+        "/reading start The Housekeeper and the Professor\nI loved how mathematics and memory meet in it\n/recommend\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(
+        out.contains(
+            "Found on Open Library: «The Housekeeper and the Professor by Yoko Ogawa (2003)"
+        ),
+        "{out}"
+    );
+    // recommended from the API by the profile's words, never the book being read
+    assert!(
+        out.contains("«The Music of the Primes» — Marcus du Sautoy"),
+        "{out}"
+    );
+    assert!(out.contains("found on Open Library"), "{out}");
+    let recommended = out.split("Books for you:").nth(1).unwrap_or_default();
+    assert!(!recommended.contains("The Housekeeper"), "{out}");
+    let store = kaiwa_core::store::connect(&format!("sqlite://{}/kaiwa.db", dir.path().display()))
+        .await
+        .expect("store");
+    let records = store
+        .reading_records(kaiwa_core::message::Platform::Console, "ren")
+        .await
+        .expect("records");
+    assert_eq!(records[0].author.as_deref(), Some("Yoko Ogawa"));
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_books_api_that_fails_leaves_the_catalogue_and_the_title_as_typed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = kaiwa_tests::fake_search::FakeSearch::start().await;
+    fake.set_books(&books());
+    fake.behave(kaiwa_tests::fake_search::Behaviour::Fails);
+    let config = format!(
+        "{}\n[books_api]\nprovider = \"openlibrary\"\nbase_url = \"{}\"\n",
+        forms_config(),
+        fake.url()
+    );
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "reading", "--user", "mio"],
+        "/reading start An Unknown Book\n/recommend\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(!run.stdout.contains("Found on"), "{}", run.stdout);
+    assert!(run.stdout.contains("An Unknown Book"), "{}", run.stdout);
+    assert!(run.stdout.contains("Books for you:"), "{}", run.stdout);
+}

@@ -282,6 +282,251 @@ fn unreadable(e: serde_json::Error) -> SearchError {
     SearchError::Provider(format!("unreadable answer ({:?})", e.classify()))
 }
 
+/// A book as a books API knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookInfo {
+    pub title: String,
+    pub author: Option<String>,
+    pub year: Option<i32>,
+    pub subjects: Vec<String>,
+    /// The book's page at the provider.
+    pub link: Option<String>,
+}
+
+impl BookInfo {
+    /// One line for a model or a user: title, author, year, subjects.
+    pub fn describe(&self) -> String {
+        let mut out = self.title.clone();
+        if let Some(author) = &self.author {
+            out.push_str(&format!(" by {author}"));
+        }
+        if let Some(year) = self.year {
+            out.push_str(&format!(" ({year})"));
+        }
+        if !self.subjects.is_empty() {
+            out.push_str(&format!(" — {}", self.subjects.join(", ")));
+        }
+        out
+    }
+}
+
+/// Which books API the team uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BooksProvider {
+    /// Open Library's search (`GET {base_url}/search.json?q=…`), no key.
+    OpenLibrary { base_url: String },
+    /// Google Books (`GET {base_url}/books/v1/volumes?q=…&key=…`).
+    GoogleBooks { base_url: String, api_key: String },
+}
+
+impl BooksProvider {
+    fn name(&self) -> &'static str {
+        match self {
+            BooksProvider::OpenLibrary { .. } => "openlibrary",
+            BooksProvider::GoogleBooks { .. } => "google_books",
+        }
+    }
+
+    /// What to call it in a reply.
+    pub fn label(&self) -> &'static str {
+        match self {
+            BooksProvider::OpenLibrary { .. } => "Open Library",
+            BooksProvider::GoogleBooks { .. } => "Google Books",
+        }
+    }
+}
+
+/// The configured books API (`[books_api]`).
+pub struct BooksApi {
+    provider: BooksProvider,
+    client: reqwest::Client,
+    max_results: usize,
+    timeout: Duration,
+    cache: Option<Arc<dyn SearchCache>>,
+}
+
+impl std::fmt::Debug for BooksApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never the API key
+        f.debug_struct("BooksApi")
+            .field("provider", &self.provider.name())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct OpenLibraryAnswer {
+    #[serde(default)]
+    docs: Vec<OpenLibraryDoc>,
+}
+
+#[derive(Deserialize)]
+struct OpenLibraryDoc {
+    #[serde(default)]
+    key: String,
+    title: String,
+    #[serde(default)]
+    author_name: Vec<String>,
+    first_publish_year: Option<i32>,
+    #[serde(default)]
+    subject: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct GoogleAnswer {
+    #[serde(default)]
+    items: Vec<GoogleItem>,
+}
+
+#[derive(Deserialize)]
+struct GoogleItem {
+    #[serde(rename = "volumeInfo")]
+    info: GoogleVolume,
+}
+
+#[derive(Deserialize)]
+struct GoogleVolume {
+    title: String,
+    #[serde(default)]
+    authors: Vec<String>,
+    #[serde(rename = "publishedDate")]
+    published: Option<String>,
+    #[serde(default)]
+    categories: Vec<String>,
+    #[serde(rename = "infoLink")]
+    link: Option<String>,
+}
+
+impl BooksApi {
+    pub fn new(
+        provider: BooksProvider,
+        max_results: usize,
+        timeout: Duration,
+    ) -> Result<BooksApi, SearchError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| SearchError::Provider(format!("HTTP client: {e}")))?;
+        Ok(BooksApi {
+            provider,
+            client,
+            max_results: max_results.clamp(1, 20),
+            timeout,
+            cache: None,
+        })
+    }
+
+    /// Keeps answers a day in `cache`.
+    pub fn with_cache(mut self, cache: Arc<dyn SearchCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    pub fn provider(&self) -> &BooksProvider {
+        &self.provider
+    }
+
+    /// Books matching `query` (title, author or subject words).
+    pub async fn search(&self, query: &str) -> Result<Vec<BookInfo>, SearchError> {
+        let query = query.trim();
+        cached(self.cache.as_deref(), self.provider.name(), query, || {
+            self.fetch(query)
+        })
+        .await
+    }
+
+    /// The book `title` names, if the API knows one whose title matches it.
+    pub async fn find(&self, title: &str) -> Result<Option<BookInfo>, SearchError> {
+        let wanted = normal(title);
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        Ok(self
+            .search(title)
+            .await?
+            .into_iter()
+            .find(|b| normal(&b.title).starts_with(&wanted)))
+    }
+
+    async fn fetch(&self, query: &str) -> Result<Vec<BookInfo>, SearchError> {
+        let n = self.max_results.to_string();
+        let link = |l: &str| page("", l, "").map(|p| p.url);
+        let books: Vec<BookInfo> = match &self.provider {
+            BooksProvider::OpenLibrary { base_url } => {
+                let base = base_url.trim_end_matches('/');
+                let request = self.client.get(format!("{base}/search.json")).query(&[
+                    ("q", query),
+                    ("limit", n.as_str()),
+                    ("fields", "key,title,author_name,first_publish_year,subject"),
+                ]);
+                let body = get(request, self.timeout).await?;
+                serde_json::from_slice::<OpenLibraryAnswer>(&body)
+                    .map_err(unreadable)?
+                    .docs
+                    .into_iter()
+                    .map(|d| BookInfo {
+                        title: plain(&d.title, 200),
+                        author: d.author_name.first().map(|a| plain(a, 100)),
+                        year: d.first_publish_year,
+                        subjects: d.subject.iter().take(8).map(|s| plain(s, 60)).collect(),
+                        link: d
+                            .key
+                            .starts_with('/')
+                            .then(|| format!("{base}{}", d.key))
+                            .and_then(|l| link(&l)),
+                    })
+                    .collect()
+            }
+            BooksProvider::GoogleBooks { base_url, api_key } => {
+                let base = base_url.trim_end_matches('/');
+                let request = self.client.get(format!("{base}/books/v1/volumes")).query(&[
+                    ("q", query),
+                    ("maxResults", n.as_str()),
+                    ("key", api_key.as_str()),
+                ]);
+                let body = get(request, self.timeout).await?;
+                serde_json::from_slice::<GoogleAnswer>(&body)
+                    .map_err(unreadable)?
+                    .items
+                    .into_iter()
+                    .map(|i| BookInfo {
+                        title: plain(&i.info.title, 200),
+                        author: i.info.authors.first().map(|a| plain(a, 100)),
+                        year: i
+                            .info
+                            .published
+                            .as_deref()
+                            .and_then(|d| d.get(..4))
+                            .and_then(|y| y.parse().ok()),
+                        subjects: i
+                            .info
+                            .categories
+                            .iter()
+                            .take(8)
+                            .map(|s| plain(s, 60))
+                            .collect(),
+                        link: i.info.link.as_deref().and_then(link),
+                    })
+                    .collect()
+            }
+        };
+        Ok(books
+            .into_iter()
+            .filter(|b| !b.title.is_empty())
+            .take(self.max_results)
+            .collect())
+    }
+}
+
+/// A title compared loosely: lower case, letters and digits only.
+fn normal(title: &str) -> String {
+    title
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
 /// A result as agents see it: a plain-text title and snippet (markup and control
 /// characters out, cut short), an `http(s)` address; `None` for any other address.
 fn page(title: &str, url: &str, snippet: &str) -> Option<WebResult> {

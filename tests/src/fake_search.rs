@@ -27,9 +27,19 @@ pub enum Behaviour {
     Garbage,
 }
 
+/// A book the fake books APIs know.
+#[derive(Debug, Clone)]
+pub struct FakeBook {
+    pub title: &'static str,
+    pub author: &'static str,
+    pub year: i32,
+    pub subjects: &'static [&'static str],
+}
+
 #[derive(Default)]
 struct Inner {
     pages: Vec<(String, String, String)>,
+    books: Vec<FakeBook>,
     behaviour: Option<Behaviour>,
     queries: Vec<String>,
 }
@@ -56,6 +66,8 @@ impl FakeSearch {
         let app = Router::new()
             .route("/search", get(searxng))
             .route("/res/v1/web/search", get(brave))
+            .route("/search.json", get(open_library))
+            .route("/books/v1/volumes", get(google_books))
             .with_state(inner.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -80,6 +92,12 @@ impl FakeSearch {
             .iter()
             .map(|(t, u, c)| (t.to_string(), u.to_string(), c.to_string()))
             .collect();
+    }
+
+    /// The books the books APIs know (every query finds those whose title, author or
+    /// subjects share a word with it; all of them when none does).
+    pub fn set_books(&self, books: &[FakeBook]) {
+        self.lock().books = books.to_vec();
     }
 
     pub fn behave(&self, behaviour: Behaviour) {
@@ -213,3 +231,113 @@ async fn brave(
     }))
     .into_response()
 }
+
+/// The books matching `query`: those sharing a word with it, else all.
+fn books_for(inner: &Mutex<Inner>, query: &str) -> Vec<FakeBook> {
+    let books = inner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .books
+        .clone();
+    let words: Vec<String> = query
+        .to_lowercase()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let matching: Vec<FakeBook> = books
+        .iter()
+        .filter(|b| {
+            let about = format!("{} {} {}", b.title, b.author, b.subjects.join(" ")).to_lowercase();
+            words.iter().any(|w| about.contains(w.as_str()))
+        })
+        .cloned()
+        .collect();
+    if matching.is_empty() { books } else { matching }
+}
+
+/// Open Library's `GET /search.json?q=…&limit=…&fields=…`.
+async fn open_library(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let query = params.get("q").cloned().unwrap_or_default();
+    if let Some(response) = misbehave(&inner, &query).await {
+        return response;
+    }
+    let limit = params
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(100);
+    let books = books_for(&inner, &query);
+    let docs: Vec<Value> = books
+        .iter()
+        .take(limit)
+        .enumerate()
+        .map(|(i, b)| {
+            json!({
+                "key": format!("/works/OL{}W", 1000 + i),
+                "title": b.title,
+                "author_name": [b.author],
+                "first_publish_year": b.year,
+                "subject": b.subjects,
+            })
+        })
+        .collect();
+    axum::Json(json!({
+        "numFound": books.len(),
+        "start": 0,
+        "numFoundExact": true,
+        "docs": docs,
+        "num_found": books.len(),
+        "q": query,
+        "offset": null
+    }))
+    .into_response()
+}
+
+/// Google Books' `GET /books/v1/volumes?q=…&maxResults=…&key=…`.
+async fn google_books(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let query = params.get("q").cloned().unwrap_or_default();
+    if params.get("key").map(String::as_str) != Some(GOOGLE_KEY) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT"}})),
+        )
+            .into_response();
+    }
+    if let Some(response) = misbehave(&inner, &query).await {
+        return response;
+    }
+    let max = params
+        .get("maxResults")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(10);
+    let books = books_for(&inner, &query);
+    let items: Vec<Value> = books
+        .iter()
+        .take(max)
+        .enumerate()
+        .map(|(i, b)| {
+            json!({
+                "kind": "books#volume",
+                "id": format!("vol{i}"),
+                "volumeInfo": {
+                    "title": b.title,
+                    "authors": [b.author],
+                    "publishedDate": format!("{}-01-01", b.year),
+                    "categories": b.subjects,
+                    "infoLink": format!("https://books.google.com/books?id=vol{i}"),
+                    "language": "en"
+                }
+            })
+        })
+        .collect();
+    axum::Json(json!({"kind": "books#volumes", "totalItems": books.len(), "items": items}))
+        .into_response()
+}
+
+/// The Google Books API key the fake accepts.
+pub const GOOGLE_KEY: &str = "google-test-key";

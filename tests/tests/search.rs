@@ -239,3 +239,70 @@ async fn a_page_with_instructions_and_links_is_quoted_never_followed() {
     );
     trap_task.abort();
 }
+
+#[tokio::test]
+async fn google_books_and_open_library_read_their_own_shapes() {
+    use kaiwa_core::search::{BooksApi, BooksProvider};
+    use kaiwa_tests::fake_search::{FakeBook, GOOGLE_KEY};
+    let fake = FakeSearch::start().await;
+    fake.set_books(&[FakeBook {
+        title: "博士の愛した数式",
+        author: "小川洋子",
+        year: 2003,
+        subjects: &["数学", "記憶"],
+    }]);
+    let google = |key: &str| {
+        BooksApi::new(
+            BooksProvider::GoogleBooks {
+                base_url: fake.url().to_string(),
+                api_key: key.to_string(),
+            },
+            5,
+            Duration::from_secs(5),
+        )
+        .expect("a client")
+    };
+    let found = google(GOOGLE_KEY)
+        .find("博士の愛した数式")
+        .await
+        .expect("found");
+    let book = found.expect("the book");
+    assert_eq!(book.author.as_deref(), Some("小川洋子"));
+    assert_eq!(book.year, Some(2003));
+    assert!(
+        book.link
+            .as_deref()
+            .is_some_and(|l| l.starts_with("https://books.google.com/"))
+    );
+    assert!(matches!(
+        google("wrong").search("数学").await,
+        Err(SearchError::Provider(ref e)) if e.contains("400")
+    ));
+    let open_library = BooksApi::new(
+        BooksProvider::OpenLibrary {
+            base_url: fake.url().to_string(),
+        },
+        5,
+        Duration::from_secs(5),
+    )
+    .expect("a client");
+    let book = open_library
+        .find("博士の愛した数式")
+        .await
+        .expect("found")
+        .expect("the book");
+    assert_eq!(book.subjects, ["数学", "記憶"]);
+    assert!(
+        book.link
+            .as_deref()
+            .is_some_and(|l| l.contains("/works/OL")),
+        "{book:?}"
+    );
+    // a title the API does not know is not taken for another
+    fake.set_books(&[]);
+    let none = open_library
+        .find("Something Else Entirely")
+        .await
+        .expect("answers");
+    assert_eq!(none, None);
+}

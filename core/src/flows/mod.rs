@@ -24,6 +24,9 @@ pub struct FlowConfig {
     /// when `web_for_helpdesk`.
     pub web: Option<Arc<crate::search::WebSearch>>,
     pub web_for_helpdesk: bool,
+    /// The books API (`[books_api]`): `/reading start` of a book the catalogue lacks, and
+    /// the recommendations.
+    pub books_api: Option<Arc<crate::search::BooksApi>>,
 }
 
 /// Every built-in flow, the default first.
@@ -52,15 +55,16 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
             guide = guide.with_web(web.clone());
         }
         let guide = Arc::new(guide);
-        flows.push(Arc::new(reading::ReadingFlow::new(
-            catalogue.clone(),
-            guide,
-        )));
+        let mut reading = reading::ReadingFlow::new(catalogue.clone(), guide);
+        let mut recommend = reading::recommendation::RecommendFlow::new(catalogue.clone());
+        if let Some(api) = &config.books_api {
+            reading = reading.with_books(api.clone());
+            recommend = recommend.with_books(api.clone());
+        }
+        flows.push(Arc::new(reading));
         flows.push(Arc::new(reading::onboarding::OnboardingFlow));
         flows.push(Arc::new(reading::mentor::MentorFlow));
-        flows.push(Arc::new(reading::recommendation::RecommendFlow::new(
-            catalogue.clone(),
-        )));
+        flows.push(Arc::new(recommend));
     }
     flows
 }

@@ -34,11 +34,23 @@ pub const ID: &str = "reading";
 pub struct ReadingFlow {
     catalogue: Arc<Catalogue>,
     guide: Arc<BookGuide>,
+    /// The books API (`[books_api]`): a book the catalogue lacks is looked up there.
+    books: Option<Arc<crate::search::BooksApi>>,
 }
 
 impl ReadingFlow {
     pub fn new(catalogue: Arc<Catalogue>, guide: Arc<BookGuide>) -> Self {
-        ReadingFlow { catalogue, guide }
+        ReadingFlow {
+            catalogue,
+            guide,
+            books: None,
+        }
+    }
+
+    /// Looks up books the catalogue lacks in `api`.
+    pub fn with_books(mut self, api: Arc<crate::search::BooksApi>) -> Self {
+        self.books = Some(api);
+        self
     }
 }
 
@@ -104,13 +116,37 @@ impl ReadingFlow {
     ) -> Result<(), FlowError> {
         let title = title.trim().trim_start_matches("start ").trim().to_string();
         let book = self.catalogue.find(&title);
-        let title = book.map_or(title, |b| b.title.clone());
+        // a book the catalogue lacks: its author (and more) from the books API
+        let found = match (book, &self.books) {
+            (None, Some(api)) => match api.find(&title).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::info!(error = %e, "the books API could not look the book up");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let (title, author) = match (book, &found) {
+            (Some(b), _) => (b.title.clone(), Some(b.author.clone())),
+            (None, Some(info)) => (info.title.clone(), info.author.clone()),
+            (None, None) => (title, None),
+        };
         let existing = Self::record_of(ctx, &title).await?;
+        if let (Some(info), None, Some(api)) = (&found, &existing, &self.books) {
+            let lang = ctx.language().to_string();
+            let label = api.provider().label();
+            out.say(crate::i18n::pick(
+                &lang,
+                &format!("Found on {label}: «{}».", info.describe()),
+                &format!("{label}で見つけました: «{}»", info.describe()),
+            ));
+        }
         Self::change(
             out,
             ReadingChange::OpenRecord {
                 title: title.clone(),
-                author: book.map(|b| b.author.clone()),
+                author,
             },
         );
         st.status = Some(

@@ -9,6 +9,7 @@ use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
+use crate::search::{BookInfo, BooksApi};
 use crate::store::StateChange;
 use crate::store::reading::ReadingChange;
 use async_trait::async_trait;
@@ -59,9 +60,17 @@ pub fn rank(
 
 struct Work {
     catalogue: Arc<Catalogue>,
+    /// The books API (`[books_api]`), searched after the catalogue.
+    api: Option<Arc<BooksApi>>,
+    /// Books the API found in this answer (they may be recommended).
+    found: Vec<BookInfo>,
     profile: String,
     logged: Vec<String>,
     picks: Vec<(String, String)>,
+}
+
+fn is_logged(logged: &[String], title: &str) -> bool {
+    logged.iter().any(|l| l.eq_ignore_ascii_case(title))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -91,15 +100,33 @@ impl TypedTool<Work> for SearchBooks {
     type Args = SearchArgs;
     const NAME: &'static str = "search_books";
     fn description(&self) -> String {
-        "Search the local book catalogue.".into()
+        "Search the local book catalogue, then the books API when one is configured.".into()
     }
     async fn run(&self, w: &mut Work, a: SearchArgs) -> Result<ToolOutput, ToolError> {
-        let found: Vec<String> = w
+        let mut found: Vec<String> = w
             .catalogue
             .search(&a.query, 5)
             .into_iter()
             .map(|(_, b)| b.describe())
             .collect();
+        if let Some(api) = w.api.clone() {
+            match api.search(&a.query).await {
+                Ok(books) => {
+                    for book in books {
+                        if is_logged(&w.logged, &book.title)
+                            || w.catalogue.find(&book.title).is_some()
+                        {
+                            continue;
+                        }
+                        found.push(format!("{} [{}]", book.describe(), api.provider().label()));
+                        w.found.push(book);
+                    }
+                }
+                Err(e) => found.push(format!(
+                    "(the books API is unavailable: {e}; recommend from the catalogue)"
+                )),
+            }
+        }
         Ok(ToolOutput::ok(if found.is_empty() {
             "No book matched.".into()
         } else {
@@ -110,7 +137,7 @@ impl TypedTool<Work> for SearchBooks {
 
 #[derive(Deserialize, JsonSchema)]
 pub struct SaveArgs {
-    /// A title from the catalogue.
+    /// A title from the catalogue or found with search_books.
     pub title: String,
     /// Why this book, from the profile and insights.
     pub reason: String,
@@ -123,36 +150,119 @@ impl TypedTool<Work> for SaveRecommendation {
         "Save one recommendation with its reason.".into()
     }
     async fn run(&self, w: &mut Work, a: SaveArgs) -> Result<ToolOutput, ToolError> {
-        let Some(book) = w.catalogue.find(&a.title) else {
-            return Err(ToolError::Rejected(format!(
-                "{:?} is not in the catalogue; use search_books",
-                a.title
-            )));
+        let title = match w.catalogue.find(&a.title) {
+            Some(book) => book.title.clone(),
+            None => match w
+                .found
+                .iter()
+                .find(|b| b.title.eq_ignore_ascii_case(&a.title))
+            {
+                Some(book) => book.title.clone(),
+                None => {
+                    return Err(ToolError::Rejected(format!(
+                        "{:?} is neither in the catalogue nor found by search_books; use search_books",
+                        a.title
+                    )));
+                }
+            },
         };
-        if w.logged.iter().any(|l| l.eq_ignore_ascii_case(&book.title)) {
+        if is_logged(&w.logged, &title) {
             return Err(ToolError::Rejected(format!(
-                "the user already logged {:?}; recommend another book",
-                book.title
+                "the user already logged {title:?}; recommend another book"
             )));
         }
-        if w.picks.iter().any(|(t, _)| *t == book.title) {
+        if w.picks.iter().any(|(t, _)| *t == title) {
             return Err(ToolError::Rejected(
                 "already recommended in this answer".into(),
             ));
         }
-        w.picks.push((book.title.clone(), a.reason));
+        w.picks.push((title, a.reason));
         Ok(ToolOutput::ok("saved"))
     }
 }
 
 pub struct RecommendFlow {
     catalogue: Arc<Catalogue>,
+    api: Option<Arc<BooksApi>>,
 }
 
 impl RecommendFlow {
     pub fn new(catalogue: Arc<Catalogue>) -> Self {
-        RecommendFlow { catalogue }
+        RecommendFlow {
+            catalogue,
+            api: None,
+        }
     }
+
+    /// Searches the books API too (`[books_api]`).
+    pub fn with_books(mut self, api: Arc<BooksApi>) -> Self {
+        self.api = Some(api);
+        self
+    }
+}
+
+/// Words of the profile worth searching a books API for: the longer ones, most frequent
+/// first.
+fn keywords(profile: &[String]) -> Vec<String> {
+    const ASIDE: &[&str] = &[
+        "about", "books", "book", "like", "love", "read", "reading", "want", "would", "that",
+        "this", "with", "from", "have", "more", "they", "their", "there", "what", "when",
+    ];
+    let mut counted: Vec<(String, usize)> = Vec::new();
+    for entry in profile {
+        let lower = entry.to_lowercase();
+        let mut words: Vec<String> = lower
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 4 && !ASIDE.contains(w))
+            .map(str::to_string)
+            .collect();
+        words.extend(
+            crate::i18n::kanji_katakana_words(entry)
+                .into_iter()
+                .filter(|w| w.chars().count() >= 2),
+        );
+        for word in words {
+            match counted.iter_mut().find(|(w, _)| *w == word) {
+                Some(c) => c.1 += 1,
+                None => counted.push((word, 1)),
+            }
+        }
+    }
+    counted.sort_by_key(|c| std::cmp::Reverse(c.1));
+    counted.into_iter().map(|(w, _)| w).take(3).collect()
+}
+
+/// The floor's pick from the books API: its results for the profile's keywords, ranked by
+/// how many keywords their title and subjects carry; never a logged or picked book.
+async fn api_pick(
+    api: &BooksApi,
+    profile: &[String],
+    logged: &[String],
+    picked: &[(String, String)],
+) -> Option<(BookInfo, String)> {
+    let words = keywords(profile);
+    let first = words.first()?;
+    let books = match api.search(&words.join(" ")).await {
+        Ok(books) if !books.is_empty() => books,
+        // fewer words find more
+        _ => api.search(first).await.ok()?,
+    };
+    books
+        .into_iter()
+        .filter(|b| !is_logged(logged, &b.title) && !picked.iter().any(|(t, _)| t == &b.title))
+        .map(|b| {
+            let about = format!("{} {}", b.title, b.subjects.join(" ")).to_lowercase();
+            let matched: Vec<&String> = words
+                .iter()
+                .filter(|w| about.contains(w.as_str()))
+                .collect();
+            let why = matched
+                .first()
+                .map_or_else(|| first.clone(), |w| (*w).clone());
+            (matched.len(), b, why)
+        })
+        .max_by_key(|(n, _, _)| *n)
+        .map(|(_, b, why)| (b, why))
 }
 
 #[async_trait]
@@ -205,9 +315,12 @@ impl Flow for RecommendFlow {
             );
         }
         let mut picks = Vec::new();
+        let mut found: Vec<BookInfo> = Vec::new();
         if let Some(model) = ctx.models.for_agent(AGENT) {
             let work = Work {
                 catalogue: self.catalogue.clone(),
+                api: self.api.clone(),
+                found: Vec::new(),
                 profile: profile.join("\n"),
                 logged: logged.clone(),
                 picks: Vec::new(),
@@ -228,7 +341,7 @@ impl Flow for RecommendFlow {
                 }
             });
             let system = format!(
-                "You recommend books from the local catalogue. Read the profile, search, and save up to 3 picks, each \
+                "You recommend books from the local catalogue (and the books API's results search_books lists). Read the profile, search, and save up to 3 picks, each \
                  with a reason tied to the user's goals, interests or insights. Never recommend a book they already \
                  logged. Answer in {}.",
                 if lang == "ja" { "Japanese" } else { "English" }
@@ -242,14 +355,22 @@ impl Flow for RecommendFlow {
                 )
                 .await
             {
-                Ok(r) => picks = r.state.picks,
+                Ok(r) => {
+                    picks = r.state.picks;
+                    found = r.state.found;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the Recommendation agent failed; ranking by rules")
                 }
             }
         }
         if picks.is_empty() {
-            picks = rank(&self.catalogue, &profile, &logged, 3)
+            let from_api = match &self.api {
+                Some(api) => api_pick(api, &profile, &logged, &[]).await,
+                None => None,
+            };
+            let room = if from_api.is_some() { 2 } else { 3 };
+            picks = rank(&self.catalogue, &profile, &logged, room)
                 .into_iter()
                 .map(|(t, why)| {
                     let reason = if why.is_empty() {
@@ -268,11 +389,29 @@ impl Flow for RecommendFlow {
                     (t, reason)
                 })
                 .collect();
+            if let (Some((book, why)), Some(api)) = (from_api, &self.api) {
+                let label = api.provider().label();
+                picks.push((
+                    book.title.clone(),
+                    pick(
+                        &lang,
+                        &format!("it matches “{why}” (found on {label})"),
+                        &format!("「{why}」に合っています（{label}で見つけた本）"),
+                    ),
+                ));
+                found.push(book);
+            }
         }
         let mut text = pick(&lang, "Books for you:\n", "あなたへのおすすめ:\n");
         for (title, reason) in &picks {
-            let book = self.catalogue.find(title);
-            let by = book.map(|b| format!(" — {}", b.author)).unwrap_or_default();
+            let author = match self.catalogue.find(title) {
+                Some(book) => Some(book.author.clone()),
+                None => found
+                    .iter()
+                    .find(|b| &b.title == title)
+                    .and_then(|b| b.author.clone()),
+            };
+            let by = author.map(|a| format!(" — {a}")).unwrap_or_default();
             text.push_str(&format!("- «{title}»{by}: {reason}\n"));
             out.change(StateChange::Reading {
                 change: ReadingChange::AddRecommendation {
