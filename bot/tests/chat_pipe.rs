@@ -1354,11 +1354,22 @@ async fn a_books_api_that_fails_leaves_the_catalogue_and_the_title_as_typed() {
         dir.path(),
         &config,
         &["chat", "reading", "--user", "mio"],
-        "/reading start An Unknown Book\n/recommend\n",
+        "/reading start An Unknown Book\nI enjoy mathematics and memory\n/recommend\n",
     )
     .await;
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     assert!(!run.stdout.contains("Found on"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("The books API is unavailable right now"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("An Unknown Book"), "{}", run.stdout);
     assert!(run.stdout.contains("Books for you:"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("The books API was unavailable"),
+        "{}",
+        run.stdout
+    );
 }

@@ -122,6 +122,11 @@ impl ReadingFlow {
                 Ok(found) => found,
                 Err(e) => {
                     tracing::info!(error = %e, "the books API could not look the book up");
+                    out.say(crate::i18n::pick(
+                        ctx.language(),
+                        "(The books API is unavailable right now, so I keep the title as you wrote it.)",
+                        "（書籍APIが現在利用できないため、書名は入力どおりに記録します。）",
+                    ));
                     None
                 }
             },

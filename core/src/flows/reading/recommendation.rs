@@ -9,7 +9,7 @@ use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
-use crate::search::{BookInfo, BooksApi};
+use crate::search::{BookInfo, BooksApi, SearchError};
 use crate::store::StateChange;
 use crate::store::reading::ReadingChange;
 use async_trait::async_trait;
@@ -239,15 +239,17 @@ async fn api_pick(
     profile: &[String],
     logged: &[String],
     picked: &[(String, String)],
-) -> Option<(BookInfo, String)> {
+) -> Result<Option<(BookInfo, String)>, SearchError> {
     let words = keywords(profile);
-    let first = words.first()?;
-    let books = match api.search(&words.join(" ")).await {
-        Ok(books) if !books.is_empty() => books,
-        // fewer words find more
-        _ => api.search(first).await.ok()?,
+    let Some(first) = words.first() else {
+        return Ok(None);
     };
-    books
+    let mut books = api.search(&words.join(" ")).await?;
+    if books.is_empty() && words.len() > 1 {
+        // fewer words find more
+        books = api.search(first).await?;
+    }
+    Ok(books
         .into_iter()
         .filter(|b| !is_logged(logged, &b.title) && !picked.iter().any(|(t, _)| t == &b.title))
         .map(|b| {
@@ -262,7 +264,7 @@ async fn api_pick(
             (matched.len(), b, why)
         })
         .max_by_key(|(n, _, _)| *n)
-        .map(|(_, b, why)| (b, why))
+        .map(|(_, b, why)| (b, why)))
 }
 
 #[async_trait]
@@ -316,6 +318,7 @@ impl Flow for RecommendFlow {
         }
         let mut picks = Vec::new();
         let mut found: Vec<BookInfo> = Vec::new();
+        let mut api_failed = false;
         if let Some(model) = ctx.models.for_agent(AGENT) {
             let work = Work {
                 catalogue: self.catalogue.clone(),
@@ -366,7 +369,13 @@ impl Flow for RecommendFlow {
         }
         if picks.is_empty() {
             let from_api = match &self.api {
-                Some(api) => api_pick(api, &profile, &logged, &[]).await,
+                Some(api) => match api_pick(api, &profile, &logged, &[]).await {
+                    Ok(pick) => pick,
+                    Err(_) => {
+                        api_failed = true;
+                        None
+                    }
+                },
                 None => None,
             };
             let room = if from_api.is_some() { 2 } else { 3 };
@@ -419,6 +428,13 @@ impl Flow for RecommendFlow {
                     reason: reason.clone(),
                 },
             });
+        }
+        if api_failed {
+            text.push_str(&pick(
+                &lang,
+                "(The books API was unavailable, so these come from the club's catalogue only.)",
+                "（書籍APIが利用できなかったため、クラブの蔵書からのみ選びました。）",
+            ));
         }
         out.say(text.trim_end());
         Ok(out)
