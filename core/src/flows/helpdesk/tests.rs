@@ -373,3 +373,27 @@ async fn a_follow_up_is_answered_in_the_context_of_the_question_before() {
         "{more:?}"
     );
 }
+
+#[test]
+fn the_help_desk_searches_the_web_only_when_told_to() {
+    let kb = sample_kb();
+    let tools = |flow: &HelpdeskFlow| -> Vec<String> {
+        flow.library
+            .tools
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect()
+    };
+    let alone = HelpdeskFlow::new(kb.clone());
+    assert!(!tools(&alone).contains(&"web_search".to_string()));
+    let web = crate::search::WebSearch::new(
+        crate::search::Provider::SearxNg {
+            base_url: "http://127.0.0.1:9".into(),
+        },
+        5,
+        std::time::Duration::from_secs(1),
+    )
+    .expect("a client");
+    let with_web = HelpdeskFlow::new(kb).with_web(Arc::new(web));
+    assert!(tools(&with_web).contains(&"web_search".to_string()));
+}
