@@ -1336,6 +1336,13 @@ async fn a_book_outside_the_catalogue_is_found_in_the_books_api_and_recommended_
         .await
         .expect("records");
     assert_eq!(records[0].author.as_deref(), Some("Yoko Ogawa"));
+    let details = records[0].details.clone().expect("the API's details");
+    assert_eq!(details["year"], 2003);
+    assert_eq!(details["source"], "Open Library");
+    assert!(
+        details["subjects"].to_string().contains("Mathematics"),
+        "{details}"
+    );
     store.close().await;
 }
 

@@ -39,6 +39,9 @@ pub enum ReadingChange {
     OpenRecord {
         title: String,
         author: Option<String>,
+        /// What a books API knows of it (JSON: year, subjects, link, provider).
+        #[serde(default)]
+        details: Option<String>,
     },
     SetStatus {
         title: String,
@@ -83,6 +86,9 @@ pub struct ReadingRecord {
     pub id: i64,
     pub title: String,
     pub author: Option<String>,
+    /// What a books API knows of it (year, subjects, link, provider).
+    #[serde(default)]
+    pub details: Option<serde_json::Value>,
     pub status: ReadingStatus,
     pub mode: InteractionMode,
     pub started_at: Option<DateTime<Utc>>,

@@ -256,6 +256,11 @@ pub(crate) fn reading_record_from_row(row: &impl Columns) -> Result<ReadingRecor
         id: row.int("id").map_err(get)?,
         title: row.text("title").map_err(get)?,
         author: row.maybe_text("author").map_err(get)?,
+        // (written by the store from a books API's answer; unreadable is none)
+        details: row
+            .maybe_text("details")
+            .map_err(get)?
+            .and_then(|d| serde_json::from_str(&d).ok()),
         status: ReadingStatus::parse(&status).ok_or_else(|| corrupt("reading status", &status))?,
         mode: InteractionMode::parse(&mode).ok_or_else(|| corrupt("interaction mode", &mode))?,
         started_at: row.maybe_int("started_ms").map_err(get)?.map(from_ms),

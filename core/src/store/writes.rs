@@ -131,16 +131,22 @@ fn reading_statement<'a>(
         needs_record: None,
     };
     match change {
-        ReadingChange::OpenRecord { title, author } => plain(
-            "INSERT INTO reading_records (platform, user_id, title, author, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $5) \
+        ReadingChange::OpenRecord {
+            title,
+            author,
+            details,
+        } => plain(
+            "INSERT INTO reading_records (platform, user_id, title, author, details, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $6, $5, $5) \
              ON CONFLICT (platform, user_id, title) DO UPDATE SET updated_ms = excluded.updated_ms, \
-             author = COALESCE(reading_records.author, excluded.author)",
+             author = COALESCE(reading_records.author, excluded.author), \
+             details = COALESCE(reading_records.details, excluded.details)",
             vec![
                 platform,
                 user,
                 Arg::Text(title),
                 Arg::MaybeText(author.as_deref()),
                 Arg::Int(now_ms),
+                Arg::MaybeText(details.as_deref()),
             ],
         ),
         ReadingChange::SetStatus { title, status } => plain(

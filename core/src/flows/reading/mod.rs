@@ -147,11 +147,22 @@ impl ReadingFlow {
                 &format!("{label}で見つけました: «{}»", info.describe()),
             ));
         }
+        let details = found.as_ref().and_then(|info| {
+            let source = self.books.as_ref().map(|api| api.provider().label());
+            serde_json::to_string(&serde_json::json!({
+                "year": info.year,
+                "subjects": info.subjects,
+                "link": info.link,
+                "source": source,
+            }))
+            .ok()
+        });
         Self::change(
             out,
             ReadingChange::OpenRecord {
                 title: title.clone(),
                 author,
+                details,
             },
         );
         st.status = Some(
@@ -362,9 +373,19 @@ impl ReadingFlow {
     ) {
         let lang = ctx.language().to_string();
         let title = st.title.clone().unwrap_or_default();
+        // a book the catalogue lacks is named with the author the books API gave
+        let about = match self.catalogue.find(&title) {
+            Some(_) => title.clone(),
+            None => match Self::record_of(ctx, &title).await {
+                Ok(Some(record)) => record
+                    .author
+                    .map_or(title.clone(), |author| format!("{title} by {author}")),
+                _ => title.clone(),
+            },
+        };
         let answer = self
             .guide
-            .answer(text, Some(&title), ctx.models, ctx.ledger, &lang)
+            .answer(text, Some(&about), ctx.models, ctx.ledger, &lang)
             .await;
         Self::change(
             out,

@@ -323,6 +323,7 @@ async fn the_mentor_context_covers_7_or_30_days() {
             RC::OpenRecord {
                 title: t("Kokoro"),
                 author: None,
+                details: None,
             },
             RC::SetStatus {
                 title: t("Kokoro"),
@@ -336,6 +337,7 @@ async fn the_mentor_context_covers_7_or_30_days() {
             RC::OpenRecord {
                 title: t("Kitchen"),
                 author: None,
+                details: None,
             },
             RC::SetStatus {
                 title: t("Kitchen"),
@@ -349,6 +351,7 @@ async fn the_mentor_context_covers_7_or_30_days() {
             RC::OpenRecord {
                 title: t("Snow Country"),
                 author: None,
+                details: None,
             },
             RC::SetStatus {
                 title: t("Snow Country"),
@@ -442,6 +445,7 @@ async fn a_recommendation_never_repeats_a_logged_book() {
         vec![RC::OpenRecord {
             title: "Kokoro".into(),
             author: None,
+            details: None,
         }],
     )
     .await;

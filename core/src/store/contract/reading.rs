@@ -44,6 +44,7 @@ pub(super) async fn reading_data_is_stored_per_user(db: Db) {
             ReadingChange::OpenRecord {
                 title: title.clone(),
                 author: Some("Natsume Soseki".into()),
+                details: None,
             },
             ReadingChange::SetStatus {
                 title: title.clone(),
@@ -77,6 +78,7 @@ pub(super) async fn reading_data_is_stored_per_user(db: Db) {
         vec![ReadingChange::OpenRecord {
             title: title.clone(),
             author: None,
+            details: None,
         }],
     )
     .await;

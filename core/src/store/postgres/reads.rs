@@ -190,7 +190,7 @@ impl Reads for PgStore {
         user: &str,
     ) -> Result<Vec<ReadingRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, title, author, status, interaction_mode, started_ms, finished_ms FROM reading_records \
+            "SELECT id, title, author, details, status, interaction_mode, started_ms, finished_ms FROM reading_records \
              WHERE platform = $1 AND user_id = $2 ORDER BY updated_ms DESC, id DESC",
         )
         .bind(platform.as_str())
@@ -285,7 +285,7 @@ impl Reads for PgStore {
             "sessions": rows("SELECT json_build_object('id', s.id, 'flow', s.flow, 'status', s.status, 'chat', s.chat, 'thread', s.thread, 'language', s.language, 'country', s.country, 'timezone', s.timezone, 'created_ms', s.created_ms, 'messages', (SELECT COALESCE(json_agg(json_build_object('role', m.role, 'text', m.text, 'created_ms', m.created_ms)), '[]'::json) FROM (SELECT * FROM messages m WHERE m.session_id = s.id ORDER BY m.id) m)) FROM sessions s WHERE s.platform = $1 AND s.user_id = $2 ORDER BY s.id").await?,
             "submissions": rows("SELECT json_build_object('id', id, 'form', form_id, 'status', status, 'values', field_values::json, 'created_ms', created_ms, 'decision', decision, 'decided_ms', decided_ms) FROM submissions WHERE platform = $1 AND user_id = $2 ORDER BY id").await?,
             "help_desk_tickets": rows("SELECT json_build_object('question', t.question, 'answer', t.answer, 'feedback', t.feedback, 'created_ms', t.created_ms) FROM helpdesk_tickets t JOIN sessions s ON s.id = t.session_id WHERE s.platform = $1 AND s.user_id = $2 ORDER BY t.id").await?,
-            "reading": rows("SELECT json_build_object('title', r.title, 'author', r.author, 'status', r.status, 'mode', r.interaction_mode, 'insights', (SELECT COALESCE(json_agg(json_build_object('kind', i.kind, 'text', i.text, 'created_ms', i.created_ms)), '[]'::json) FROM insights i WHERE i.record_id = r.id), 'moods', (SELECT COALESCE(json_agg(json_build_object('phase', m.phase, 'label', m.label, 'score', m.score)), '[]'::json) FROM moods m WHERE m.record_id = r.id)) FROM reading_records r WHERE r.platform = $1 AND r.user_id = $2 ORDER BY r.id").await?,
+            "reading": rows("SELECT json_build_object('title', r.title, 'author', r.author, 'details', r.details::json, 'status', r.status, 'mode', r.interaction_mode, 'insights', (SELECT COALESCE(json_agg(json_build_object('kind', i.kind, 'text', i.text, 'created_ms', i.created_ms)), '[]'::json) FROM insights i WHERE i.record_id = r.id), 'moods', (SELECT COALESCE(json_agg(json_build_object('phase', m.phase, 'label', m.label, 'score', m.score)), '[]'::json) FROM moods m WHERE m.record_id = r.id)) FROM reading_records r WHERE r.platform = $1 AND r.user_id = $2 ORDER BY r.id").await?,
             "profile_entries": rows("SELECT json_build_object('kind', kind, 'text', text, 'created_ms', created_ms) FROM profile_entries WHERE platform = $1 AND user_id = $2 ORDER BY id").await?,
             "mentor_feedback": rows("SELECT json_build_object('type', feedback_type, 'content', content, 'created_ms', created_ms) FROM mentor_feedback WHERE platform = $1 AND user_id = $2 ORDER BY id").await?,
             "recommendations": rows("SELECT json_build_object('title', title, 'reason', reason, 'created_ms', created_ms) FROM recommendations WHERE platform = $1 AND user_id = $2 ORDER BY id").await?,
