@@ -1,6 +1,19 @@
 //! The commands of the binary that work on a piece of Kaiwa (the database, the forms, the
 //! knowledge base) rather than on the running bot: each a function `main.rs` calls.
 
+/// `println!` that ends the process quietly when stdout is closed (`kaiwa check | head`)
+/// instead of panicking on the broken pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*)
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(0);
+        }
+    }};
+}
+
 use crate::bench;
 use crate::cli::{ExportFormat, KbCommand, WebhookCommand};
 use anyhow::{Context, bail};
@@ -14,11 +27,11 @@ pub async fn stats(database_url: &str, json: bool) -> anyhow::Result<()> {
     let usage = store.llm_usage().await?;
     store.close().await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&usage)?);
+        say!("{}", serde_json::to_string_pretty(&usage)?);
     } else if usage.is_empty() {
-        println!("no model calls recorded yet");
+        say!("no model calls recorded yet");
     } else {
-        println!(
+        say!(
             "{:<12} {:<16} {:>7} {:>7} {:>7} {:>12} {:>12} {:>10} {:>10}",
             "flow",
             "agent",
@@ -31,7 +44,7 @@ pub async fn stats(database_url: &str, json: bool) -> anyhow::Result<()> {
             "max_ms"
         );
         for u in &usage {
-            println!(
+            say!(
                 "{:<12} {:<16} {:>7} {:>7} {:>7} {:>12} {:>12} {:>10.0} {:>10}",
                 u.flow,
                 u.agent,
@@ -52,7 +65,7 @@ pub async fn stats(database_url: &str, json: bool) -> anyhow::Result<()> {
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     let store = app::open_store(database_url).await?;
     store.close().await;
-    println!("database is up to date: {}", app::redact_url(database_url));
+    say!("database is up to date: {}", app::redact_url(database_url));
     Ok(())
 }
 
@@ -60,35 +73,35 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 /// configuration names. `defaults`: no configuration file was found at `path`.
 pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result<()> {
     if defaults {
-        println!(
+        say!(
             "configuration: none at {} (built-in defaults; run kaiwa where config/ is, or pass --config)",
             path.display()
         );
     } else {
-        println!("configuration: ok ({})", path.display());
+        say!("configuration: ok ({})", path.display());
     }
     app::build_models(settings.llm.as_ref()).context("model configuration")?;
     match &settings.llm {
-        Some(llm) => println!(
+        Some(llm) => say!(
             "model: {} at {} ({} agent overrides)",
             llm.model,
             llm.base_url,
             llm.agents.len()
         ),
-        None => println!("model: none configured; agents use their rule-based floor"),
+        None => say!("model: none configured; agents use their rule-based floor"),
     }
     let web = app::build_web_search(settings, None).context("[search]")?;
     let mut unreachable = None;
     if let Some(web) = &web {
         // one query, so that a wrong address or key shows now rather than in a conversation
         match web.search("Natsume Soseki Kokoro", "en").await {
-            Ok(pages) => println!(
+            Ok(pages) => say!(
                 "search: {} answers ({} results for a test query)",
                 web.provider_name(),
                 pages.len()
             ),
             Err(e) => {
-                println!("search: {} cannot be reached: {e}", web.provider_name());
+                say!("search: {} cannot be reached: {e}", web.provider_name());
                 unreachable = Some(web.provider_name());
             }
         }
@@ -96,13 +109,13 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
     let books = app::build_books_api(settings, None).context("[books_api]")?;
     if let Some(api) = &books {
         match api.search("Kokoro").await {
-            Ok(found) => println!(
+            Ok(found) => say!(
                 "books API: {} answers ({} results for a test query)",
                 api.provider().label(),
                 found.len()
             ),
             Err(e) => {
-                println!(
+                say!(
                     "books API: {} cannot be reached: {e}",
                     api.provider().label()
                 );
@@ -111,13 +124,13 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
         }
     }
     let flows = app::build_flows(settings, web, books)?;
-    println!(
+    say!(
         "flows: {} (default {})",
         flows.ids().join(", "),
         flows.default_flow()
     );
     let (files, passages) = app::open_kb(settings)?.stats();
-    println!(
+    say!(
         "knowledge base: {files} files, {passages} passages ({})",
         settings.flows.kb_dir
     );
@@ -126,7 +139,7 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
     for form in &forms {
         let problems = form.validate();
         if problems.is_empty() {
-            println!(
+            say!(
                 "form {}: ok ({} fields, {:?})",
                 form.id,
                 form.fields.len(),
@@ -135,12 +148,12 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
         } else {
             failed = true;
             for p in problems {
-                println!("form {}: error: {p}", form.id);
+                say!("form {}: error: {p}", form.id);
             }
         }
     }
     if forms.is_empty() {
-        println!("forms: none in {}", settings.flows.forms_dir);
+        say!("forms: none in {}", settings.flows.forms_dir);
     }
     // what the configuration names must be there
     let mut missing = Vec::new();
@@ -150,7 +163,7 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
         ("[flows] books", &settings.flows.books),
     ] {
         if !std::path::Path::new(path).exists() {
-            println!("{what}: {path} does not exist");
+            say!("{what}: {path} does not exist");
             missing.push(what);
         }
     }
@@ -185,7 +198,7 @@ pub async fn bench(options: bench::BenchOptions, settings: Settings) -> anyhow::
         );
     }
     let report = bench::run(options, settings).await?;
-    println!("{report}");
+    say!("{report}");
     Ok(())
 }
 
@@ -195,7 +208,7 @@ pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
     match command {
         KbCommand::Index => {
             let (files, passages) = kb.stats();
-            println!(
+            say!(
                 "knowledge base {}: {files} files, {passages} passages indexed",
                 settings.flows.kb_dir
             );
@@ -207,7 +220,7 @@ pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
                 .iter()
                 .enumerate()
             {
-                println!("[{}] {} (score {:.2})", i + 1, p.citation(), p.score);
+                say!("[{}] {} (score {:.2})", i + 1, p.citation(), p.score);
             }
         }
     }
@@ -292,19 +305,19 @@ pub async fn webhook(settings: &Settings, command: WebhookCommand) -> anyhow::Re
             telegram::set_webhook(&api, url, &secret)
                 .await
                 .context("setWebhook")?;
-            println!("webhook set: Telegram delivers to {url}");
+            say!("webhook set: Telegram delivers to {url}");
         }
         WebhookCommand::Delete => {
             telegram::delete_webhook(&api)
                 .await
                 .context("deleteWebhook")?;
-            println!("webhook deleted: the bot long-polls at its next start");
+            say!("webhook deleted: the bot long-polls at its next start");
         }
         WebhookCommand::Info => {
             let info = telegram::webhook_info(&api)
                 .await
                 .context("getWebhookInfo")?;
-            println!("{}", serde_json::to_string_pretty(&info)?);
+            say!("{}", serde_json::to_string_pretty(&info)?);
         }
     }
     Ok(())
@@ -327,7 +340,7 @@ pub async fn health(url: &str) -> bool {
         Ok(response) => {
             let status = response.status();
             let body = response.text().await.unwrap_or_default();
-            println!("{status} {body}");
+            say!("{status} {body}");
             status.is_success()
         }
         Err(e) => {

@@ -1380,3 +1380,27 @@ async fn a_books_api_that_fails_leaves_the_catalogue_and_the_title_as_typed() {
         run.stdout
     );
 }
+
+#[tokio::test]
+async fn check_into_a_closed_pipe_ends_quietly() {
+    // `kaiwa check | head -0`: the reader is gone before kaiwa writes
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_path = dir.path().join("kaiwa.toml");
+    std::fs::write(&config_path, forms_config()).expect("config");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("check")
+        .env("KAIWA_CONFIG", &config_path)
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.path().display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kaiwa starts");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().await.expect("kaiwa ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(output.status.code(), Some(101), "{stderr}");
+}
