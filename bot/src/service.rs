@@ -188,19 +188,29 @@ pub(crate) async fn run(
             .await
     });
 
+    // an adapter that fails leaves the others running (`/healthz` says 503 meanwhile); the
+    // bot stops, with an error, once none is left
     let mut failure = None;
-    tokio::select! {
-        () = shutdown => {
-            tracing::info!("shutting down: no new messages; finishing the turns in flight");
-        }
-        Some(done) = adapters.join_next() => {
-            let message = match done {
-                Ok((name, Ok(()))) => format!("the {name} adapter stopped"),
-                Ok((name, Err(e))) => format!("the {name} adapter failed: {e}"),
-                Err(e) => format!("an adapter crashed: {e}"),
-            };
-            tracing::error!("{message}; shutting down");
-            failure = Some(message);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => {
+                tracing::info!("shutting down: no new messages; finishing the turns in flight");
+                break;
+            }
+            Some(done) = adapters.join_next() => {
+                let message = match done {
+                    Ok((name, Ok(()))) => format!("the {name} adapter stopped"),
+                    Ok((name, Err(e))) => format!("the {name} adapter failed: {e}"),
+                    Err(e) => format!("an adapter crashed: {e}"),
+                };
+                if adapters.is_empty() {
+                    tracing::error!("{message}; no platform is left: shutting down");
+                    failure = Some(message);
+                    break;
+                }
+                tracing::error!("{message}; the other platforms go on");
+            }
         }
     }
     let _ = stop_tx.send(true);

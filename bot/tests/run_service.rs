@@ -403,3 +403,58 @@ async fn a_taken_over_conversation_stays_held_across_a_kill_and_restart() {
     let _ = second.start_kill();
     let _ = second.wait().await;
 }
+
+/// A Discord application without the Message Content intent (the gateway closes with 4014):
+/// said at once with the fix, Discord reported down on `/healthz` while Telegram goes on;
+/// alone, `kaiwa run` exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_discord_intent_is_said_at_once_and_leaves_the_other_platform_running() {
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let discord = FakeDiscord::start().await;
+    discord.close_on_identify(4014);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("kaiwa.toml"),
+        config(telegram.url(), discord.api_proxy()),
+    )
+    .expect("config");
+    let (mut child, log, _) =
+        common::spawn_run_with(dir.path(), TOKEN, Some(DISCORD_TOKEN), "info");
+    let health = format!(
+        "http://{}",
+        common::logged_after(&log, "health and metrics at http://").await
+    );
+    common::logged_after(&log, "Message Content Intent").await;
+    let body = reqwest::get(&health).await.expect("healthz");
+    assert_eq!(body.status().as_u16(), 503);
+    let body = body.text().await.expect("a body");
+    assert!(body.contains("\"discord\":false"), "{body}");
+    // Telegram goes on
+    let chat = Chat::private(44);
+    telegram.send_text(chat, 44, "/start");
+    telegram.wait_texts(chat, 1).await;
+    assert!(child.try_wait().expect("status").is_none(), "still running");
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+
+    // Discord alone: nothing left to run, so it stops with the fix
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+            .arg("run")
+            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
+            .env(
+                "KAIWA_DATABASE_URL",
+                format!("sqlite://{}/alone.db", dir.path().display()),
+            )
+            .env("KAIWA_TEST_DISCORD_TOKEN", DISCORD_TOKEN)
+            .env_remove("KAIWA_TEST_TELEGRAM_TOKEN")
+            .output(),
+    )
+    .await
+    .expect("kaiwa run ends")
+    .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Message Content Intent"), "{stderr}");
+}

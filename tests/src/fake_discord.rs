@@ -94,6 +94,8 @@ struct Shared {
     gateway_url: Mutex<String>,
     /// The client language interactions carry (default `en-US`).
     locale: Mutex<Option<String>>,
+    /// Identify is answered by closing with this code (4014: disallowed intents).
+    close_on_identify: Mutex<Option<u16>>,
 }
 
 impl Inner {
@@ -222,6 +224,7 @@ impl FakeDiscord {
             resumes: AtomicUsize::new(0),
             gateway_url: Mutex::new(String::new()),
             locale: Mutex::new(None),
+            close_on_identify: Mutex::new(None),
         });
         let gateway = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gateway_url = format!("ws://{}", gateway.local_addr().expect("addr"));
@@ -255,6 +258,16 @@ impl FakeDiscord {
     /// The base URL for `[discord] api_proxy`.
     pub fn api_proxy(&self) -> &str {
         &self.rest
+    }
+
+    /// Identify is answered by closing the connection with `code`, as Discord does for an
+    /// application without a privileged intent it asks for (4014) or a bad token (4004).
+    pub fn close_on_identify(&self, code: u16) {
+        *self
+            .shared
+            .close_on_identify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(code);
     }
 
     /// How many times the bot identified / resumed.
@@ -683,6 +696,16 @@ async fn serve_gateway(
                             frame(&shared, "RESUMED", json!({}))
                         } else {
                             shared.identifies.fetch_add(1, Ordering::SeqCst);
+                            let refuse = *shared.close_on_identify.lock().unwrap_or_else(|p| p.into_inner());
+                            if let Some(code) = refuse {
+                                use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+                                let frame = CloseFrame {
+                                    code: code.into(),
+                                    reason: "Disallowed intent(s).".into(),
+                                };
+                                let _ = sink.send(WsMessage::Close(Some(frame))).await;
+                                break;
+                            }
                             let number = |i: usize, default: u32| {
                                 payload["d"]["shard"][i].as_u64().map_or(default, |n| n as u32)
                             };

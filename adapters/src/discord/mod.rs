@@ -191,11 +191,17 @@ impl DiscordAdapter {
                 .await;
             if let Err(e) = &result {
                 health.failed();
-                tracing::error!(error = %e, "Discord gateway stopped");
+                tracing::error!("{}", gateway_error(e));
             }
             result
         };
-        let (result, lost) = tokio::join!(run, stopper);
+        tokio::pin!(run);
+        tokio::pin!(stopper);
+        // a gateway that fails (a refused intent or token) ends the adapter at once
+        let (result, lost) = tokio::select! {
+            result = &mut run => (result, false),
+            lost = &mut stopper => (run.await, lost),
+        };
         // the turns queued finish (the binary's grace period bounds this)
         turns.finish().await;
         if shared {
@@ -208,7 +214,26 @@ impl DiscordAdapter {
                 "Discord: lost the lease of shards {range} to another instance"
             )));
         }
-        result.map_err(|e| AdapterError::Platform(format!("Discord gateway: {e}")))
+        result.map_err(|e| AdapterError::Platform(gateway_error(&e)))
+    }
+}
+
+/// What a gateway failure means for the operator: the fix for the two every new bot meets.
+fn gateway_error(e: &serenity::Error) -> String {
+    use serenity::all::GatewayError;
+    match e {
+        serenity::Error::Gateway(GatewayError::DisallowedGatewayIntents) => {
+            "Discord refused the Message Content intent (gateway close 4014): turn it on in the \
+             Developer Portal (your application → Bot → Privileged Gateway Intents → Message \
+             Content Intent), then start Kaiwa again"
+                .into()
+        }
+        serenity::Error::Gateway(GatewayError::InvalidAuthentication) => {
+            "Discord refused the bot token (gateway close 4004): check the token in the variable \
+             [discord] token_env names"
+                .into()
+        }
+        e => format!("Discord gateway stopped: {e}"),
     }
 }
 
