@@ -28,11 +28,12 @@ pub enum Command {
     Run,
     /// Talk to a flow in the terminal, through the same core and database as the bot. Its
     /// log goes to a file, never into the conversation: `--log-file`, by default
-    /// `data/kaiwa-chat.log` (the system's temporary directory if that cannot be written).
+    /// `kaiwa-chat.log` beside the SQLite database (`data/` for another database; the
+    /// system's temporary directory if that cannot be written).
     Chat {
-        /// Where the log goes.
-        #[arg(long, env = "KAIWA_CHAT_LOG", default_value = "data/kaiwa-chat.log")]
-        log_file: PathBuf,
+        /// Where the log goes (default: beside the database).
+        #[arg(long, env = "KAIWA_CHAT_LOG")]
+        log_file: Option<PathBuf>,
         /// The flow to talk to (e.g. assistant).
         flow: String,
         /// The form to use (interview flows).
@@ -145,6 +146,20 @@ fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// `kaiwa-chat.log` in the folder of the SQLite database `url` names; `data/` otherwise.
+fn chat_log_beside(url: &str) -> PathBuf {
+    let file = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .map(|rest| rest.split('?').next().unwrap_or(rest))
+        .filter(|path| !path.is_empty() && !path.starts_with(":memory:"));
+    match file.and_then(|f| std::path::Path::new(f).parent()) {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join("kaiwa-chat.log"),
+        Some(_) => PathBuf::from("kaiwa-chat.log"),
+        None => PathBuf::from("data/kaiwa-chat.log"),
+    }
+}
+
 /// Opens the chat's log file (its directory made if need be), else one in the temporary
 /// directory; returns it and where it is.
 fn open_chat_log(wanted: &std::path::Path) -> Option<(std::fs::File, PathBuf)> {
@@ -183,6 +198,16 @@ pub fn init_logging(cli: &Cli) {
         filter = filter.add_directive(quiet);
     }
     if let Command::Chat { log_file, .. } = &cli.command {
+        let log_file = log_file.clone().unwrap_or_else(|| {
+            // beside the database the conversation is kept in, not wherever it was started
+            let url = cli
+                .options
+                .settings()
+                .map(|(settings, _)| cli.options.database_url(&settings))
+                .unwrap_or_default();
+            chat_log_beside(&url)
+        });
+        let log_file = &log_file;
         match open_chat_log(log_file) {
             Some((file, path)) => {
                 if cli.verbose {
@@ -208,4 +233,30 @@ pub fn init_logging(cli: &Cli) {
         .with_ansi(colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chat_log_beside;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_chat_log_goes_beside_the_database() {
+        assert_eq!(
+            chat_log_beside("sqlite:///srv/kaiwa/kaiwa.db?mode=rwc"),
+            PathBuf::from("/srv/kaiwa/kaiwa-chat.log")
+        );
+        assert_eq!(
+            chat_log_beside("sqlite://data/kaiwa.db"),
+            PathBuf::from("data/kaiwa-chat.log")
+        );
+        assert_eq!(
+            chat_log_beside("sqlite:kaiwa.db"),
+            PathBuf::from("kaiwa-chat.log")
+        );
+        assert_eq!(
+            chat_log_beside("postgres://u:p@db/kaiwa"),
+            PathBuf::from("data/kaiwa-chat.log")
+        );
+    }
 }

@@ -1404,3 +1404,33 @@ async fn check_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(output.status.code(), Some(101), "{stderr}");
 }
+
+#[tokio::test]
+async fn the_chat_log_is_written_beside_the_database_not_where_kaiwa_started() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db_dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/kaiwa.db", db_dir.path().display());
+    let config = dir.path().join("kaiwa.toml");
+    std::fs::write(&config, "").expect("config");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(["chat", "assistant"])
+        .current_dir(dir.path())
+        .env("KAIWA_CONFIG", &config)
+        .env("KAIWA_DATABASE_URL", &url)
+        .env_remove("KAIWA_CHAT_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("kaiwa runs");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        db_dir.path().join("kaiwa-chat.log").exists(),
+        "beside the database"
+    );
+    assert!(!dir.path().join("data").join("kaiwa-chat.log").exists());
+}
