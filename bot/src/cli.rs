@@ -93,6 +93,11 @@ pub enum Command {
         #[command(subcommand)]
         command: WebhookCommand,
     },
+    /// Discord set-up helpers.
+    Discord {
+        #[command(subcommand)]
+        command: DiscordCommand,
+    },
     /// Exit 0 when the running bot's /healthz answers 200, 1 otherwise (a container's
     /// health check).
     Health {
@@ -123,6 +128,13 @@ pub enum KbCommand {
         #[arg(long, default_value_t = 3)]
         k: usize,
     },
+}
+
+#[derive(Subcommand)]
+pub enum DiscordCommand {
+    /// Print the link that adds the bot to a server with exactly the scopes (bot,
+    /// applications.commands) and permissions Kaiwa uses.
+    InviteUrl,
 }
 
 #[derive(Subcommand)]

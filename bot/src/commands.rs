@@ -15,7 +15,7 @@ macro_rules! say {
 }
 
 use crate::bench;
-use crate::cli::{ExportFormat, KbCommand, WebhookCommand};
+use crate::cli::{DiscordCommand, ExportFormat, KbCommand, WebhookCommand};
 use anyhow::{Context, bail};
 use kaiwa::app;
 use kaiwa::config::Settings;
@@ -348,4 +348,18 @@ pub async fn health(url: &str) -> bool {
             false
         }
     }
+}
+
+/// `kaiwa discord invite-url`: the link that adds the bot with what Kaiwa needs.
+pub async fn discord(settings: &Settings, command: DiscordCommand) -> anyhow::Result<()> {
+    let dc = &settings.discord;
+    let token = kaiwa::config::secret_from_env(&dc.token_env)
+        .with_context(|| format!("the Discord bot token ({})", dc.token_env))?;
+    match command {
+        DiscordCommand::InviteUrl => {
+            let app = kaiwa_adapters::discord::application(&token, dc.api_proxy.as_deref()).await?;
+            say!("{}", kaiwa_adapters::discord::invite_url(app.id.get()));
+        }
+    }
+    Ok(())
 }

@@ -95,6 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Kb { command } => commands::kb(&settings, command)?,
         Command::Webhook { command } => commands::webhook(&settings, command).await?,
+        Command::Discord { command } => commands::discord(&settings, command).await?,
         Command::Health { url } => {
             let url = url.unwrap_or_else(|| format!("http://{}/healthz", settings.server.listen));
             if !commands::health(&url).await {

@@ -458,3 +458,56 @@ async fn a_refused_discord_intent_is_said_at_once_and_leaves_the_other_platform_
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("Message Content Intent"), "{stderr}");
 }
+
+#[tokio::test]
+async fn discord_invite_url_names_the_application_scopes_and_permissions() {
+    let discord = FakeDiscord::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("kaiwa.toml"),
+        config("http://127.0.0.1:9", discord.api_proxy()),
+    )
+    .expect("config");
+    let run = |token: Option<&str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+        command
+            .args(["discord", "invite-url"])
+            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
+            .env_remove("KAIWA_TEST_DISCORD_TOKEN");
+        if let Some(token) = token {
+            command.env("KAIWA_TEST_DISCORD_TOKEN", token);
+        }
+        command.output()
+    };
+    let output = run(Some(DISCORD_TOKEN)).await.expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let url = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        url.starts_with(&format!(
+            "https://discord.com/oauth2/authorize?client_id={}&scope=bot%20applications.commands&permissions=",
+            kaiwa_tests::fake_discord::APP_ID
+        )),
+        "{url}"
+    );
+    // view, send, threads, history, embeds: nothing more
+    let permissions: u64 = url
+        .trim()
+        .rsplit('=')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a number");
+    assert_eq!(
+        permissions,
+        (1 << 10) | (1 << 11) | (1 << 38) | (1 << 35) | (1 << 16) | (1 << 14)
+    );
+    let output = run(None).await.expect("runs");
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("KAIWA_TEST_DISCORD_TOKEN"),
+        "names the variable"
+    );
+}

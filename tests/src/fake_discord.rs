@@ -797,6 +797,21 @@ async fn rest(
             json!({"url": url, "shards": 1, "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})
         }
         ("GET", ["users", "@me"]) => user_json(BOT_ID, true),
+        ("GET", ["oauth2", "applications", "@me"]) => {
+            // GATEWAY_MESSAGE_CONTENT (1 << 18) unless the test turned the intent off
+            let intent_off = shared
+                .close_on_identify
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|code| code == 4014);
+            let flags = if intent_off { 0 } else { 1 << 18 };
+            json!({
+                "id": APP_ID.to_string(), "name": "Kaiwa", "icon": null,
+                "description": "", "rpc_origins": [], "bot_public": true,
+                "bot_require_code_grant": false, "owner": user_json(9, false),
+                "verify_key": "0f0f", "team": null, "flags": flags
+            })
+        }
         ("POST", ["users", "@me", "channels"]) => {
             let user = body["recipient_id"]
                 .as_str()

@@ -300,3 +300,31 @@ pub(super) fn command_builder(c: &CommandInfo) -> CreateCommand {
             .required(false),
         )
 }
+
+/// What Kaiwa's bot does in a server: read and send messages, open and write in threads,
+/// read the history it catches up on, show embeds.
+pub const PERMISSIONS: serenity::all::Permissions = serenity::all::Permissions::VIEW_CHANNEL
+    .union(serenity::all::Permissions::SEND_MESSAGES)
+    .union(serenity::all::Permissions::SEND_MESSAGES_IN_THREADS)
+    .union(serenity::all::Permissions::CREATE_PUBLIC_THREADS)
+    .union(serenity::all::Permissions::READ_MESSAGE_HISTORY)
+    .union(serenity::all::Permissions::EMBED_LINKS);
+
+/// The application the bot `token` belongs to, as Discord describes it.
+pub async fn application(
+    token: &str,
+    api_proxy: Option<&str>,
+) -> Result<serenity::all::CurrentApplicationInfo, crate::AdapterError> {
+    build_http(token, api_proxy)
+        .get_current_application_info()
+        .await
+        .map_err(|e| crate::AdapterError::Platform(format!("Discord refused the token: {e}")))
+}
+
+/// The OAuth2 URL that adds the bot to a server with the scopes and permissions Kaiwa uses.
+pub fn invite_url(application_id: u64) -> String {
+    format!(
+        "https://discord.com/oauth2/authorize?client_id={application_id}&scope=bot%20applications.commands&permissions={}",
+        PERMISSIONS.bits()
+    )
+}

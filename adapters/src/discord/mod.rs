@@ -41,7 +41,7 @@ mod stream;
 use crate::discord::events::{Handler, SEEN, Turns};
 use crate::discord::places::Parents;
 use crate::lanes::Scheduler;
-pub use api::{DiscordApi, build_http};
+pub use api::{DiscordApi, PERMISSIONS, application, build_http, invite_url};
 pub use components::{NAMESPACE, Press, components};
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use plugin::DiscordPlugin;
