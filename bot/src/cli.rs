@@ -43,6 +43,13 @@ pub enum Command {
         #[arg(long, default_value = "guest")]
         user: String,
     },
+    /// Write a commented configuration, an example form, knowledge base and book catalogue
+    /// into DIR (default: the current folder) to start from; nothing is overwritten.
+    Init {
+        /// The folder to write into (created if missing).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Create or upgrade the database schema.
     Migrate,
     /// Model calls, tokens and latency per flow and agent, from the llm_calls ledger.

@@ -363,3 +363,75 @@ pub async fn discord(settings: &Settings, command: DiscordCommand) -> anyhow::Re
     }
     Ok(())
 }
+
+/// What `kaiwa init` writes: the shipped configuration and examples.
+const STARTER: [(&str, &str); 6] = [
+    ("kaiwa.toml", include_str!("../../config/kaiwa.toml")),
+    (
+        "forms/engineer.toml",
+        include_str!("../../config/forms/engineer.toml"),
+    ),
+    (
+        "forms/event_signup.toml",
+        include_str!("../../config/forms/event_signup.toml"),
+    ),
+    (
+        "kb/en/user-guide.md",
+        include_str!("../../config/kb/en/user-guide.md"),
+    ),
+    (
+        "kb/ja/user-guide.md",
+        include_str!("../../config/kb/ja/user-guide.md"),
+    ),
+    ("books.toml", include_str!("../../config/books.toml")),
+];
+
+/// `kaiwa init [DIR]`: the starter files in `dir`, its database beside them; refuses to
+/// overwrite anything and asks nothing.
+pub fn init(dir: &Path) -> anyhow::Result<()> {
+    let there: Vec<String> = STARTER
+        .iter()
+        .map(|(name, _)| dir.join(name))
+        .filter(|path| path.exists())
+        .map(|path| path.display().to_string())
+        .collect();
+    if !there.is_empty() {
+        bail!(
+            "{} already exist{}; nothing was written (choose another folder)",
+            there.join(", "),
+            if there.len() == 1 { "s" } else { "" }
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    for (name, text) in STARTER {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let text = if name == "kaiwa.toml" {
+            // the database beside the configuration, wherever kaiwa is started from
+            text.replace(
+                "database_url = \"sqlite://data/kaiwa.db\"",
+                &format!(
+                    "database_url = \"sqlite://{}\"",
+                    dir.join("data").join("kaiwa.db").display()
+                ),
+            )
+        } else {
+            text.to_string()
+        };
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        say!("wrote {}", path.display());
+    }
+    let config = dir.join("kaiwa.toml");
+    say!();
+    say!("Next: talk to it here (no model or token needed):");
+    say!("  kaiwa --config {} chat assistant", config.display());
+    say!("Then put it on Telegram: set TELEGRAM_BOT_TOKEN and run");
+    say!("  kaiwa --config {} run", config.display());
+    Ok(())
+}

@@ -63,6 +63,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Stats { json } => commands::stats(&database_url, json).await?,
         Command::Migrate => commands::migrate(&database_url).await?,
+        Command::Init { dir } => commands::init(&dir)?,
         Command::Check => {
             let path = cli
                 .options

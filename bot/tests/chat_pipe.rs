@@ -1434,3 +1434,82 @@ async fn the_chat_log_is_written_beside_the_database_not_where_kaiwa_started() {
     );
     assert!(!dir.path().join("data").join("kaiwa-chat.log").exists());
 }
+
+#[tokio::test]
+async fn init_writes_a_starting_point_that_checks_and_talks_and_never_overwrites() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("my-bot");
+    let init = |args: Vec<String>| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("KAIWA_CONFIG")
+            .env_remove("KAIWA_DATABASE_URL")
+            .stdin(Stdio::null())
+            .output()
+    };
+    let output = init(vec!["init".into(), target.display().to_string()])
+        .await
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for file in [
+        "kaiwa.toml",
+        "forms/engineer.toml",
+        "kb/en/user-guide.md",
+        "books.toml",
+    ] {
+        assert!(target.join(file).exists(), "{file}");
+    }
+    assert!(
+        stdout.contains("chat assistant"),
+        "the next command: {stdout}"
+    );
+    let config = target.join("kaiwa.toml").display().to_string();
+    // the written configuration checks and talks, from any folder
+    let check = init(vec!["--config".into(), config.clone(), "check".into()])
+        .await
+        .expect("runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(["--config", &config, "chat", "assistant"])
+        .current_dir(dir.path())
+        .env_remove("KAIWA_DATABASE_URL")
+        .env_remove("KAIWA_CHAT_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("chat starts");
+    let mut input = chat.stdin.take().expect("stdin");
+    input
+        .write_all(b"2\nHow do I stop a conversation?\n")
+        .await
+        .expect("written");
+    drop(input);
+    let talked = chat.wait_with_output().await.expect("chat ends");
+    let said = String::from_utf8_lossy(&talked.stdout);
+    assert!(said.contains("/end"), "{said}");
+    assert!(
+        target.join("data").join("kaiwa.db").exists(),
+        "the database beside it"
+    );
+    // a second init changes nothing
+    let before = std::fs::read_to_string(target.join("kaiwa.toml")).expect("config");
+    let again = init(vec!["init".into(), target.display().to_string()])
+        .await
+        .expect("runs");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exist"));
+    assert_eq!(
+        std::fs::read_to_string(target.join("kaiwa.toml")).expect("config"),
+        before
+    );
+}
