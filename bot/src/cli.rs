@@ -58,8 +58,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Validate the configuration and the forms.
-    Check,
+    /// Validate the configuration and the forms; `--online` also calls what it names (the
+    /// platforms' tokens, the admin chat, the Discord intent, the model server, the
+    /// database) and says how to fix what fails.
+    Check {
+        #[arg(long)]
+        online: bool,
+    },
     /// Load-test the bot: simulated users through the real orchestrator, flows and SQLite.
     Bench {
         /// interview or assistant

@@ -435,3 +435,158 @@ pub fn init(dir: &Path) -> anyhow::Result<()> {
     say!("  kaiwa --config {} run", config.display());
     Ok(())
 }
+
+/// `kaiwa check --online`: each thing the configuration names, called once, a line each
+/// (`ok` or what to fix); an error when anything failed. Secrets are never printed.
+pub async fn check_online(settings: &Settings, database_url: &str) -> anyhow::Result<()> {
+    let mut failed: Vec<&str> = Vec::new();
+    let mut line = |what: &'static str, outcome: Result<String, String>| match outcome {
+        Ok(fine) => say!("online {what}: ok, {fine}"),
+        Err(fix) => {
+            say!("online {what}: FAILED, {fix}");
+            failed.push(what);
+        }
+    };
+    // the database: a write
+    let database = match app::open_store(database_url).await {
+        Ok(store) => {
+            let written = store.check_writable().await;
+            store.close().await;
+            written
+                .map(|()| format!("{} takes writes", app::redact_url(database_url)))
+                .map_err(|e| format!("{} cannot be written ({e})", app::redact_url(database_url)))
+        }
+        Err(e) => Err(format!("{e:#}")),
+    };
+    line("database", database);
+    let tg = &settings.telegram;
+    match kaiwa::config::optional_secret(&tg.token_env) {
+        None => say!("online telegram: skipped ({} is not set)", tg.token_env),
+        Some(token) => {
+            let api = kaiwa_adapters::telegram::TelegramApi::new(&token, tg.api_url.as_deref())?;
+            match api.get_me().await {
+                Ok(me) => {
+                    line("telegram", Ok(format!("the token is @{}'s", me.username())));
+                    if let Some(chat) = tg.admin_chat_id {
+                        line(
+                            "telegram admin chat",
+                            api.admin_chat_rights(chat, me.id.0).await,
+                        );
+                    }
+                }
+                Err(e) => line(
+                    "telegram",
+                    Err(format!(
+                        "Telegram refused the token in {} ({e}): copy it again from @BotFather",
+                        tg.token_env
+                    )),
+                ),
+            }
+        }
+    }
+    let dc = &settings.discord;
+    match kaiwa::config::optional_secret(&dc.token_env) {
+        None => say!("online discord: skipped ({} is not set)", dc.token_env),
+        Some(token) => {
+            match kaiwa_adapters::discord::application(&token, dc.api_proxy.as_deref()).await {
+                Ok(app) => {
+                    line(
+                        "discord",
+                        Ok(format!(
+                            "the token is application {}'s ({})",
+                            app.name, app.id
+                        )),
+                    );
+                    // GATEWAY_MESSAGE_CONTENT or its limited form (unverified bots)
+                    let flags = app.flags.map(|f| f.bits()).unwrap_or_default();
+                    line(
+                        "discord intent",
+                        if flags & ((1 << 18) | (1 << 19)) != 0 {
+                            Ok("the Message Content intent is on".into())
+                        } else {
+                            Err("the Message Content intent is off: turn it on in the Developer Portal (your application → Bot → Privileged Gateway Intents → Message Content Intent)".into())
+                        },
+                    );
+                }
+                Err(e) => line(
+                    "discord",
+                    Err(format!(
+                        "{e}: copy the bot token again into {}",
+                        dc.token_env
+                    )),
+                ),
+            }
+        }
+    }
+    if let Some(llm) = &settings.llm {
+        line("model", model_answers(llm).await);
+    } else {
+        say!("online model: skipped (no [llm]; the agents use their rule-based floors)");
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("online checks failed: {}", failed.join(", "))
+    }
+}
+
+/// The model server lists its models and answers a tiny completion with a tool.
+async fn model_answers(llm: &kaiwa::config::LlmSettings) -> Result<String, String> {
+    let base = llm.base_url.trim_end_matches('/');
+    let key = match &llm.api_key_env {
+        Some(var) => Some(kaiwa::config::secret_from_env(var).map_err(|e| format!("{e}"))?),
+        None => None,
+    };
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(llm.timeout_secs.min(30)))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let with_key = |request: reqwest::RequestBuilder| match &key {
+        Some(key) => request.bearer_auth(key),
+        None => request,
+    };
+    let down = |e: reqwest::Error| {
+        format!(
+            "the model server at {base} does not answer ({}): start it, or fix [llm] base_url",
+            e.without_url()
+        )
+    };
+    let listed = with_key(client.get(format!("{base}/models")))
+        .send()
+        .await
+        .map_err(down)?;
+    if listed.status() == reqwest::StatusCode::UNAUTHORIZED {
+        return Err("the model server refused the API key: check [llm] api_key_env".into());
+    }
+    let models: serde_json::Value = listed.json().await.unwrap_or_default();
+    let known = models["data"]
+        .as_array()
+        .is_some_and(|list| list.iter().any(|m| m["id"] == llm.model.as_str()));
+    let tiny = serde_json::json!({
+        "model": llm.model,
+        "messages": [{"role": "user", "content": "Reply with ok."}],
+        "max_tokens": 8,
+        "tools": [{"type": "function", "function": {"name": "ok", "description": "Say ok.",
+                   "parameters": {"type": "object", "properties": {}}}}],
+    });
+    let answered = with_key(client.post(format!("{base}/chat/completions")))
+        .json(&tiny)
+        .send()
+        .await
+        .map_err(down)?;
+    let status = answered.status();
+    if !status.is_success() {
+        return Err(format!(
+            "the model server answered {status} to a tiny completion with a tool: check [llm] model ({})",
+            llm.model
+        ));
+    }
+    Ok(format!(
+        "{base} answers{}",
+        if known {
+            format!(" and lists {}", llm.model)
+        } else {
+            format!(" ({} not in its list)", llm.model)
+        }
+    ))
+}

@@ -64,13 +64,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats { json } => commands::stats(&database_url, json).await?,
         Command::Migrate => commands::migrate(&database_url).await?,
         Command::Init { dir } => commands::init(&dir)?,
-        Command::Check => {
+        Command::Check { online } => {
             let path = cli
                 .options
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(kaiwa::DEFAULT_CONFIG));
-            commands::check(&settings, &path, defaults).await?;
+            let offline = commands::check(&settings, &path, defaults).await;
+            // online, every line is said even when the files had a problem
+            let online = match online {
+                true => commands::check_online(&settings, &database_url).await,
+                false => Ok(()),
+            };
+            offline?;
+            online?;
         }
         Command::Bench {
             flow,

@@ -511,3 +511,98 @@ async fn discord_invite_url_names_the_application_scopes_and_permissions() {
         "names the variable"
     );
 }
+
+/// `kaiwa check --online` against the fakes: everything fine, then a wrong token, an admin
+/// chat the bot is not in, the intent off and a model server that is down, each reported
+/// with its fix, the secrets never printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_online_reports_each_service_with_its_fix() {
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let discord = FakeDiscord::start().await;
+    let model =
+        kaiwa_tests::fake_openai::FakeOpenAi::start([kaiwa_tests::fake_openai::Reply::text("ok")])
+            .await
+            .expect("model");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |llm: &str| {
+        std::fs::write(
+            dir.path().join("kaiwa.toml"),
+            format!(
+                "{}\n[llm]\nbase_url = \"{llm}\"\nmodel = \"fake-model\"\ntimeout_secs = 3\n",
+                config(telegram.url(), discord.api_proxy())
+            ),
+        )
+        .expect("config");
+    };
+    let check = |telegram_token: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+            .args(["check", "--online"])
+            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
+            .env(
+                "KAIWA_DATABASE_URL",
+                format!("sqlite://{}/kaiwa.db", dir.path().display()),
+            )
+            .env("KAIWA_TEST_TELEGRAM_TOKEN", telegram_token)
+            .env("KAIWA_TEST_DISCORD_TOKEN", DISCORD_TOKEN)
+            .output()
+    };
+    write(&model.base_url());
+    let fine = check(TOKEN).await.expect("runs");
+    let out = String::from_utf8_lossy(&fine.stdout).to_string();
+    assert!(
+        fine.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&fine.stderr)
+    );
+    for expected in [
+        "online database: ok",
+        "online telegram: ok, the token is @kaiwa_test_bot's",
+        "online telegram admin chat: ok",
+        "online discord: ok",
+        "online discord intent: ok",
+        "online model: ok",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+
+    // now everything a new operator gets wrong
+    telegram.leave_chat(-100777);
+    discord.close_on_identify(4014);
+    write("http://127.0.0.1:9/v1");
+    let bad = check(TOKEN).await.expect("runs");
+    let out = String::from_utf8_lossy(&bad.stdout).to_string();
+    assert!(!bad.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "online telegram admin chat: FAILED, the bot cannot see the admin chat -100777"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("add the bot to it"), "{out}");
+    assert!(
+        out.contains("online discord intent: FAILED, the Message Content intent is off"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "online model: FAILED, the model server at http://127.0.0.1:9/v1 does not answer"
+        ),
+        "{out}"
+    );
+    let wrong = check("123:wrong-token").await.expect("runs");
+    let out = String::from_utf8_lossy(&wrong.stdout).to_string();
+    assert!(!wrong.status.success());
+    assert!(
+        out.contains(
+            "online telegram: FAILED, Telegram refused the token in KAIWA_TEST_TELEGRAM_TOKEN"
+        ),
+        "{out}"
+    );
+    let everything = format!("{out}{}", String::from_utf8_lossy(&wrong.stderr));
+    for secret in ["wrong-token", TOKEN, DISCORD_TOKEN] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} printed: {everything}"
+        );
+    }
+}

@@ -125,6 +125,14 @@ impl FakeOpenAi {
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route(
+                "/v1/models",
+                axum::routing::get(|| async {
+                    axum::Json(json!({"object": "list", "data": [
+                        {"id": "fake-model", "object": "model", "created": 0, "owned_by": "kaiwa-tests"}
+                    ]}))
+                }),
+            )
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

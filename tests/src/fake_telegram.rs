@@ -151,6 +151,8 @@ struct Inner {
     webhook_next: i64,
     /// Every delivery attempt: update id, target, HTTP status (0: no answer).
     deliveries: Vec<(i64, String, u16)>,
+    /// Chats the bot is not in (`getChat` answers "chat not found").
+    strangers: std::collections::HashSet<i64>,
 }
 
 /// A webhook as `setWebhook` registered it.
@@ -295,6 +297,11 @@ impl FakeTelegram {
             server,
             deliverer,
         }
+    }
+
+    /// The bot is not in `chat`: `getChat` answers 400 "chat not found" there.
+    pub fn leave_chat(&self, chat: i64) {
+        self.shared.lock().strangers.insert(chat);
     }
 
     /// The webhook `setWebhook` registered, if any.
@@ -836,6 +843,26 @@ fn answer(shared: &Shared, method: String, params: Value) -> Response {
             };
             (info, None)
         }
+        "getchat" => {
+            if inner.strangers.contains(&chat_id) {
+                drop(inner);
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: chat not found"})),
+                )
+                    .into_response();
+            }
+            (chat.json(), None)
+        }
+        "getchatmember" => (
+            json!({"status": "administrator", "user": {"id": BOT_ID, "is_bot": true, "first_name": "Kaiwa", "username": BOT_USERNAME},
+                   "can_be_edited": false, "is_anonymous": false, "can_manage_chat": true,
+                   "can_delete_messages": true, "can_manage_video_chats": false,
+                   "can_restrict_members": false, "can_promote_members": false,
+                   "can_change_info": false, "can_invite_users": true,
+                   "can_post_stories": false, "can_edit_stories": false, "can_delete_stories": false}),
+            None,
+        ),
         "setwebhook" => {
             let url = params["url"].as_str().unwrap_or_default().to_string();
             inner.webhook = (!url.is_empty()).then(|| Webhook {

@@ -244,6 +244,37 @@ fn answer<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, CallError>
     })
 }
 
+impl TelegramApi {
+    /// For `kaiwa check --online`: whether the bot (`bot_id`) sees `chat` and may write
+    /// there; `Err` says what to fix.
+    pub async fn admin_chat_rights(&self, chat: i64, bot_id: u64) -> Result<String, String> {
+        let params = serde_json::json!({"chat_id": chat});
+        let found: Result<serde_json::Value, CallError> =
+            self.request("getChat", &params, None).await;
+        let found = found.map_err(|e| {
+            format!("the bot cannot see the admin chat {chat} ({e}): add the bot to it, or fix [telegram] admin_chat_id")
+        })?;
+        let title = found["title"].as_str().unwrap_or("the chat").to_string();
+        let params = serde_json::json!({"chat_id": chat, "user_id": bot_id});
+        let member: Result<serde_json::Value, CallError> =
+            self.request("getChatMember", &params, None).await;
+        let member = member.map_err(|e| format!("cannot read the bot's rights in {title}: {e}"))?;
+        match member["status"].as_str().unwrap_or_default() {
+            "creator" | "administrator" | "member" => Ok(format!(
+                "{title} ({chat}): the bot is {}",
+                member["status"].as_str().unwrap_or_default()
+            )),
+            "restricted" if member["can_send_messages"] == false => Err(format!(
+                "the bot may not write in {title}: allow it to send messages there"
+            )),
+            "restricted" => Ok(format!("{title} ({chat}): the bot may write")),
+            other => Err(format!(
+                "the bot is not a member of {title} ({other}): add it to the admin chat"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
