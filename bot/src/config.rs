@@ -10,7 +10,7 @@ use std::path::Path;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/kaiwa.db";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     #[serde(default = "default_database_url")]
@@ -41,7 +41,7 @@ pub struct Settings {
     pub books_api: Option<BooksApiSettings>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BooksApiSettings {
     /// `openlibrary` (no key) or `google_books` (`api_key_env`).
@@ -56,7 +56,7 @@ pub struct BooksApiSettings {
     pub timeout_secs: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
     /// `searxng` (a self-hosted SearxNG's JSON API, `base_url`) or `brave` (the Brave
@@ -83,7 +83,7 @@ fn default_search_timeout() -> u64 {
     8
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandoffSettings {
     /// A conversation taken over goes back to the agent after this many minutes without a
@@ -104,7 +104,7 @@ fn default_idle_minutes() -> f64 {
     30.0
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSettings {
     /// Messages one user may send per minute in one place (0: no limit).
@@ -140,7 +140,7 @@ fn default_max_chars() -> usize {
     kaiwa_core::orchestrator::DEFAULT_MAX_MESSAGE_CHARS
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacySettings {
     /// `/forget` keeps submitted applications for the hiring team (the user is told).
@@ -150,7 +150,7 @@ pub struct PrivacySettings {
     pub transcript_days: Option<u32>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiscordSettings {
     /// The environment variable holding the bot token.
@@ -215,7 +215,7 @@ fn default_dm_flow() -> String {
     "interview".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     /// Address of `/healthz` and `/metrics` (port 0: any free port, logged at start).
@@ -243,7 +243,7 @@ fn default_shutdown_grace() -> u64 {
     30
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelegramSettings {
     /// The environment variable holding the bot token.
@@ -295,7 +295,7 @@ fn default_webhook_path() -> String {
 }
 
 /// A group, or one forum topic of it, and the flow it runs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelegramPlaceSettings {
     /// The group's chat id (e.g. -1001234567890).
@@ -362,7 +362,7 @@ fn default_database_url() -> String {
     DEFAULT_DATABASE_URL.to_string()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSettings {
     /// The flow a new conversation starts with when its place names none.
@@ -406,7 +406,7 @@ fn default_forms_dir() -> String {
     "config/forms".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmSettings {
     /// An OpenAI-compatible endpoint, e.g. `http://127.0.0.1:11434/v1`.
@@ -440,7 +440,7 @@ pub struct LlmSettings {
     pub agents: BTreeMap<String, AgentLlmSettings>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentLlmSettings {
     pub base_url: Option<String>,
@@ -653,6 +653,88 @@ pub fn secret_from_env(var: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    /// Every key of the configuration, dotted (`telegram.admin_chat_id`, list items as
+    /// `telegram.places[].chat`, map entries as `llm.agents.NAME.model`), from its types.
+    fn keys_of_the_types() -> Vec<String> {
+        fn resolve<'a>(
+            root: &'a serde_json::Value,
+            schema: &'a serde_json::Value,
+        ) -> &'a serde_json::Value {
+            if let Some(r) = schema.get("$ref").and_then(|r| r.as_str()) {
+                let name = r.rsplit('/').next().unwrap_or_default();
+                return &root["$defs"][name];
+            }
+            for union in ["anyOf", "oneOf", "allOf"] {
+                if let Some(first) = schema[union].as_array().and_then(|all| {
+                    all.iter()
+                        .find(|s| s.get("$ref").is_some() || s.get("properties").is_some())
+                }) {
+                    return resolve(root, first);
+                }
+            }
+            schema
+        }
+        fn walk(
+            root: &serde_json::Value,
+            schema: &serde_json::Value,
+            prefix: &str,
+            out: &mut Vec<String>,
+        ) {
+            let schema = resolve(root, schema);
+            let Some(properties) = schema["properties"].as_object() else {
+                return;
+            };
+            for (name, property) in properties {
+                let key = format!("{prefix}{name}");
+                let inner = resolve(root, property);
+                if inner["properties"].is_object() {
+                    walk(root, inner, &format!("{key}."), out);
+                } else if let Some(items) = inner
+                    .get("items")
+                    .filter(|i| resolve(root, i)["properties"].is_object())
+                {
+                    walk(root, items, &format!("{key}[]."), out);
+                } else if let Some(values) = inner
+                    .get("additionalProperties")
+                    .filter(|v| resolve(root, v)["properties"].is_object())
+                {
+                    walk(root, values, &format!("{key}.NAME."), out);
+                } else {
+                    out.push(key);
+                }
+            }
+        }
+        let schema = serde_json::to_value(schemars::schema_for!(Settings)).unwrap_or_default();
+        let mut out = Vec::new();
+        walk(&schema, &schema, "", &mut out);
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_configuration_reference_names_every_key_and_nothing_else() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ))
+        .unwrap_or_default();
+        // the keys are the first cell of the tables' rows: | `telegram.admin_chat_id` | …
+        let mut documented: Vec<String> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_string)
+            .collect();
+        documented.sort();
+        let types = keys_of_the_types();
+        let missing: Vec<&String> = types.iter().filter(|k| !documented.contains(k)).collect();
+        let extra: Vec<&String> = documented.iter().filter(|k| !types.contains(k)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "docs/configuration.md is out of date: missing {missing:?}, not keys {extra:?}"
+        );
+    }
+
     use super::*;
 
     #[test]
