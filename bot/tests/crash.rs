@@ -3,7 +3,7 @@
 //! still running past the grace period. After the restart on the same database every
 //! message Telegram was told we have is answered once; a chat sees again at most the reply
 //! that was being sent when the process died (Telegram has no idempotent send: see the
-//! README's guarantees).
+//! docs/guarantees.md).
 
 mod common;
 

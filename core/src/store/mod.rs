@@ -415,7 +415,7 @@ pub enum StoreError {
     )]
     UnknownScheme(String),
     #[error(
-        "another `kaiwa run` uses the SQLite database {0}: one process per SQLite file; several instances need PostgreSQL (README: Running several instances)"
+        "another `kaiwa run` uses the SQLite database {0}: one process per SQLite file; several instances need PostgreSQL (docs/instances.md)"
     )]
     InUse(String),
     /// The transaction that carried this turn (with others) failed.
