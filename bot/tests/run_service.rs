@@ -606,3 +606,61 @@ async fn check_online_reports_each_service_with_its_fix() {
         );
     }
 }
+
+/// The first hour, as the README tells it: `kaiwa init`, the Telegram keys added,
+/// `kaiwa check --online` against the fakes, then `kaiwa run` on the written configuration
+/// answers a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_then_check_online_then_run_answers_on_telegram() {
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("bot");
+    let kaiwa = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("KAIWA_DATABASE_URL")
+            .env("KAIWA_TEST_TELEGRAM_TOKEN", TOKEN)
+            .env_remove("KAIWA_TEST_DISCORD_TOKEN");
+        command
+    };
+    let init = kaiwa(&["init", "bot"]).output().await.expect("runs");
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let config = target.join("kaiwa.toml");
+    let mut text = std::fs::read_to_string(&config).expect("written");
+    text.push_str(&format!(
+        "\n[server]\nlisten = \"127.0.0.1:0\"\n\n[telegram]\ntoken_env = \"KAIWA_TEST_TELEGRAM_TOKEN\"\napi_url = \"{}\"\nadmin_chat_id = -100777\nadmins = [9]\nprivate_flow = \"assistant\"\npoll_timeout_secs = 1\n",
+        telegram.url()
+    ));
+    std::fs::write(&config, text).expect("edited");
+    let config = config.display().to_string();
+    let check = kaiwa(&["--config", &config, "check", "--online"])
+        .output()
+        .await
+        .expect("runs");
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(out.contains("online telegram: ok"), "{out}");
+    let mut run = kaiwa(&["--config", &config, "run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kaiwa run starts");
+    let chat = Chat::private(71);
+    telegram.send_text(chat, 71, "How do I stop a conversation?");
+    let answer = telegram.wait_texts(chat, 1).await;
+    assert!(answer.join("\n").contains("/end"), "{answer:?}");
+    assert!(target.join("data").join("kaiwa.db").exists());
+    let _ = run.start_kill();
+    let _ = run.wait().await;
+}
