@@ -295,127 +295,165 @@ impl Flow for RecommendFlow {
             return Ok(out);
         }
         let lang = ctx.language().to_string();
-        let key = &ctx.session.key;
-        let records = ctx.store.reading_records(key.platform, &key.user).await?;
-        let logged: Vec<String> = records.iter().map(|r| r.title.clone()).collect();
-        let mut profile: Vec<String> = ctx
-            .store
-            .profile_entries(key.platform, &key.user)
-            .await?
-            .into_iter()
-            .map(|e| e.text)
-            .collect();
-        for r in records.iter().take(5) {
-            profile.extend(
-                ctx.store
-                    .insights(r.id)
-                    .await?
-                    .into_iter()
-                    .rev()
-                    .take(3)
-                    .map(|i| i.text),
-            );
+        let (profile, logged) = reader_of(&ctx).await?;
+        let mut picks = self.model_picks(&ctx, &profile, &logged, &lang).await;
+        if picks.picks.is_empty() {
+            picks = self.floor_picks(&profile, &logged, &lang).await;
         }
-        let mut picks = Vec::new();
-        let mut found: Vec<BookInfo> = Vec::new();
-        let mut api_failed = false;
-        if let Some(model) = ctx.models.for_agent(AGENT) {
-            let work = Work {
-                catalogue: self.catalogue.clone(),
-                api: self.api.clone(),
-                found: Vec::new(),
-                profile: profile.join("\n"),
-                logged: logged.clone(),
-                picks: Vec::new(),
-            };
-            let agent = Agent::new(
-                AGENT,
-                vec![
-                    typed(GetUserProfile),
-                    typed(SearchBooks),
-                    typed(SaveRecommendation),
-                ],
-            )
-            .with_remaining_tasks(|w: &Work| {
-                if w.picks.is_empty() {
-                    vec!["Save at least one recommendation with save_recommendation".into()]
-                } else {
-                    Vec::new()
-                }
-            });
-            let system = format!(
-                "You recommend books from the local catalogue (and the books API's results search_books lists). Read the profile, search, and save up to 3 picks, each \
-                 with a reason tied to the user's goals, interests or insights. Never recommend a book they already \
-                 logged. Answer in {}.",
-                if lang == "ja" { "Japanese" } else { "English" }
-            );
-            match agent
-                .run(
-                    model.as_ref(),
-                    vec![ChatMessage::system(system), ChatMessage::user("/recommend")],
-                    work,
-                    ctx.ledger,
-                )
-                .await
-            {
-                Ok(r) => {
-                    picks = r.state.picks;
-                    found = r.state.found;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the Recommendation agent failed; ranking by rules")
-                }
-            }
-        }
-        if picks.is_empty() {
-            let from_api = match &self.api {
-                Some(api) => match api_pick(api, &profile, &logged, &[]).await {
-                    Ok(pick) => pick,
-                    Err(_) => {
-                        api_failed = true;
-                        None
-                    }
-                },
-                None => None,
-            };
-            let room = if from_api.is_some() { 2 } else { 3 };
-            picks = rank(&self.catalogue, &profile, &logged, room)
+        let text = self.render(&picks, &lang, &mut out);
+        out.say(text);
+        Ok(out)
+    }
+}
+
+/// What the recommendations are made of: the picks with their reasons, the books the API
+/// found, whether the API failed.
+#[derive(Default)]
+struct Picks {
+    picks: Vec<(String, String)>,
+    found: Vec<BookInfo>,
+    api_failed: bool,
+}
+
+/// The user's profile and recent insights (what picks are matched against), and the books
+/// they logged (never recommended).
+async fn reader_of(ctx: &TurnContext<'_>) -> Result<(Vec<String>, Vec<String>), FlowError> {
+    let key = &ctx.session.key;
+    let records = ctx.store.reading_records(key.platform, &key.user).await?;
+    let logged: Vec<String> = records.iter().map(|r| r.title.clone()).collect();
+    let mut profile: Vec<String> = ctx
+        .store
+        .profile_entries(key.platform, &key.user)
+        .await?
+        .into_iter()
+        .map(|e| e.text)
+        .collect();
+    for r in records.iter().take(5) {
+        profile.extend(
+            ctx.store
+                .insights(r.id)
+                .await?
                 .into_iter()
-                .map(|(t, why)| {
-                    let reason = if why.is_empty() {
-                        pick(
-                            &lang,
-                            "a well-loved book to start with",
-                            "最初の一冊におすすめの名作",
-                        )
-                    } else {
-                        pick(
-                            &lang,
-                            &format!("it matches “{why}”"),
-                            &format!("「{why}」に合っています"),
-                        )
-                    };
-                    (t, reason)
-                })
-                .collect();
-            if let (Some((book, why)), Some(api)) = (from_api, &self.api) {
-                let label = api.provider().label();
-                picks.push((
-                    book.title.clone(),
-                    pick(
-                        &lang,
-                        &format!("it matches “{why}” (found on {label})"),
-                        &format!("「{why}」に合っています（{label}で見つけた本）"),
-                    ),
-                ));
-                found.push(book);
+                .rev()
+                .take(3)
+                .map(|i| i.text),
+        );
+    }
+    Ok((profile, logged))
+}
+
+impl RecommendFlow {
+    /// The Recommendation agent's picks (none without a model, or when it failed).
+    async fn model_picks(
+        &self,
+        ctx: &TurnContext<'_>,
+        profile: &[String],
+        logged: &[String],
+        lang: &str,
+    ) -> Picks {
+        let Some(model) = ctx.models.for_agent(AGENT) else {
+            return Picks::default();
+        };
+        let work = Work {
+            catalogue: self.catalogue.clone(),
+            api: self.api.clone(),
+            found: Vec::new(),
+            profile: profile.join("\n"),
+            logged: logged.to_vec(),
+            picks: Vec::new(),
+        };
+        let agent = Agent::new(
+            AGENT,
+            vec![
+                typed(GetUserProfile),
+                typed(SearchBooks),
+                typed(SaveRecommendation),
+            ],
+        )
+        .with_remaining_tasks(|w: &Work| {
+            if w.picks.is_empty() {
+                vec!["Save at least one recommendation with save_recommendation".into()]
+            } else {
+                Vec::new()
+            }
+        });
+        let system = format!(
+            "You recommend books from the local catalogue (and the books API's results search_books lists). Read the profile, search, and save up to 3 picks, each \
+             with a reason tied to the user's goals, interests or insights. Never recommend a book they already \
+             logged. Answer in {}.",
+            if lang == "ja" { "Japanese" } else { "English" }
+        );
+        let messages = vec![ChatMessage::system(system), ChatMessage::user("/recommend")];
+        match agent.run(model.as_ref(), messages, work, ctx.ledger).await {
+            Ok(r) => Picks {
+                picks: r.state.picks,
+                found: r.state.found,
+                api_failed: false,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "the Recommendation agent failed; ranking by rules");
+                Picks::default()
             }
         }
-        let mut text = pick(&lang, "Books for you:\n", "あなたへのおすすめ:\n");
-        for (title, reason) in &picks {
+    }
+
+    /// The rules' picks: the catalogue ranked by the profile's words, and the books API's
+    /// best match for them.
+    async fn floor_picks(&self, profile: &[String], logged: &[String], lang: &str) -> Picks {
+        let mut picks = Picks::default();
+        let from_api = match &self.api {
+            Some(api) => match api_pick(api, profile, logged, &[]).await {
+                Ok(pick) => pick,
+                Err(_) => {
+                    picks.api_failed = true;
+                    None
+                }
+            },
+            None => None,
+        };
+        let room = if from_api.is_some() { 2 } else { 3 };
+        picks.picks = rank(&self.catalogue, profile, logged, room)
+            .into_iter()
+            .map(|(t, why)| {
+                let reason = if why.is_empty() {
+                    pick(
+                        lang,
+                        "a well-loved book to start with",
+                        "最初の一冊におすすめの名作",
+                    )
+                } else {
+                    pick(
+                        lang,
+                        &format!("it matches “{why}”"),
+                        &format!("「{why}」に合っています"),
+                    )
+                };
+                (t, reason)
+            })
+            .collect();
+        if let (Some((book, why)), Some(api)) = (from_api, &self.api) {
+            let label = api.provider().label();
+            picks.picks.push((
+                book.title.clone(),
+                pick(
+                    lang,
+                    &format!("it matches “{why}” (found on {label})"),
+                    &format!("「{why}」に合っています（{label}で見つけた本）"),
+                ),
+            ));
+            picks.found.push(book);
+        }
+        picks
+    }
+
+    /// The picks as the reply says them (each kept as a recommendation in `out`).
+    fn render(&self, picks: &Picks, lang: &str, out: &mut TurnOutput) -> String {
+        let mut text = pick(lang, "Books for you:\n", "あなたへのおすすめ:\n");
+        for (title, reason) in &picks.picks {
             let author = match self.catalogue.find(title) {
                 Some(book) => Some(book.author.clone()),
-                None => found
+                None => picks
+                    .found
                     .iter()
                     .find(|b| &b.title == title)
                     .and_then(|b| b.author.clone()),
@@ -429,14 +467,13 @@ impl Flow for RecommendFlow {
                 },
             });
         }
-        if api_failed {
+        if picks.api_failed {
             text.push_str(&pick(
-                &lang,
+                lang,
                 "(The books API was unavailable, so these come from the club's catalogue only.)",
                 "（書籍APIが利用できなかったため、クラブの蔵書からのみ選びました。）",
             ));
         }
-        out.say(text.trim_end());
-        Ok(out)
+        text.trim_end().to_string()
     }
 }
