@@ -526,49 +526,7 @@ impl Settings {
         {
             bail!("[discord] api_proxy must start with http:// or https:// (got {url:?})");
         }
-        if let Some(search) = &self.search {
-            match search.provider.as_str() {
-                "searxng" if search.base_url.is_none() => {
-                    bail!("[search] provider \"searxng\" needs base_url (your SearxNG's address)")
-                }
-                "brave" if search.api_key_env.is_none() => {
-                    bail!(
-                        "[search] provider \"brave\" needs api_key_env (the variable holding the API key)"
-                    )
-                }
-                "searxng" | "brave" => {}
-                other => {
-                    bail!("[search] provider must be \"searxng\" or \"brave\" (got {other:?})")
-                }
-            }
-            if let Some(url) = &search.base_url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
-            {
-                bail!("[search] base_url must start with http:// or https:// (got {url:?})");
-            }
-            if search.timeout_secs == 0 {
-                bail!("[search] timeout_secs must be at least 1");
-            }
-        }
-        if let Some(books) = &self.books_api {
-            match books.provider.as_str() {
-                "google_books" if books.api_key_env.is_none() => bail!(
-                    "[books_api] provider \"google_books\" needs api_key_env (the variable holding the API key)"
-                ),
-                "openlibrary" | "google_books" => {}
-                other => bail!(
-                    "[books_api] provider must be \"openlibrary\" or \"google_books\" (got {other:?})"
-                ),
-            }
-            if let Some(url) = &books.base_url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
-            {
-                bail!("[books_api] base_url must start with http:// or https:// (got {url:?})");
-            }
-            if books.timeout_secs == 0 {
-                bail!("[books_api] timeout_secs must be at least 1");
-            }
-        }
+        self.validate_outside()?;
         if !(self.handoff.idle_minutes.is_finite() && self.handoff.idle_minutes > 0.0) {
             bail!("[handoff] idle_minutes must be a positive number of minutes");
         }
@@ -632,6 +590,54 @@ impl Settings {
             }
             if llm.max_concurrency == 0 {
                 bail!("[llm] max_concurrency must be at least 1");
+            }
+        }
+        Ok(())
+    }
+
+    /// `[search]` and `[books_api]`: a provider that exists, with what it needs.
+    fn validate_outside(&self) -> anyhow::Result<()> {
+        if let Some(search) = &self.search {
+            match search.provider.as_str() {
+                "searxng" if search.base_url.is_none() => {
+                    bail!("[search] provider \"searxng\" needs base_url (your SearxNG's address)")
+                }
+                "brave" if search.api_key_env.is_none() => {
+                    bail!(
+                        "[search] provider \"brave\" needs api_key_env (the variable holding the API key)"
+                    )
+                }
+                "searxng" | "brave" => {}
+                other => {
+                    bail!("[search] provider must be \"searxng\" or \"brave\" (got {other:?})")
+                }
+            }
+            if let Some(url) = &search.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("[search] base_url must start with http:// or https:// (got {url:?})");
+            }
+            if search.timeout_secs == 0 {
+                bail!("[search] timeout_secs must be at least 1");
+            }
+        }
+        if let Some(books) = &self.books_api {
+            match books.provider.as_str() {
+                "google_books" if books.api_key_env.is_none() => bail!(
+                    "[books_api] provider \"google_books\" needs api_key_env (the variable holding the API key)"
+                ),
+                "openlibrary" | "google_books" => {}
+                other => bail!(
+                    "[books_api] provider must be \"openlibrary\" or \"google_books\" (got {other:?})"
+                ),
+            }
+            if let Some(url) = &books.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("[books_api] base_url must start with http:// or https:// (got {url:?})");
+            }
+            if books.timeout_secs == 0 {
+                bail!("[books_api] timeout_secs must be at least 1");
             }
         }
         Ok(())
