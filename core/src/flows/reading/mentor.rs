@@ -315,51 +315,7 @@ impl MentorFlow {
         let lang = lang.to_string();
         let arg = arg.to_string();
         if let Some(enabled) = subscription_request(&arg) {
-            // a word shaped like a zone name (Area/City) that is none: said, nothing stored
-            if let Some(unknown) = arg
-                .split_whitespace()
-                .find(|w| w.contains('/') && w.parse::<chrono_tz::Tz>().is_err())
-            {
-                out.say(pick(
-                    &lang,
-                    &format!(
-                        "I do not know the time zone {unknown:?}. Use a name like Asia/Tokyo or Europe/Berlin, e.g. /review weekly on Asia/Tokyo."
-                    ),
-                    &format!(
-                        "タイムゾーン「{unknown}」が見つかりません。Asia/Tokyo や Europe/Berlin のような名前で、例えば /review weekly on Asia/Tokyo と送ってください。"
-                    ),
-                ));
-                return Ok(());
-            }
-            let timezone = arg
-                .split_whitespace()
-                .find_map(|w| w.parse::<chrono_tz::Tz>().ok())
-                .map(|tz| tz.name().to_string())
-                .or_else(|| ctx.session.timezone.clone())
-                .unwrap_or_else(|| "UTC".to_string());
-            out.change(StateChange::Reading {
-                change: ReadingChange::SetWeeklyReview {
-                    enabled,
-                    timezone: timezone.clone(),
-                },
-            });
-            out.say(if enabled {
-                pick(
-                    &lang,
-                    &format!(
-                        "Done: every Sunday evening ({timezone}) I will send you a review of your week here. Send /review weekly off to stop."
-                    ),
-                    &format!(
-                        "設定しました。毎週日曜の夕方（{timezone}）に、ここで一週間の振り返りをお送りします。止めるには /review weekly off を送ってください。"
-                    ),
-                )
-            } else {
-                pick(
-                    &lang,
-                    "Done: no more weekly reviews. Send /review weekly on to start them again.",
-                    "週ごとの振り返りの送信を止めました。再開するには /review weekly on を送ってください。",
-                )
-            });
+            subscribe(ctx, &arg, enabled, &lang, out);
             return Ok(());
         }
         let monthly = ["monthly", "month", "30", "月"]
@@ -372,48 +328,7 @@ impl MentorFlow {
         };
         let key = &ctx.session.key;
         let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
-        let mut review = None;
-        if let Some(model) = ctx.models.for_agent(AGENT) {
-            let agent = Agent::new(
-                AGENT,
-                vec![typed(GetMentorContext), typed(SaveMentorFeedback)],
-            )
-            .with_remaining_tasks(|w: &Work| {
-                if w.saved.is_none() {
-                    vec!["Save the review with save_mentor_feedback".into()]
-                } else {
-                    Vec::new()
-                }
-            });
-            let system = format!(
-                "You are a kind reading mentor. Write a {} review in {}: praise concretely (numbers, quote one insight), \
-                 optionally reflect on one insight, and always end with one small, concrete next step. Never scold a \
-                 quiet period. Call get_mentor_context(period_days={days}) first, then save_mentor_feedback.",
-                feedback_type.as_str(),
-                if lang == "ja" { "Japanese" } else { "English" }
-            );
-            let work = Work {
-                context: context.clone(),
-                saved: None,
-            };
-            match agent
-                .run(
-                    model.as_ref(),
-                    vec![
-                        ChatMessage::system(system),
-                        ChatMessage::user(format!("/review {}", feedback_type.as_str())),
-                    ],
-                    work,
-                    ctx.ledger,
-                )
-                .await
-            {
-                Ok(r) => review = r.state.saved,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the Mentor failed; using the template review")
-                }
-            }
-        }
+        let review = model_review(ctx, &context, feedback_type, days, &lang).await;
         let review = review.unwrap_or_else(|| template_review(&context, &lang));
         out.change(StateChange::Reading {
             change: ReadingChange::AddMentorFeedback {
@@ -534,5 +449,99 @@ fn answer_from(ctx: &MentorContext, question: &str, lang: &str) -> String {
         goals
     } else {
         format!("{period}{books}\n{notes}\n{goals}")
+    }
+}
+
+/// `/review weekly on|off [Area/City]`: the weekly review switched, in the zone named (the
+/// conversation's, else UTC); a zone name that is none is said and nothing is stored.
+fn subscribe(ctx: &TurnContext<'_>, arg: &str, enabled: bool, lang: &str, out: &mut TurnOutput) {
+    // a word shaped like a zone name (Area/City) that is none: said, nothing stored
+    if let Some(unknown) = arg
+        .split_whitespace()
+        .find(|w| w.contains('/') && w.parse::<chrono_tz::Tz>().is_err())
+    {
+        out.say(pick(
+                lang,
+                &format!(
+                    "I do not know the time zone {unknown:?}. Use a name like Asia/Tokyo or Europe/Berlin, e.g. /review weekly on Asia/Tokyo."
+                ),
+                &format!(
+                    "タイムゾーン「{unknown}」が見つかりません。Asia/Tokyo や Europe/Berlin のような名前で、例えば /review weekly on Asia/Tokyo と送ってください。"
+                ),
+            ));
+        return;
+    }
+    let timezone = arg
+        .split_whitespace()
+        .find_map(|w| w.parse::<chrono_tz::Tz>().ok())
+        .map(|tz| tz.name().to_string())
+        .or_else(|| ctx.session.timezone.clone())
+        .unwrap_or_else(|| "UTC".to_string());
+    out.change(StateChange::Reading {
+        change: ReadingChange::SetWeeklyReview {
+            enabled,
+            timezone: timezone.clone(),
+        },
+    });
+    out.say(if enabled {
+            pick(
+                lang,
+                &format!(
+                    "Done: every Sunday evening ({timezone}) I will send you a review of your week here. Send /review weekly off to stop."
+                ),
+                &format!(
+                    "設定しました。毎週日曜の夕方（{timezone}）に、ここで一週間の振り返りをお送りします。止めるには /review weekly off を送ってください。"
+                ),
+            )
+        } else {
+            pick(
+                lang,
+                "Done: no more weekly reviews. Send /review weekly on to start them again.",
+                "週ごとの振り返りの送信を止めました。再開するには /review weekly on を送ってください。",
+            )
+        });
+}
+
+/// The Mentor agent's review of the last `days` (none without a model, or when it failed).
+async fn model_review(
+    ctx: &TurnContext<'_>,
+    context: &MentorContext,
+    feedback_type: FeedbackType,
+    days: i64,
+    lang: &str,
+) -> Option<String> {
+    let model = ctx.models.for_agent(AGENT)?;
+    let agent = Agent::new(
+        AGENT,
+        vec![typed(GetMentorContext), typed(SaveMentorFeedback)],
+    )
+    .with_remaining_tasks(|w: &Work| {
+        if w.saved.is_none() {
+            vec!["Save the review with save_mentor_feedback".into()]
+        } else {
+            Vec::new()
+        }
+    });
+    let system = format!(
+        "You are a kind reading mentor. Write a {} review in {}: praise concretely (numbers, quote one insight), \
+         optionally reflect on one insight, and always end with one small, concrete next step. Never scold a \
+         quiet period. Call get_mentor_context(period_days={days}) first, then save_mentor_feedback.",
+        feedback_type.as_str(),
+        if lang == "ja" { "Japanese" } else { "English" }
+    );
+    let work = Work {
+        context: context.clone(),
+        saved: None,
+    };
+    let messages = vec![
+        ChatMessage::system(system),
+        ChatMessage::user(format!("/review {}", feedback_type.as_str())),
+    ];
+    match agent.run(model.as_ref(), messages, work, ctx.ledger).await {
+        Ok(r) => r.state.saved,
+        Err(e) => {
+            tracing::warn!(error = %e, "the Mentor failed; using the template review");
+            None
+        }
     }
 }
