@@ -29,17 +29,13 @@ mod resume;
 mod submission;
 mod turn;
 
-use crate::admin::AdminNotice;
 use crate::agent::subtask::{SubtaskContext, summarize};
 use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;
 use crate::message::OptionItem;
 use crate::store::StateChange;
-use crate::store::{Submission, SubmissionStatus};
-use auditor::AuditResult;
 use form::{Form, Variant};
-use serde_json::{Map, Value, json};
-use state::{FieldStatus, InterviewState, Stage};
+use state::{InterviewState, Stage};
 use std::sync::Arc;
 
 pub const ID: &str = "interview";

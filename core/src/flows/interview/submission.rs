@@ -1,8 +1,15 @@
 //! The submission: the answers, facts, flags and audit written as one `SaveSubmission`,
 //! `submitted` only when every required field is done, and the admins told.
 
-use super::*;
-use crate::admin::AdminActionKind;
+use super::auditor::AuditResult;
+use super::form::{Form, Variant};
+use super::state::{FieldStatus, InterviewState, Stage};
+use super::{InterviewFlow, lang_of};
+use crate::admin::{AdminActionKind, AdminNotice};
+use crate::flow::{TurnContext, TurnOutput};
+use crate::i18n::pick;
+use crate::store::{StateChange, Submission, SubmissionStatus};
+use serde_json::{Map, Value, json};
 
 impl InterviewFlow {
     /// Stores the submission; `submitted` only when every required field is done.

@@ -7,6 +7,8 @@ use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
 use crate::message::{Body, Platform};
 use crate::store::{Reads, Store, SubmissionStatus};
 use crate::testing::{FlowHarness, Place};
+use serde_json::json;
+use state::FieldStatus;
 
 const ENGINEER: &str = include_str!("../../../../config/forms/engineer.toml");
 const SIGNUP: &str = include_str!("../../../../config/forms/event_signup.toml");
