@@ -121,6 +121,16 @@ impl Orchestrator {
         }
     }
 
+    /// [`Self::post_notice`] as a reply under the latest notice of its conversation, so that
+    /// what is said about one conversation stays together in the admin place.
+    async fn post_under_conversation(&self, notice: &AdminNotice) {
+        let replying_to = match notice.session_id {
+            Some(session) => self.store.notices_of(session).await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        self.post_notice(notice, &replying_to).await;
+    }
+
     /// The hold on `key`'s place, if a person holds it (as read within [`HOLDS_FRESH`]).
     pub(super) async fn hold_at(&self, key: &SessionKey) -> Option<Hold> {
         let fresh = {
@@ -132,19 +142,28 @@ impl Orchestrator {
         if let Some(hold) = fresh {
             return hold;
         }
-        let holds = match self.store.holds().await {
-            Ok(holds) => holds,
+        match self.read_holds().await {
+            Ok(holds) => holds.get(key).cloned(),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the holds; using the last read");
                 let read = self.holds.read.lock().unwrap_or_else(|p| p.into_inner());
-                return read.as_ref().and_then(|(_, h)| h.get(key).cloned());
+                read.as_ref().and_then(|(_, h)| h.get(key).cloned())
             }
-        };
-        let holds: HashMap<SessionKey, Hold> =
-            holds.into_iter().map(|h| (h.key.clone(), h)).collect();
-        let found = holds.get(key).cloned();
-        *self.holds.read.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), holds));
-        found
+        }
+    }
+
+    /// The holds as the store has them now, kept as this instance's copy.
+    async fn read_holds(&self) -> Result<HashMap<SessionKey, Hold>, crate::store::StoreError> {
+        let holds: HashMap<SessionKey, Hold> = self
+            .store
+            .holds()
+            .await?
+            .into_iter()
+            .map(|h| (h.key.clone(), h))
+            .collect();
+        *self.holds.read.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), holds.clone()));
+        Ok(holds)
     }
 
     /// The holds are read again at the next look (this instance changed them).
@@ -214,8 +233,7 @@ impl Orchestrator {
             session_id: Some(session_id),
             actions: vec![AdminActionKind::HandBack],
         };
-        let replying_to = self.store.notices_of(session_id).await.unwrap_or_default();
-        self.post_notice(&notice, &replying_to).await;
+        self.post_under_conversation(&notice).await;
         Ok(AdminOutcome { text, posted: true })
     }
 
@@ -256,8 +274,7 @@ impl Orchestrator {
             session_id: Some(session_id),
             actions: Vec::new(),
         };
-        let replying_to = self.store.notices_of(session_id).await.unwrap_or_default();
-        self.post_notice(&notice, &replying_to).await;
+        self.post_under_conversation(&notice).await;
         Ok(AdminOutcome { text, posted: true })
     }
 
@@ -329,12 +346,7 @@ impl Orchestrator {
             session_id: Some(hold.session_id),
             actions: vec![AdminActionKind::HandBack],
         };
-        let replying_to = self
-            .store
-            .notices_of(hold.session_id)
-            .await
-            .unwrap_or_default();
-        self.post_notice(&notice, &replying_to).await;
+        self.post_under_conversation(&notice).await;
         Ok(report)
     }
 
@@ -365,9 +377,8 @@ impl Orchestrator {
         let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
             return Some("Only text reaches the user: please write it as a message. / テキストのみ送信できます。".into());
         };
-        self.holds_changed();
-        let holds = self.store.holds().await.unwrap_or_default();
-        let Some(hold) = holds.into_iter().find(|h| h.session_id == session_id) else {
+        let holds = self.read_holds().await.unwrap_or_default();
+        let Some(hold) = holds.into_values().find(|h| h.session_id == session_id) else {
             return Some(format!(
                 "This conversation is closed (session #{session_id} was handed back or forgotten); your message reached nobody."
             ));
@@ -428,9 +439,8 @@ impl Orchestrator {
         if !is_admin {
             return false;
         }
-        self.holds_changed();
-        let holds = self.store.holds().await.unwrap_or_default();
-        let Some(hold) = holds.into_iter().find(|h| {
+        let holds = self.read_holds().await.unwrap_or_default();
+        let Some(hold) = holds.into_values().find(|h| {
             h.key.platform == incoming.platform
                 && h.key.chat == incoming.chat
                 && h.key.thread == incoming.thread
