@@ -63,13 +63,34 @@ const LEAST_TIME: Duration = Duration::from_millis(300);
 /// A snippet's most characters.
 const SNIPPET: usize = 400;
 
-/// The configured web search.
-pub struct WebSearch {
-    provider: Provider,
+/// What every outside provider is called with: a client that follows no redirect, how many
+/// results, a timeout, the cache.
+struct Caller {
     client: reqwest::Client,
     max_results: usize,
     timeout: Duration,
     cache: Option<Arc<dyn SearchCache>>,
+}
+
+impl Caller {
+    fn new(max_results: usize, timeout: Duration) -> Result<Caller, SearchError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| SearchError::Provider(format!("HTTP client: {e}")))?;
+        Ok(Caller {
+            client,
+            max_results: max_results.clamp(1, 20),
+            timeout,
+            cache: None,
+        })
+    }
+}
+
+/// The configured web search.
+pub struct WebSearch {
+    provider: Provider,
+    call: Caller,
 }
 
 impl std::fmt::Debug for WebSearch {
@@ -77,7 +98,7 @@ impl std::fmt::Debug for WebSearch {
         // never the API key
         f.debug_struct("WebSearch")
             .field("provider", &self.provider.name())
-            .field("max_results", &self.max_results)
+            .field("max_results", &self.call.max_results)
             .finish_non_exhaustive()
     }
 }
@@ -123,22 +144,15 @@ impl WebSearch {
         max_results: usize,
         timeout: Duration,
     ) -> Result<WebSearch, SearchError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| SearchError::Provider(format!("HTTP client: {e}")))?;
         Ok(WebSearch {
             provider,
-            client,
-            max_results: max_results.clamp(1, 20),
-            timeout,
-            cache: None,
+            call: Caller::new(max_results, timeout)?,
         })
     }
 
     /// Keeps answers a day in `cache`.
     pub fn with_cache(mut self, cache: Arc<dyn SearchCache>) -> Self {
-        self.cache = Some(cache);
+        self.call.cache = Some(cache);
         self
     }
 
@@ -151,9 +165,12 @@ impl WebSearch {
     pub async fn search(&self, query: &str, lang: &str) -> Result<Vec<WebResult>, SearchError> {
         let query = query.trim();
         let key = format!("{lang}:{query}");
-        cached(self.cache.as_deref(), self.provider.name(), &key, || {
-            self.fetch(query, lang)
-        })
+        cached(
+            self.call.cache.as_deref(),
+            self.provider.name(),
+            &key,
+            || self.fetch(query, lang),
+        )
         .await
     }
 
@@ -161,10 +178,12 @@ impl WebSearch {
     async fn fetch(&self, query: &str, lang: &str) -> Result<Vec<WebResult>, SearchError> {
         let request = match &self.provider {
             Provider::SearxNg { base_url } => self
+                .call
                 .client
                 .get(format!("{}/search", base_url.trim_end_matches('/')))
                 .query(&[("q", query), ("format", "json"), ("language", lang)]),
             Provider::Brave { base_url, api_key } => self
+                .call
                 .client
                 .get(format!(
                     "{}/res/v1/web/search",
@@ -172,13 +191,13 @@ impl WebSearch {
                 ))
                 .query(&[
                     ("q", query),
-                    ("count", &self.max_results.to_string()),
+                    ("count", &self.call.max_results.to_string()),
                     ("search_lang", lang),
                 ])
                 .header("Accept", "application/json")
                 .header("X-Subscription-Token", api_key),
         };
-        let body = get(request, self.timeout).await?;
+        let body = get(request, self.call.timeout).await?;
         let found: Vec<(String, String, String)> = match &self.provider {
             Provider::SearxNg { .. } => serde_json::from_slice::<SearxAnswer>(&body)
                 .map_err(unreadable)?
@@ -198,7 +217,7 @@ impl WebSearch {
         Ok(found
             .into_iter()
             .filter_map(|(title, url, snippet)| page(&title, &url, &snippet))
-            .take(self.max_results)
+            .take(self.call.max_results)
             .collect())
     }
 }
@@ -339,10 +358,7 @@ impl BooksProvider {
 /// The configured books API (`[books_api]`).
 pub struct BooksApi {
     provider: BooksProvider,
-    client: reqwest::Client,
-    max_results: usize,
-    timeout: Duration,
-    cache: Option<Arc<dyn SearchCache>>,
+    call: Caller,
 }
 
 impl std::fmt::Debug for BooksApi {
@@ -403,22 +419,15 @@ impl BooksApi {
         max_results: usize,
         timeout: Duration,
     ) -> Result<BooksApi, SearchError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| SearchError::Provider(format!("HTTP client: {e}")))?;
         Ok(BooksApi {
             provider,
-            client,
-            max_results: max_results.clamp(1, 20),
-            timeout,
-            cache: None,
+            call: Caller::new(max_results, timeout)?,
         })
     }
 
     /// Keeps answers a day in `cache`.
     pub fn with_cache(mut self, cache: Arc<dyn SearchCache>) -> Self {
-        self.cache = Some(cache);
+        self.call.cache = Some(cache);
         self
     }
 
@@ -429,9 +438,12 @@ impl BooksApi {
     /// Books matching `query` (title, author or subject words).
     pub async fn search(&self, query: &str) -> Result<Vec<BookInfo>, SearchError> {
         let query = query.trim();
-        cached(self.cache.as_deref(), self.provider.name(), query, || {
-            self.fetch(query)
-        })
+        cached(
+            self.call.cache.as_deref(),
+            self.provider.name(),
+            query,
+            || self.fetch(query),
+        )
         .await
     }
 
@@ -449,17 +461,17 @@ impl BooksApi {
     }
 
     async fn fetch(&self, query: &str) -> Result<Vec<BookInfo>, SearchError> {
-        let n = self.max_results.to_string();
+        let n = self.call.max_results.to_string();
         let link = |l: &str| page("", l, "").map(|p| p.url);
         let books: Vec<BookInfo> = match &self.provider {
             BooksProvider::OpenLibrary { base_url } => {
                 let base = base_url.trim_end_matches('/');
-                let request = self.client.get(format!("{base}/search.json")).query(&[
+                let request = self.call.client.get(format!("{base}/search.json")).query(&[
                     ("q", query),
                     ("limit", n.as_str()),
                     ("fields", "key,title,author_name,first_publish_year,subject"),
                 ]);
-                let body = get(request, self.timeout).await?;
+                let body = get(request, self.call.timeout).await?;
                 serde_json::from_slice::<OpenLibraryAnswer>(&body)
                     .map_err(unreadable)?
                     .docs
@@ -479,12 +491,16 @@ impl BooksApi {
             }
             BooksProvider::GoogleBooks { base_url, api_key } => {
                 let base = base_url.trim_end_matches('/');
-                let request = self.client.get(format!("{base}/books/v1/volumes")).query(&[
-                    ("q", query),
-                    ("maxResults", n.as_str()),
-                    ("key", api_key.as_str()),
-                ]);
-                let body = get(request, self.timeout).await?;
+                let request = self
+                    .call
+                    .client
+                    .get(format!("{base}/books/v1/volumes"))
+                    .query(&[
+                        ("q", query),
+                        ("maxResults", n.as_str()),
+                        ("key", api_key.as_str()),
+                    ]);
+                let body = get(request, self.call.timeout).await?;
                 serde_json::from_slice::<GoogleAnswer>(&body)
                     .map_err(unreadable)?
                     .items
@@ -513,7 +529,7 @@ impl BooksApi {
         Ok(books
             .into_iter()
             .filter(|b| !b.title.is_empty())
-            .take(self.max_results)
+            .take(self.call.max_results)
             .collect())
     }
 }
