@@ -90,15 +90,8 @@ impl Turns {
             // another instance holds the chat (a turn of it may be running there): the
             // message waits in the shared inbox for that instance's claim
             tracing::debug!("a message for a chat another instance holds, left in the inbox");
-            if let Some((command, http)) = command {
-                let shown = match &incoming.body {
-                    Body::Command { name, args } => format!("/{name} {args}"),
-                    _ => String::new(),
-                };
-                let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
-                if let Err(e) = command.edit_response(&http, done).await {
-                    tracing::warn!(error = %e, "could not finish a slash command");
-                }
+            if let Some(command) = command {
+                finish_command(command, &shown_command(&incoming.body)).await;
             }
             return;
         }
@@ -181,21 +174,15 @@ impl Turns {
             reply_to,
             command,
         } = work;
-        let shown = match &incoming.body {
-            Body::Command { name, args } => format!("/{name} {args}"),
-            _ => String::new(),
-        };
+        let shown = shown_command(&incoming.body);
         if let Err(error) = self.orchestrator.handle_kept(incoming, &self.outbox).await {
             tracing::error!(%error, channel = %reply_to, "turn not stored");
             if let Err(e) = self.api.send_text(reply_to, SAVE_FAILED, Vec::new()).await {
                 tracing::warn!(error = %e, "could not tell the user");
             }
         }
-        if let Some((command, http)) = command {
-            let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
-            if let Err(e) = command.edit_response(&http, done).await {
-                tracing::warn!(error = %e, "could not finish a slash command");
-            }
+        if let Some(command) = command {
+            finish_command(command, &shown).await;
         }
     }
 
@@ -222,6 +209,24 @@ impl Turns {
             }
             None => {}
         }
+    }
+}
+
+/// How a slash command's message shows it (`/ask how do I …`); other messages: nothing.
+fn shown_command(body: &Body) -> String {
+    match body {
+        Body::Command { name, args } => format!("/{name} {args}"),
+        _ => String::new(),
+    }
+}
+
+/// A slash command's deferred answer replaced with the command as given: its turn's
+/// replies are messages in the channel.
+async fn finish_command(command: (Box<CommandInteraction>, Arc<Http>), shown: &str) {
+    let (command, http) = command;
+    let done = EditInteractionResponse::new().content(truncate(shown.trim(), 200));
+    if let Err(e) = command.edit_response(&http, done).await {
+        tracing::warn!(error = %e, "could not finish a slash command");
     }
 }
 
