@@ -374,6 +374,15 @@ async fn a_taken_over_conversation_stays_held_across_a_kill_and_restart() {
     let before = telegram.texts_in(user).len();
     telegram.press(admin, 9, notice.message_id.unwrap_or_default(), &take);
     telegram.wait_texts(user, before + 1).await;
+    // the takeover is done once the admin chat has its notice
+    telegram
+        .wait_for("the takeover notice", Duration::from_secs(30), |_| {
+            telegram
+                .texts_in(admin)
+                .iter()
+                .any(|t| t.contains("[takeover]"))
+        })
+        .await;
 
     first.start_kill().expect("SIGKILL");
     let _ = first.wait().await;

@@ -16,8 +16,7 @@ use super::api::{CallError, TelegramApi};
 use super::{Intake, keep, polling};
 use crate::{AdapterError, AdapterHealth};
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
@@ -127,7 +126,8 @@ pub(super) async fn serve(
     });
     let router = Router::new()
         .route(&config.path, post(receive))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        // bounded by `read_body`, which reads an oversized body to its end before the 413
+        .layer(DefaultBodyLimit::disable())
         .with_state(receiver);
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
@@ -135,6 +135,33 @@ pub(super) async fn serve(
         .map_err(|e| AdapterError::Platform(format!("the Telegram webhook server failed: {e}")))?;
     health.set_role("webhook", false);
     Ok(())
+}
+
+/// The most of an oversized body read (and dropped) before it is refused: a client still
+/// sending when the connection closes sees a broken connection instead of the 413.
+const DRAINED: usize = 16 << 20;
+
+/// The body, at most [`MAX_BODY`] kept: a larger one is read to its end (up to
+/// [`DRAINED`]) and refused with 413; a body that breaks off with 400.
+async fn read_body(body: Body) -> Result<Vec<u8>, StatusCode> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| StatusCode::BAD_REQUEST)?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > DRAINED {
+            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        if seen <= MAX_BODY {
+            kept.extend_from_slice(&chunk);
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    Ok(kept)
 }
 
 /// Whether `headers` carry `secret`, compared in constant time.
@@ -149,7 +176,7 @@ fn authorised(headers: &HeaderMap, secret: &str) -> bool {
 async fn receive(
     State(receiver): State<Arc<Receiver>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> StatusCode {
     if !authorised(&headers, &receiver.secret) {
         tracing::warn!(
@@ -162,14 +189,11 @@ async fn receive(
         );
         return StatusCode::UNAUTHORIZED;
     }
-    let body = match body {
+    let body = match read_body(body).await {
         Ok(body) => body,
-        Err(rejection) => {
-            tracing::warn!(
-                status = %rejection.status(),
-                "a webhook delivery that could not be read refused"
-            );
-            return rejection.status();
+        Err(status) => {
+            tracing::warn!(%status, "a webhook delivery that could not be read refused");
+            return status;
         }
     };
     let raw = match serde_json::from_slice::<Box<RawValue>>(&body) {
