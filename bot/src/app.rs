@@ -25,6 +25,8 @@ use std::time::Duration;
 pub struct App {
     pub orchestrator: Arc<Orchestrator>,
     pub store: Arc<dyn Store>,
+    /// The help-desk's knowledge base (the console lists and re-indexes it).
+    pub kb: Arc<KnowledgeBase>,
 }
 
 impl App {
@@ -52,7 +54,8 @@ impl App {
             build_web_search(settings, Some(store.clone())).map_err(Error::setup("[search]"))?;
         let books =
             build_books_api(settings, Some(store.clone())).map_err(Error::setup("[books_api]"))?;
-        let flows = build_flows(settings, web, books).map_err(Error::setup("flows"))?;
+        let kb = Arc::new(open_kb(settings).map_err(Error::setup("[flows] kb_dir"))?);
+        let flows = build_flows(settings, web, books, kb.clone()).map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
         // PostgreSQL is how several instances share one bot (SQLite: one process)
         let shared = store.backend() == store::Backend::Postgres;
@@ -61,17 +64,17 @@ impl App {
         if let Some(llm) = &settings.llm {
             orchestrator = orchestrator.with_turn_budget(Duration::from_secs(llm.turn_budget_secs));
         }
-        let orchestrator = Arc::new(
-            orchestrator
-                .with_rate_limit(limits.messages_per_minute)
-                .with_max_waiting(limits.max_waiting)
-                .with_max_message_chars(limits.max_message_chars)
-                .with_kept_submissions(settings.privacy.keep_submissions)
-                .with_admin_access(admin_access(settings)),
-        );
+        let orchestrator = orchestrator
+            .with_rate_limit(limits.messages_per_minute)
+            .with_max_waiting(limits.max_waiting)
+            .with_max_message_chars(limits.max_message_chars)
+            .with_kept_submissions(settings.privacy.keep_submissions)
+            .with_admin_access(admin_access(settings));
+        let orchestrator = Arc::new(orchestrator);
         Ok(App {
             orchestrator,
             store,
+            kb,
         })
     }
 }
@@ -187,18 +190,19 @@ pub fn build_books_api(
 }
 
 /// The flows enabled by `settings`, with their default (`web`: the web search, `books`:
-/// the books API).
+/// the books API, `kb`: the help-desk's knowledge base).
 pub fn build_flows(
     settings: &Settings,
     web: Option<Arc<WebSearch>>,
     books: Option<Arc<BooksApi>>,
+    kb: Arc<KnowledgeBase>,
 ) -> anyhow::Result<FlowRegistry> {
     let catalogue =
         Catalogue::load(Path::new(&settings.flows.books)).map_err(anyhow::Error::msg)?;
     let config = FlowConfig {
         forms: load_forms(settings)?,
         default_form: settings.flows.default_form.clone(),
-        kb: Some(Arc::new(open_kb(settings)?)),
+        kb: Some(kb),
         catalogue: Some(Arc::new(catalogue)),
         web_for_helpdesk: settings.search.as_ref().is_some_and(|s| s.helpdesk),
         web,

@@ -123,7 +123,12 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
             }
         }
     }
-    let flows = app::build_flows(settings, web, books)?;
+    let flows = app::build_flows(
+        settings,
+        web,
+        books,
+        std::sync::Arc::new(app::open_kb(settings)?),
+    )?;
     say!(
         "flows: {} (default {})",
         flows.ids().join(", "),

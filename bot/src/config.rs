@@ -39,6 +39,37 @@ pub struct Settings {
     pub search: Option<SearchSettings>,
     /// A books API for the reading companion (`/reading start`, recommendations).
     pub books_api: Option<BooksApiSettings>,
+    /// The team's console in the browser (off unless `listen` is set).
+    #[serde(default)]
+    pub console: ConsoleSettings,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Address the console is served on, `ADDR:PORT` (absent: no console).
+    pub listen: Option<String>,
+    /// The address admins open, where sign-in links start (`https://…` behind a proxy that
+    /// ends TLS; then the cookie is `Secure`). Default: `http://` and `listen`.
+    pub public_url: Option<String>,
+    /// A browser stays signed in this long (default 12).
+    pub session_hours: Option<f64>,
+}
+
+impl ConsoleSettings {
+    /// Where links start, the console listening at `bound`.
+    pub fn public_url(&self, bound: std::net::SocketAddr) -> String {
+        match &self.public_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("http://{bound}"),
+        }
+    }
+
+    /// How long a browser stays signed in.
+    pub fn session(&self) -> std::time::Duration {
+        let hours = self.session_hours.filter(|h| *h > 0.0).unwrap_or(12.0);
+        std::time::Duration::from_secs_f64(hours * 3600.0)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -354,6 +385,7 @@ impl Default for Settings {
             handoff: HandoffSettings::default(),
             search: None,
             books_api: None,
+            console: ConsoleSettings::default(),
         }
     }
 }

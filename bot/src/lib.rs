@@ -23,6 +23,7 @@ pub mod app;
 pub mod config;
 mod error;
 mod service;
+mod web_console;
 
 pub use error::{BoxError, Error};
 
@@ -116,6 +117,8 @@ pub struct Kaiwa {
     settings: Settings,
     orchestrator: Arc<Orchestrator>,
     store: Arc<dyn Store>,
+    /// The help-desk's knowledge base (the console's page of it).
+    kb: Arc<kaiwa_core::kb::KnowledgeBase>,
     telegram: Option<(TelegramApi, String)>,
     /// `[telegram] webhook_listen` with its secret (read when the bot is built).
     telegram_webhook: Option<WebhookConfig>,
@@ -267,6 +270,7 @@ impl KaiwaBuilder {
             settings,
             orchestrator: app.orchestrator,
             store: app.store,
+            kb: app.kb,
             telegram,
             telegram_webhook,
             discord,

@@ -187,6 +187,33 @@ pub(crate) async fn run(
             .with_graceful_shutdown(server_stop)
             .await
     });
+    let console = match &settings.console.listen {
+        Some(listen) => {
+            let listening = |source| Error::Listen {
+                address: listen.clone(),
+                source,
+            };
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(listening)?;
+            let address = listener.local_addr().map_err(listening)?;
+            let public_url = settings.console.public_url(address);
+            orchestrator.serve_console_at(&public_url);
+            tracing::info!(%address, %public_url, "console at http://{address}/ (admins: send /console in the admin chat)");
+            let state = crate::web_console::ConsoleState::new(
+                orchestrator.clone(),
+                kaiwa.store.clone(),
+                kaiwa.kb.clone(),
+                &public_url,
+                settings.console.session(),
+            );
+            let stop = stopped(stop_rx.clone());
+            Some(tokio::spawn(crate::web_console::serve(
+                listener, state, stop,
+            )))
+        }
+        None => None,
+    };
 
     // an adapter that fails leaves the others running (`/healthz` says 503 meanwhile); the
     // bot stops, with an error, once none is left
@@ -231,6 +258,11 @@ pub(crate) async fn run(
         adapters.abort_all();
     }
     let _ = server.await;
+    if let Some(console) = console
+        && let Ok(Err(e)) = console.await
+    {
+        tracing::warn!(error = %e, "the console stopped with an error");
+    }
     jobs.await;
     kaiwa.close().await;
     tracing::info!("stopped");

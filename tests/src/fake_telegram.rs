@@ -153,6 +153,8 @@ struct Inner {
     deliveries: Vec<(i64, String, u16)>,
     /// Chats the bot is not in (`getChat` answers "chat not found").
     strangers: std::collections::HashSet<i64>,
+    /// Users' first names other than `User{id}` ([`FakeTelegram::name_user`]).
+    names: HashMap<i64, String>,
 }
 
 /// A webhook as `setWebhook` registered it.
@@ -381,6 +383,11 @@ impl FakeTelegram {
         id
     }
 
+    /// The user `id` is called `name` (their first name) from now on.
+    pub fn name_user(&self, id: i64, name: &str) {
+        self.shared.lock().names.insert(id, name.to_string());
+    }
+
     /// A user writes `text` in `chat`; returns the update id.
     pub fn send_text(&self, chat: Chat, user: i64, text: &str) -> i64 {
         self.push(|id, inner| {
@@ -389,7 +396,7 @@ impl FakeTelegram {
                 "message_id": inner.next_message,
                 "date": now(),
                 "chat": chat.json(),
-                "from": user_json(user),
+                "from": user_json(&inner.names, user),
                 "text": text,
             });
             if let Some(topic) = chat.topic {
@@ -416,7 +423,7 @@ impl FakeTelegram {
                 "message_id": inner.next_message,
                 "date": now(),
                 "chat": chat.json(),
-                "from": user_json(user),
+                "from": user_json(&inner.names, user),
                 "text": text,
                 "reply_to_message": replied,
             });
@@ -439,7 +446,7 @@ impl FakeTelegram {
                 "message_id": inner.next_message,
                 "date": now(),
                 "chat": chat.json(),
-                "from": user_json(user),
+                "from": user_json(&inner.names, user),
                 "sticker": {"file_id": "s1", "file_unique_id": "u1", "type": "regular",
                             "width": 512, "height": 512, "is_animated": false, "is_video": false},
                 "reply_to_message": replied,
@@ -474,7 +481,7 @@ impl FakeTelegram {
                 "update_id": id,
                 "callback_query": {
                     "id": format!("cq{id}"),
-                    "from": user_json(user),
+                    "from": user_json(&inner.names, user),
                     "chat_instance": "ci",
                     "data": data,
                     "message": message,
@@ -495,7 +502,7 @@ impl FakeTelegram {
                 "message_id": inner.next_message,
                 "date": now(),
                 "chat": chat.json(),
-                "from": user_json(user),
+                "from": user_json(&inner.names, user),
                 "text": "PLACEHOLDER",
             })
             .to_string()
@@ -683,8 +690,12 @@ impl FakeTelegram {
     }
 }
 
-fn user_json(id: i64) -> Value {
-    json!({"id": id, "is_bot": false, "first_name": format!("User{id}"), "language_code": "en"})
+fn user_json(names: &HashMap<i64, String>, id: i64) -> Value {
+    let name = names
+        .get(&id)
+        .cloned()
+        .unwrap_or_else(|| format!("User{id}"));
+    json!({"id": id, "is_bot": false, "first_name": name, "language_code": "en"})
 }
 
 async fn handle(

@@ -86,6 +86,20 @@ struct Indexed {
     fingerprint: Vec<(PathBuf, u64, Option<SystemTime>)>,
     documents: BTreeMap<String, String>,
     passages: usize,
+    /// Each file as indexed, by path.
+    listing: Vec<DocumentInfo>,
+    built_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A file of the knowledge base as indexed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentInfo {
+    /// Relative to the knowledge-base folder, with `/` separators.
+    pub path: String,
+    pub passages: usize,
+    pub bytes: usize,
+    /// The file's modification time when it was read.
+    pub modified: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub struct KnowledgeBase {
@@ -330,7 +344,9 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
     let mut writer = index.writer_with_num_threads(1, 15_000_000)?;
     let mut documents = BTreeMap::new();
     let mut passages = 0;
+    let mut listing = Vec::new();
     for path in &paths {
+        let before = passages;
         let content = std::fs::read_to_string(path).map_err(|source| KbError::Io {
             path: path.display().to_string(),
             source,
@@ -367,8 +383,18 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
             writer.add_document(doc)?;
             passages += 1;
         }
+        listing.push(DocumentInfo {
+            path: rel.clone(),
+            passages: passages - before,
+            bytes: content.len(),
+            modified: std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .map(chrono::DateTime::<chrono::Utc>::from),
+        });
         documents.insert(rel, content);
     }
+    listing.sort_by(|a, b| a.path.cmp(&b.path));
     writer.commit()?;
     let reader = index.reader()?;
     reader.reload()?;
@@ -377,6 +403,8 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
         reader,
         fields,
         fingerprint: fingerprint(&paths),
+        listing,
+        built_at: chrono::Utc::now(),
         documents,
         passages,
     })
@@ -411,6 +439,19 @@ impl KnowledgeBase {
             *self.inner.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
         }
         Ok(stale)
+    }
+
+    /// Reads every file again and rebuilds the index (the console's re-index button).
+    pub fn reindex(&self) -> Result<(), KbError> {
+        let rebuilt = build(&self.root)?;
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
+        Ok(())
+    }
+
+    /// When the index was built, and each file in it.
+    pub fn documents(&self) -> (chrono::DateTime<chrono::Utc>, Vec<DocumentInfo>) {
+        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        (i.built_at, i.listing.clone())
     }
 
     /// `(files, passages)` indexed.

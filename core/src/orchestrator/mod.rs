@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 mod admission;
 mod commands;
+mod console;
 mod delivery;
 mod instances;
 mod intake;
@@ -35,10 +36,12 @@ mod working;
 
 use admission::{Admit, Full, RateLimiter, SessionLocks};
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
+pub use console::CONSOLE_LINK_VALID;
 pub use instances::{Instance, LEASE_TTL, RENEW_EVERY};
 pub use intake::ActivePlace;
 pub use notices::QUEUE_FULL;
 use notices::RATE_LIMITED;
+pub use people::AdminOutcome;
 pub use working::Streamer;
 
 /// How many recent messages a flow sees: the most any flow reads (the assistant's context
@@ -119,6 +122,8 @@ pub struct Orchestrator {
     outboxes: Mutex<std::collections::HashMap<crate::message::Platform, Arc<dyn Outbox>>>,
     /// The conversations people hold, as last read ([`people`]).
     holds: people::HoldCache,
+    /// Where the browser console is served (`/console`'s links), if it is.
+    console_url: std::sync::RwLock<Option<String>>,
 }
 
 /// Messages a user may send in a minute before "slow down" (per place).
@@ -157,6 +162,7 @@ impl Orchestrator {
             instance: Instance::new(false),
             outboxes: Mutex::default(),
             holds: people::HoldCache::default(),
+            console_url: std::sync::RwLock::new(None),
         }
     }
 

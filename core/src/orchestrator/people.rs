@@ -88,13 +88,17 @@ impl Orchestrator {
         }
         tracing::info!(user = %by.user, ?action, "admin action");
         let who = format!("{}:{} ({name})", by.platform, by.user);
+        self.act(&who, action).await
+    }
+
+    /// What an admin's action does, once allowed: `who` is `platform:id (name)`. The admin
+    /// chat's buttons and commands and the browser console come here alike.
+    pub(super) async fn act(&self, who: &str, action: AdminAction) -> AdminOutcome {
         let session = action.session_id;
         let done = match action.kind {
-            AdminActionKind::Approve => {
-                self.decide(&who, session, "approved").await.map(Into::into)
-            }
-            AdminActionKind::Reject => self.decide(&who, session, "rejected").await.map(Into::into),
-            AdminActionKind::TakeOver => self.take_over(&who, session).await,
+            AdminActionKind::Approve => self.decide(who, session, "approved").await.map(Into::into),
+            AdminActionKind::Reject => self.decide(who, session, "rejected").await.map(Into::into),
+            AdminActionKind::TakeOver => self.take_over(who, session).await,
             AdminActionKind::HandBack => self.give_back(session, &format!("by {who}")).await,
         };
         done.unwrap_or_else(|error| {
@@ -377,6 +381,21 @@ impl Orchestrator {
         let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
             return Some("Only text reaches the user: please write it as a message. / テキストのみ送信できます。".into());
         };
+        self.reply_in_held(by, name, session_id, message_id, text)
+            .await
+    }
+
+    /// A person's `text` (`by` wrote it, as message `message_id` there) to the user of the
+    /// held `session_id`, stored in its transcript; `None` once it went through, otherwise
+    /// what to tell the person. The admin chat's replies and the console's come here alike.
+    pub(super) async fn reply_in_held(
+        &self,
+        by: &SessionKey,
+        name: &str,
+        session_id: i64,
+        message_id: &str,
+        text: &str,
+    ) -> Option<String> {
         let holds = self.read_holds().await.unwrap_or_default();
         let Some(hold) = holds.into_values().find(|h| h.session_id == session_id) else {
             return Some(format!(

@@ -44,7 +44,7 @@ impl Orchestrator {
         handed: Option<Handed>,
     ) -> Result<TurnReport, OrchestratorError> {
         let (handed_language, said) = handed.map_or((None, None), |h| (h.language, Some(h.said)));
-        if let Some(text) = self.answer_before_loading(&incoming, &key).await? {
+        if let Some(text) = self.answer_before_loading(&incoming, &key, outbox).await? {
             return self.reply_only(&incoming, None, text, outbox).await;
         }
         let TurnLoad {
@@ -160,6 +160,7 @@ impl Orchestrator {
         &self,
         incoming: &Incoming,
         key: &SessionKey,
+        outbox: &dyn Outbox,
     ) -> Result<Option<String>, OrchestratorError> {
         // a command's arguments are stored and read like any text: the same limit
         let length = match &incoming.body {
@@ -175,6 +176,12 @@ impl Orchestrator {
         if let Body::Command { name, args } = &incoming.body
             && self.is_admin_command(name)
         {
+            if name == "console" && self.access.allows(key) {
+                let said = self
+                    .console_link(key, &incoming.user.display_name, outbox)
+                    .await?;
+                return Ok(Some(said));
+            }
             return Ok(Some(self.admin_command(key, name, args).await?));
         }
         Ok(None)

@@ -11,6 +11,7 @@
 //! committed (`hot`), never ahead of the database.
 
 mod change;
+pub mod console;
 #[cfg(test)]
 mod contract;
 mod hot;
@@ -655,7 +656,7 @@ pub trait SearchCache: Send + Sync {
 /// and the binary: the turn path, delivery marks, privacy deletes and the ledger, on top of
 /// [`Reads`] and [`Inbox`].
 #[async_trait]
-pub trait Store: Reads + Inbox + Leases + Staff + SearchCache {
+pub trait Store: Reads + Inbox + Leases + Staff + SearchCache + console::Console {
     /// Which database this is.
     fn backend(&self) -> Backend;
     async fn is_processed(

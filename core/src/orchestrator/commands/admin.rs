@@ -33,7 +33,7 @@ impl AdminAccess {
 
 /// The admin commands the orchestrator answers itself; flows add theirs
 /// ([`crate::flow::Flow::admin_commands`]: the interview's `/export`).
-pub const ADMIN_COMMANDS: [&str; 4] = ["sessions", "transcript", "takeover", "handback"];
+pub const ADMIN_COMMANDS: [&str; 5] = ["sessions", "transcript", "takeover", "handback", "console"];
 
 impl Orchestrator {
     /// Whether `/name` is an admin command: the orchestrator's own or a flow's.

@@ -3,11 +3,16 @@
 //! [`super::connect`] and the [`Store`] trait alone. What only one backend has (SQLite's
 //! group commit, WAL and hot-session cache) is tested beside its code.
 
+mod console;
 mod instances;
 mod reading;
 mod same_turns;
 mod staff;
 
+use console::{
+    a_console_link_works_once_and_a_session_until_it_ends,
+    the_console_finds_sessions_tickets_and_readers_across_users,
+};
 use reading::reading_data_is_stored_per_user;
 use staff::{
     a_place_is_held_by_one_person_until_handed_back,
@@ -96,6 +101,8 @@ contract!(
     a_lease_is_held_by_one_instance_until_it_expires,
     the_first_decision_stands_and_goes_with_the_submission,
     a_place_is_held_by_one_person_until_handed_back,
+    a_console_link_works_once_and_a_session_until_it_ends,
+    the_console_finds_sessions_tickets_and_readers_across_users,
 );
 
 fn place(chat: &str) -> SessionKey {

@@ -178,3 +178,5 @@ impl SearchCache for PgStore {
         Ok(())
     }
 }
+
+crate::store::console::console_impl!(PgStore, pool, pool, crate::store::console::as_written);

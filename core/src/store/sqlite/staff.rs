@@ -180,3 +180,5 @@ impl SearchCache for SqliteStore {
         Ok(())
     }
 }
+
+crate::store::console::console_impl!(SqliteStore, pool, writer, sqlite_sql);

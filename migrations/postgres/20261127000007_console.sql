@@ -1,0 +1,25 @@
+-- The browser console (`[console] listen`). A sign-in link an admin asked for with
+-- /console: only a SHA-256 of its token is kept, it lasts ten minutes and works once
+-- (`used_ms`). A signed-in browser's session: again only the hash of the cookie, the
+-- CSRF token its forms carry, and the admin list it was opened under (`admins`: a
+-- fingerprint; another list ends it).
+CREATE TABLE console_links (
+    token_hash TEXT    NOT NULL PRIMARY KEY,
+    platform   TEXT    NOT NULL,
+    user_id    TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    expires_ms BIGINT  NOT NULL,
+    used_ms    BIGINT
+);
+
+CREATE TABLE console_sessions (
+    token_hash TEXT    NOT NULL PRIMARY KEY,
+    platform   TEXT    NOT NULL,
+    user_id    TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    csrf       TEXT    NOT NULL,
+    admins     TEXT    NOT NULL,
+    expires_ms BIGINT  NOT NULL
+);
+
+CREATE INDEX tickets_by_time ON helpdesk_tickets (created_ms);
