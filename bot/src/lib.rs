@@ -366,6 +366,22 @@ impl Kaiwa {
         &self.store
     }
 
+    /// The browser console as a router, its sign-in links starting at `public_url` (what
+    /// `kaiwa run` serves on `[console] listen`; a host can serve it on its own axum server,
+    /// nested at the root of a host name). Serve it with
+    /// `into_make_service_with_connect_info::<SocketAddr>()` to limit sign-in attempts per
+    /// address.
+    pub fn console(&self, public_url: &str) -> axum::Router {
+        self.orchestrator.serve_console_at(public_url);
+        web_console::router(web_console::ConsoleState::new(
+            self.orchestrator.clone(),
+            self.store.clone(),
+            self.kb.clone(),
+            public_url,
+            self.settings.console.session(),
+        ))
+    }
+
     /// A conversation with `options.flow` over `input` / `output` (`kaiwa chat`).
     pub async fn chat<R, W>(
         self,

@@ -198,18 +198,11 @@ pub(crate) async fn run(
                 .map_err(listening)?;
             let address = listener.local_addr().map_err(listening)?;
             let public_url = settings.console.public_url(address);
-            orchestrator.serve_console_at(&public_url);
             tracing::info!(%address, %public_url, "console at http://{address}/ (admins: send /console in the admin chat)");
-            let state = crate::web_console::ConsoleState::new(
-                orchestrator.clone(),
-                kaiwa.store.clone(),
-                kaiwa.kb.clone(),
-                &public_url,
-                settings.console.session(),
-            );
+            let router = kaiwa.console(&public_url);
             let stop = stopped(stop_rx.clone());
             Some(tokio::spawn(crate::web_console::serve(
-                listener, state, stop,
+                listener, router, stop,
             )))
         }
         None => None,

@@ -3,7 +3,7 @@
 //! `chromium` and `chromium-driver`; `.ci/run` installs them).
 //!
 //! Screenshots of the main pages are written to `$KAIWA_SCREENSHOTS` when it names a
-//! folder (`docs/console/` holds the ones the README shows).
+//! folder (an absolute path; `docs/console/` holds the ones the README shows).
 
 mod common;
 
@@ -431,13 +431,30 @@ async fn the_console_signs_admins_in_by_link_and_acts_as_the_admin_chat_does() {
     let before = telegram.texts_in(user).len();
     click(b, "#held .handback").await;
     page_with(b, "None.").await;
+    let open = b
+        .find(Locator::Css("#handoffs"))
+        .await
+        .expect("handoffs")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        open.contains("(0)"),
+        "a request taken over is handled: {open}"
+    );
     telegram.wait_texts(user, before + 1).await;
 
     // the other pages answer, in Japanese too
     b.goto(&format!("{base}/helpdesk/gaps"))
         .await
         .expect("goto");
-    page_with(b, "Knowledge gaps").await;
+    let gaps = page_with(b, "Knowledge gaps").await;
+    assert!(gaps.contains("How do I export submissions?"), "{gaps}");
+    assert!(gaps.contains("asked for a person"), "{gaps}");
+    assert!(
+        gaps.contains(".md"),
+        "grouped by the closest document: {gaps}"
+    );
     screenshot(b, "gaps").await;
     b.goto(&format!("{base}/kb")).await.expect("goto");
     page_with(b, "passages").await;

@@ -23,3 +23,7 @@ CREATE TABLE console_sessions (
 );
 
 CREATE INDEX tickets_by_time ON helpdesk_tickets (created_ms);
+
+-- A ticket whose user asked for a person is handled once someone takes the conversation
+-- over (the console's list of open handoffs leaves it out from then on).
+ALTER TABLE helpdesk_tickets ADD COLUMN handled_ms INTEGER;

@@ -27,6 +27,7 @@ struct Bot {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     store: Arc<dyn Store>,
+    orchestrator: Arc<kaiwa_core::orchestrator::Orchestrator>,
     _dir: tempfile::TempDir,
 }
 
@@ -68,6 +69,7 @@ async fn start_on(
     let config = dir.path().join("config");
     let kaiwa = common::kaiwa(&config, &sections, &db, (None, Some(TOKEN)), models).await;
     let store = kaiwa.store().clone();
+    let orchestrator = kaiwa.orchestrator().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let stopped = async {
@@ -82,6 +84,7 @@ async fn start_on(
         stop: Some(stop),
         task,
         store,
+        orchestrator,
         _dir: dir,
     }
 }
@@ -742,6 +745,30 @@ async fn admin_commands_work_only_for_admins_in_the_admin_channel() {
     fake.user_message(ADMIN, Some(GUILD), ADMIN_USER, "hello team");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fake.texts_in(ADMIN).len(), 2);
+    // the console's sign-in link: refused to others, said to be off until it is served,
+    // then sent to the admin's DM (the channel only hears that it was)
+    let refused = say(&fake, ADMIN, 78, "/console").await;
+    assert!(refused[0].contains("not allowed"), "{refused:?}");
+    let off = say(&fake, ADMIN, ADMIN_USER, "/console").await;
+    assert!(off[0].contains("console is off"), "{off:?}");
+    bot.orchestrator
+        .serve_console_at("https://console.example.com/");
+    let dm = kaiwa_tests::fake_discord::dm_channel_of(ADMIN_USER);
+    let told = say(&fake, ADMIN, ADMIN_USER, "/console").await;
+    assert!(told[0].contains("private chat"), "{told:?}");
+    assert!(!told[0].contains("/login/"), "{told:?}");
+    let link = fake.wait_texts(dm, 1).await;
+    assert!(
+        link[0].contains("https://console.example.com/login/"),
+        "{link:?}"
+    );
+    // an admin who closed their DMs gets the link in the admin channel
+    fake.close_dms(ADMIN_USER);
+    let here = say(&fake, ADMIN, ADMIN_USER, "/console").await;
+    assert!(
+        here[0].contains("https://console.example.com/login/"),
+        "{here:?}"
+    );
     bot.stop().await;
 }
 

@@ -86,7 +86,8 @@ impl ConsoleState {
     }
 }
 
-/// The console's routes.
+/// The console's routes (a server passing `ConnectInfo<SocketAddr>` limits sign-in
+/// attempts per address).
 pub(crate) fn router(state: ConsoleState) -> Router {
     Router::new()
         .route("/", get(pages::home))
@@ -113,15 +114,15 @@ pub(crate) fn router(state: ConsoleState) -> Router {
         .with_state(state)
 }
 
-/// Serves the console on `listener` until `stop`.
+/// Serves the console's `router` on `listener` until `stop`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    state: ConsoleState,
+    router: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     axum::serve(
         listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(stop)
     .await
@@ -303,13 +304,18 @@ struct LoginForm {
 /// The sign-in button's POST: the link's token is used (once); the browser gets its session.
 async fn login(
     State(state): State<ConsoleState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let lang = language(&headers);
-    if !state.may_try(peer.ip()) {
-        tracing::warn!(address = %peer.ip(), "console sign-in refused: too many attempts");
+    // the peer's address where the server knows it (a host's server may not: then one
+    // limit for everyone)
+    let ip = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    if !state.may_try(ip) {
+        tracing::warn!(address = %ip, "console sign-in refused: too many attempts");
         return pages::refused(
             StatusCode::TOO_MANY_REQUESTS,
             lang,
@@ -330,7 +336,7 @@ async fn login(
     let admin = match taken {
         Ok(Some(admin)) => admin,
         Ok(None) => {
-            tracing::info!(address = %peer.ip(), "console sign-in refused: link unknown, used or expired");
+            tracing::info!(address = %ip, "console sign-in refused: link unknown, used or expired");
             return pages::refused(
                 StatusCode::FORBIDDEN,
                 lang,

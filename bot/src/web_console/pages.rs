@@ -626,7 +626,7 @@ pub(super) async fn helpdesk(State(state): State<ConsoleState>, headers: HeaderM
     let mut seen = std::collections::HashSet::new();
     let asked: Vec<&TicketRecord> = tickets
         .iter()
-        .filter(|r| r.ticket.feedback.as_deref() == Some("human"))
+        .filter(|r| r.ticket.feedback.as_deref() == Some("human") && r.handled_at.is_none())
         .filter(|r| !held.contains_key(&r.session_id) && seen.insert(r.session_id))
         .collect();
     let mut recent = BTreeMap::new();

@@ -55,6 +55,8 @@ pub struct TicketRecord {
     pub user_id: String,
     pub user_name: String,
     pub created_at: DateTime<Utc>,
+    /// When someone took the conversation over after the user asked for a person.
+    pub handled_at: Option<DateTime<Utc>>,
     pub ticket: Ticket,
 }
 
@@ -131,6 +133,10 @@ pub(crate) const ALL_TICKETS: &str = "SELECT t.*, s.platform AS platform, s.user
      FROM helpdesk_tickets t JOIN sessions s ON s.id = t.session_id \
      LEFT JOIN users u ON u.platform = s.platform AND u.user_id = s.user_id \
      ORDER BY t.created_ms DESC, t.id DESC LIMIT $1";
+/// A conversation taken over: its requests for a person are handled (`$1` session, `$2`
+/// now).
+pub(crate) const TICKETS_HANDLED: &str = "UPDATE helpdesk_tickets SET handled_ms = $2 \
+     WHERE session_id = $1 AND feedback = 'human' AND handled_ms IS NULL";
 pub(crate) const ALL_READING: &str = "SELECT r.id, r.title, r.author, r.details, r.status, r.interaction_mode, r.started_ms, \
        r.finished_ms, r.updated_ms, r.platform, r.user_id, COALESCE(u.display_name, r.user_id) AS user_name \
      FROM reading_records r LEFT JOIN users u ON u.platform = r.platform AND u.user_id = r.user_id \
@@ -186,6 +192,7 @@ pub(crate) fn ticket_record_from_row(row: &impl Columns) -> Result<TicketRecord,
         user_id: row.text("user_id").map_err(get)?,
         user_name: row.text("user_name").map_err(get)?,
         created_at: from_ms(row.int("created_ms").map_err(get)?),
+        handled_at: row.maybe_int("handled_ms").map_err(get)?.map(from_ms),
         ticket: ticket_from_row(row)?,
     })
 }

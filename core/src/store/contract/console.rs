@@ -102,14 +102,15 @@ pub(super) async fn the_console_finds_sessions_tickets_and_readers_across_users(
             feedback: Some("not_solved".into()),
         },
     });
-    store
+    let helpdesk = store
         .commit_turn(commit(
             SessionRecord::draft(place("h"), "helpdesk"),
             "t1",
             asked,
         ))
         .await
-        .expect("commits");
+        .expect("commits")
+        .session;
     let reader = SessionKey {
         platform: Platform::Telegram,
         chat: "r".into(),
@@ -138,6 +139,35 @@ pub(super) async fn the_console_finds_sessions_tickets_and_readers_across_users(
     assert_eq!(tickets.len(), 1);
     assert_eq!(tickets[0].user_name, "User u1");
     assert_eq!(tickets[0].ticket.feedback.as_deref(), Some("not_solved"));
+    assert_eq!(tickets[0].handled_at, None);
+    // the user asks for a person; someone takes the conversation over: handled
+    let mut human = said("A person, please", "Someone will come");
+    human.push(StateChange::SaveTicket {
+        ticket: Ticket {
+            ticket_no: 2,
+            question: "Still broken".into(),
+            plan: vec![],
+            sub_answers: serde_json::json!({}),
+            answer: "Sorry.".into(),
+            sources: vec![],
+            feedback: Some("human".into()),
+        },
+    });
+    let helpdesk = store
+        .commit_turn(commit(helpdesk, "t2", human))
+        .await
+        .expect("commits")
+        .session;
+    let open = store.all_tickets(10).await.expect("reads");
+    assert_eq!(open[0].ticket.ticket_no, 2, "newest first");
+    assert_eq!(open[0].handled_at, None);
+    store
+        .take_over(helpdesk.id, &helpdesk.key, "telegram:9 (Ann)")
+        .await
+        .expect("takes over");
+    let handled = store.all_tickets(10).await.expect("reads");
+    assert!(handled[0].handled_at.is_some(), "the request for a person");
+    assert_eq!(handled[1].handled_at, None, "a ticket rated otherwise");
     let by_id = store.find_sessions("u1", 10).await.expect("reads");
     assert_eq!(by_id.len(), 1);
     assert_eq!(by_id[0].flow, "helpdesk");

@@ -2,6 +2,7 @@
 
 use super::PgStore;
 use crate::message::SessionKey;
+use crate::store::console::TICKETS_HANDLED;
 use crate::store::rows::{decision_from_row, ms};
 use crate::store::writes::{CACHE_SEARCH, CACHED_SEARCH};
 use crate::store::writes::{DECIDE, DECISION_OF};
@@ -62,6 +63,14 @@ impl Staff for PgStore {
             .map_err(StoreError::db("taking over a conversation"))?
             .rows_affected()
             > 0;
+        if took {
+            sqlx::query(TICKETS_HANDLED)
+                .bind(session_id)
+                .bind(ms(chrono::Utc::now()))
+                .execute(&self.pool)
+                .await
+                .map_err(StoreError::db("marking requests for a person handled"))?;
+        }
         let row = sqlx::query(HOLD_AT)
             .bind(key.platform.as_str())
             .bind(&key.chat)

@@ -2,6 +2,7 @@
 
 use super::SqliteStore;
 use crate::message::SessionKey;
+use crate::store::console::TICKETS_HANDLED;
 use crate::store::rows::{decision_from_row, ms};
 use crate::store::writes::{CACHE_SEARCH, CACHED_SEARCH};
 use crate::store::writes::{DECIDE, DECISION_OF, sqlite_sql};
@@ -63,6 +64,14 @@ impl Staff for SqliteStore {
             .map_err(StoreError::db("taking over a conversation"))?
             .rows_affected()
             > 0;
+        if took {
+            sqlx::query(AssertSqlSafe(sqlite_sql(TICKETS_HANDLED)))
+                .bind(session_id)
+                .bind(ms(chrono::Utc::now()))
+                .execute(&self.writer)
+                .await
+                .map_err(StoreError::db("marking requests for a person handled"))?;
+        }
         let row = sqlx::query(AssertSqlSafe(sqlite_sql(HOLD_AT)))
             .bind(key.platform.as_str())
             .bind(&key.chat)
