@@ -17,7 +17,12 @@ const COOKIE: &str = "bench-cookie";
 fn submission(i: usize) -> Submission {
     Submission {
         applicant: format!("Applicant {i:04}"),
-        form_id: if i.is_multiple_of(3) { "designer" } else { "engineer" }.into(),
+        form_id: if i.is_multiple_of(3) {
+            "designer"
+        } else {
+            "engineer"
+        }
+        .into(),
         variant: "application".into(),
         status: if i.is_multiple_of(10) {
             SubmissionStatus::Incomplete
@@ -82,7 +87,14 @@ async fn seed(kaiwa: &kaiwa::Kaiwa) {
                         } else {
                             vec!["en/user-guide.md#Export".into()]
                         },
-                        feedback: Some(if i.is_multiple_of(3) { "not_solved" } else { "solved" }.into()),
+                        feedback: Some(
+                            if i.is_multiple_of(3) {
+                                "not_solved"
+                            } else {
+                                "solved"
+                            }
+                            .into(),
+                        ),
                     },
                 });
             }

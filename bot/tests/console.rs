@@ -218,6 +218,52 @@ async fn plant_link(db: &str, token: &str, user_id: &str, expires_ms: i64) {
         .expect("a planted link");
 }
 
+/// A reader's record of a book with an insight, as the reading flow's turn writes them.
+async fn read_a_book(db: &str) {
+    use kaiwa_core::message::{Platform, SessionKey, UserRef};
+    use kaiwa_core::store::reading::{InsightKind, ReadingChange};
+    use kaiwa_core::store::{SessionRecord, StateChange, TurnCommit};
+    let store = kaiwa_core::store::connect(db).await.expect("the database");
+    let key = SessionKey {
+        platform: Platform::Telegram,
+        chat: "-100900".into(),
+        thread: String::new(),
+        user: "700".into(),
+    };
+    let title = "Kokoro".to_string();
+    store
+        .commit_turn(TurnCommit {
+            session: SessionRecord::draft(key, "reading"),
+            user: UserRef {
+                id: "700".into(),
+                display_name: "Reader Aiko".into(),
+                language: None,
+            },
+            finish_session: None,
+            processed: None,
+            changes: vec![
+                StateChange::Reading {
+                    change: ReadingChange::OpenRecord {
+                        title: title.clone(),
+                        author: Some("Natsume Soseki".into()),
+                        details: None,
+                    },
+                },
+                StateChange::Reading {
+                    change: ReadingChange::AddInsight {
+                        title,
+                        kind: InsightKind::Learning,
+                        text: "The loneliness of Sensei".into(),
+                    },
+                },
+            ],
+            llm_calls: vec![],
+        })
+        .await
+        .expect("a reading turn");
+    store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_signs_admins_in_by_link_and_acts_as_the_admin_chat_does() {
     let telegram = FakeTelegram::start(TOKEN).await;
@@ -466,6 +512,15 @@ async fn the_console_signs_admins_in_by_link_and_acts_as_the_admin_chat_does() {
         .expect("goto");
     click(b, "#sessions tbody a").await;
     page_with(b, "I want to build developer tools").await;
+    // the reading club: a member's book and insight (written as a reading turn would)
+    read_a_book(&db).await;
+    b.goto(&format!("{base}/reading")).await.expect("goto");
+    let club = page_with(b, "Members (1)").await;
+    assert!(club.contains("Reader Aiko"), "{club}");
+    click(b, "#books tbody a").await;
+    let insights = page_with(b, "Insights on Kokoro").await;
+    assert!(insights.contains("The loneliness of Sensei"), "{insights}");
+    screenshot(b, "reading").await;
     b.goto(&format!("{base}/lang/ja?back=/reading"))
         .await
         .expect("goto");

@@ -234,6 +234,15 @@ fn verdict_of(s: &SubmissionRecord) -> &'static str {
     audit_of(s).map_or("-", |a| a.verdict())
 }
 
+/// The audit's findings, counted (none: empty).
+fn findings_of(s: &SubmissionRecord) -> String {
+    match audit_of(s).map_or(0, |a| a.violations.len()) {
+        0 => String::new(),
+        1 => " (1 finding)".into(),
+        n => format!(" ({n} findings)"),
+    }
+}
+
 fn decision_of(s: &SubmissionRecord) -> &str {
     s.decision
         .as_ref()
@@ -371,7 +380,7 @@ pub(super) async fn applications(
                         td { a href={ "/applications/" (s.id) } { (s.submission.applicant) } }
                         td { (s.submission.form_id) }
                         td { (s.submission.status.as_str()) }
-                        td { (verdict_of(s)) }
+                        td { (verdict_of(s)) (findings_of(s)) }
                         td.decision { (decision_of(s)) }
                         td { (when(s.created_at)) }
                     }
