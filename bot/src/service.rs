@@ -187,26 +187,7 @@ pub(crate) async fn run(
             .with_graceful_shutdown(server_stop)
             .await
     });
-    let console = match &settings.console.listen {
-        Some(listen) => {
-            let listening = |source| Error::Listen {
-                address: listen.clone(),
-                source,
-            };
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .map_err(listening)?;
-            let address = listener.local_addr().map_err(listening)?;
-            let public_url = settings.console.public_url(address);
-            tracing::info!(%address, %public_url, "console at http://{address}/ (admins: send /console in the admin chat)");
-            let router = kaiwa.console(&public_url);
-            let stop = stopped(stop_rx.clone());
-            Some(tokio::spawn(crate::web_console::serve(
-                listener, router, stop,
-            )))
-        }
-        None => None,
-    };
+    let console = serve_console(&kaiwa, stopped(stop_rx.clone())).await?;
 
     // an adapter that fails leaves the others running (`/healthz` says 503 meanwhile); the
     // bot stops, with an error, once none is left
@@ -263,4 +244,28 @@ pub(crate) async fn run(
         Some(message) => Err(Error::Stopped(message)),
         None => Ok(()),
     }
+}
+
+/// The browser console on `[console] listen`, if set, until `stop`.
+async fn serve_console(
+    kaiwa: &Kaiwa,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>, Error> {
+    let Some(listen) = &kaiwa.settings.console.listen else {
+        return Ok(None);
+    };
+    let listening = |source| Error::Listen {
+        address: listen.clone(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(listening)?;
+    let address = listener.local_addr().map_err(listening)?;
+    let public_url = kaiwa.settings.console.public_url(address);
+    tracing::info!(%address, %public_url, "console at http://{address}/ (admins: send /console in the admin chat)");
+    let router = kaiwa.console(&public_url);
+    Ok(Some(tokio::spawn(crate::web_console::serve(
+        listener, router, stop,
+    ))))
 }

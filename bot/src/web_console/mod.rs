@@ -76,6 +76,14 @@ impl ConsoleState {
     /// Whether `ip` may try to sign in now (counts the try).
     fn may_try(&self, ip: IpAddr) -> bool {
         let now = Instant::now();
+        if self.attempts.len() > 10_000 {
+            // many addresses: forget those with no recent attempt
+            self.attempts.retain(|_, tries| {
+                tries
+                    .iter()
+                    .any(|t| now.duration_since(*t) < ATTEMPT_WINDOW)
+            });
+        }
         let mut tries = self.attempts.entry(ip).or_default();
         tries.retain(|t| now.duration_since(*t) < ATTEMPT_WINDOW);
         if tries.len() >= ATTEMPTS {

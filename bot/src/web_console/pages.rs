@@ -276,19 +276,8 @@ fn query_with(q: &ListQuery, changes: &[(&str, &str)]) -> String {
     format!("?{encoded}")
 }
 
-pub(super) async fn applications(
-    State(state): State<ConsoleState>,
-    headers: HeaderMap,
-    Query(query): Query<ListQuery>,
-) -> Response {
-    let signed = signed!(state, headers);
-    let lang = signed.lang;
-    let all = match state.store.submissions(None).await {
-        Ok(all) => all,
-        Err(e) => return failed(lang, e),
-    };
-    let forms: std::collections::BTreeSet<String> =
-        all.iter().map(|s| s.submission.form_id.clone()).collect();
+/// The applications `query` asks for, in its order.
+fn chosen<'a>(all: &'a [SubmissionRecord], query: &ListQuery) -> Vec<&'a SubmissionRecord> {
     let needle = wanted(&query.q).map(str::to_lowercase);
     let mut rows: Vec<&SubmissionRecord> = all
         .iter()
@@ -318,54 +307,79 @@ pub(super) async fn applications(
         }
         _ => rows.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.id))),
     }
-    let total = rows.len();
-    let pages = total.div_ceil(PAGE).max(1);
-    let at = query.page.unwrap_or(1).clamp(1, pages);
-    let shown = rows.iter().skip((at - 1) * PAGE).take(PAGE);
-    let select = |name: &'static str, current: &Option<String>, options: Vec<(String, String)>| {
-        html! {
-            label {
-                select name=(name) {
-                    @for (value, label) in options {
-                        @if current.as_deref() == Some(value.as_str()) {
-                            option value=(value) selected { (label) }
-                        } @else {
-                            option value=(value) { (label) }
-                        }
+    rows
+}
+
+/// A `<select>` of `options` (value, label) with `current` chosen.
+fn select(name: &'static str, current: &Option<String>, options: Vec<(String, String)>) -> Markup {
+    html! {
+        label {
+            select name=(name) {
+                @for (value, label) in options {
+                    @if current.as_deref() == Some(value.as_str()) {
+                        option value=(value) selected { (label) }
+                    } @else {
+                        option value=(value) { (label) }
                     }
                 }
             }
         }
+    }
+}
+
+/// The applications list's filters, as `query` has them.
+fn filters(lang: &str, query: &ListQuery, forms: &std::collections::BTreeSet<String>) -> Markup {
+    let option = |value: &str, en: &'static str, ja: &'static str| {
+        (value.to_string(), t(lang, en, ja).to_string())
     };
-    let any = (String::new(), t(lang, "all", "すべて").to_string());
-    let mut form_options = vec![(
-        String::new(),
-        t(lang, "every form", "すべてのフォーム").to_string(),
-    )];
+    let any = option("", "all", "すべて");
+    let mut form_options = vec![option("", "every form", "すべてのフォーム")];
     form_options.extend(forms.iter().map(|f| (f.clone(), f.clone())));
-    let body = html! {
+    html! {
         form.filters method="get" action="/applications" {
             (select("form", &query.form, form_options))
             (select("status", &query.status, vec![any.clone(),
-                ("submitted".into(), t(lang, "submitted", "提出済み").into()),
-                ("incomplete".into(), t(lang, "incomplete", "未完了").into())]))
+                option("submitted", "submitted", "提出済み"),
+                option("incomplete", "incomplete", "未完了")]))
             (select("verdict", &query.verdict, vec![any.clone(),
-                ("passed".into(), t(lang, "audit passed", "監査合格").into()),
-                ("warnings".into(), t(lang, "passed with warnings", "警告あり").into()),
-                ("failed".into(), t(lang, "audit failed", "監査不合格").into())]))
-            (select("decision", &query.decision, vec![any.clone(),
-                ("undecided".into(), t(lang, "undecided", "未決定").into()),
-                ("approved".into(), t(lang, "approved", "承認").into()),
-                ("rejected".into(), t(lang, "rejected", "不採用").into())]))
+                option("passed", "audit passed", "監査合格"),
+                option("warnings", "passed with warnings", "警告あり"),
+                option("failed", "audit failed", "監査不合格")]))
+            (select("decision", &query.decision, vec![any,
+                option("undecided", "undecided", "未決定"),
+                option("approved", "approved", "承認"),
+                option("rejected", "rejected", "不採用")]))
             (select("sort", &query.sort, vec![
-                ("newest".into(), t(lang, "newest first", "新しい順").into()),
-                ("oldest".into(), t(lang, "oldest first", "古い順").into()),
-                ("name".into(), t(lang, "by name", "名前順").into()),
-                ("verdict".into(), t(lang, "by verdict", "監査結果順").into()),
-                ("decision".into(), t(lang, "by decision", "決定順").into())]))
+                option("newest", "newest first", "新しい順"),
+                option("oldest", "oldest first", "古い順"),
+                option("name", "by name", "名前順"),
+                option("verdict", "by verdict", "監査結果順"),
+                option("decision", "by decision", "決定順")]))
             input type="search" name="q" value=(query.q.clone().unwrap_or_default()) placeholder=(t(lang, "name or user id", "名前またはユーザーID"));
             button type="submit" { (t(lang, "Filter", "絞り込み")) }
         }
+    }
+}
+
+pub(super) async fn applications(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    let signed = signed!(state, headers);
+    let lang = signed.lang;
+    let all = match state.store.submissions(None).await {
+        Ok(all) => all,
+        Err(e) => return failed(lang, e),
+    };
+    let forms = all.iter().map(|s| s.submission.form_id.clone()).collect();
+    let rows = chosen(&all, &query);
+    let total = rows.len();
+    let pages = total.div_ceil(PAGE).max(1);
+    let at = query.page.unwrap_or(1).clamp(1, pages);
+    let shown = rows.iter().skip((at - 1) * PAGE).take(PAGE);
+    let body = html! {
+        (filters(lang, &query, &forms))
         p.count { (total) " " (t(lang, "applications", "件の応募")) }
         table #applications {
             thead { tr {
@@ -1150,4 +1164,66 @@ pub(super) async fn reindex(
         }
     };
     after_action("/kb", &message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kaiwa_core::store::{Decision, Submission, SubmissionStatus};
+
+    fn application(id: i64, name: &str, decided: Option<&str>) -> SubmissionRecord {
+        SubmissionRecord {
+            id,
+            session_id: Some(id),
+            platform: "telegram".into(),
+            user_id: id.to_string(),
+            created_at: DateTime::<Utc>::from_timestamp(1_800_000_000 + id, 0).unwrap_or_default(),
+            submission: Submission {
+                applicant: name.into(),
+                form_id: "engineer".into(),
+                variant: "application".into(),
+                status: SubmissionStatus::Submitted,
+                language: None,
+                country: None,
+                timezone: None,
+                values: serde_json::json!({}),
+                facts: serde_json::json!({}),
+                flags: serde_json::json!({}),
+                audit: None,
+            },
+            decision: decided.map(|d| Decision {
+                decision: d.into(),
+                decided_by: "telegram:9 (Ann)".into(),
+                decided_at: Utc::now(),
+            }),
+        }
+    }
+
+    #[test]
+    fn applications_are_filtered_sorted_and_paged_by_the_query() {
+        let all = vec![
+            application(1, "Chie", None),
+            application(2, "aki", Some("approved")),
+            application(3, "Bo", None),
+        ];
+        let ids = |q: &ListQuery| chosen(&all, q).iter().map(|s| s.id).collect::<Vec<_>>();
+        assert_eq!(ids(&ListQuery::default()), [3, 2, 1], "newest first");
+        let by_name = ListQuery {
+            sort: Some("name".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&by_name), [2, 3, 1], "by name, any case");
+        let undecided = ListQuery {
+            decision: Some("undecided".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&undecided), [3, 1]);
+        let found = ListQuery {
+            q: Some("CHI".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&found), [1]);
+        let next = query_with(&undecided, &[("page", "2")]);
+        assert_eq!(next, "?decision=undecided&page=2");
+    }
 }

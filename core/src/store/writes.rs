@@ -116,6 +116,50 @@ pub(crate) fn extra_statements<'a>(
     Ok(statements)
 }
 
+/// A row of the session's user (`$1` platform, `$2` user id) with two texts (`$3`, `$4`)
+/// and the time (`$5`).
+fn user_row<'a>(
+    sql: &'static str,
+    key: &'a SessionKey,
+    first: &'a str,
+    second: &'a str,
+    now_ms: i64,
+) -> Statement<'a> {
+    Statement {
+        sql,
+        args: vec![
+            Arg::Text(key.platform.as_str()),
+            Arg::Text(&key.user),
+            Arg::Text(first),
+            Arg::Text(second),
+            Arg::Int(now_ms),
+        ],
+        needs_record: None,
+    }
+}
+
+/// An update of the user's record of `title`: `$1` the value, `$2` the time, `$3` platform,
+/// `$4` user id, `$5` title.
+fn record_update<'a>(
+    sql: &'static str,
+    key: &'a SessionKey,
+    value: &'a str,
+    title: &'a str,
+    now_ms: i64,
+) -> Statement<'a> {
+    Statement {
+        sql,
+        args: vec![
+            Arg::Text(value),
+            Arg::Int(now_ms),
+            Arg::Text(key.platform.as_str()),
+            Arg::Text(&key.user),
+            Arg::Text(title),
+        ],
+        needs_record: None,
+    }
+}
+
 /// A reading change for the session's own user: the book's record (opened, status, mode,
 /// an insight, a mood) or the user's rows (profile, mentor feedback, the weekly review,
 /// a recommendation).
@@ -149,28 +193,22 @@ fn reading_statement<'a>(
                 Arg::MaybeText(details.as_deref()),
             ],
         ),
-        ReadingChange::SetStatus { title, status } => plain(
+        ReadingChange::SetStatus { title, status } => record_update(
             "UPDATE reading_records SET status = $1, updated_ms = $2, \
              started_ms = CASE WHEN $1 != 'not_started' THEN COALESCE(started_ms, $2) ELSE started_ms END, \
              finished_ms = CASE WHEN $1 = 'completed' THEN $2 ELSE NULL END \
              WHERE platform = $3 AND user_id = $4 AND title = $5",
-            vec![
-                Arg::Text(status.as_str()),
-                Arg::Int(now_ms),
-                platform,
-                user,
-                Arg::Text(title),
-            ],
+            key,
+            status.as_str(),
+            title,
+            now_ms,
         ),
-        ReadingChange::SetMode { title, mode } => plain(
+        ReadingChange::SetMode { title, mode } => record_update(
             "UPDATE reading_records SET interaction_mode = $1, updated_ms = $2 WHERE platform = $3 AND user_id = $4 AND title = $5",
-            vec![
-                Arg::Text(mode.as_str()),
-                Arg::Int(now_ms),
-                platform,
-                user,
-                Arg::Text(title),
-            ],
+            key,
+            mode.as_str(),
+            title,
+            now_ms,
         ),
         ReadingChange::AddInsight { title, kind, text } => Statement {
             sql: "INSERT INTO insights (record_id, kind, text, created_ms) \
@@ -204,28 +242,22 @@ fn reading_statement<'a>(
             ],
             needs_record: Some(title),
         },
-        ReadingChange::AddProfileEntry { kind, text } => plain(
+        ReadingChange::AddProfileEntry { kind, text } => user_row(
             "INSERT INTO profile_entries (platform, user_id, kind, text, created_ms) VALUES ($1, $2, $3, $4, $5)",
-            vec![
-                platform,
-                user,
-                Arg::Text(kind.as_str()),
-                Arg::Text(text),
-                Arg::Int(now_ms),
-            ],
+            key,
+            kind.as_str(),
+            text,
+            now_ms,
         ),
         ReadingChange::AddMentorFeedback {
             feedback_type,
             content,
-        } => plain(
+        } => user_row(
             "INSERT INTO mentor_feedback (platform, user_id, feedback_type, content, created_ms) VALUES ($1, $2, $3, $4, $5)",
-            vec![
-                platform,
-                user,
-                Arg::Text(feedback_type.as_str()),
-                Arg::Text(content),
-                Arg::Int(now_ms),
-            ],
+            key,
+            feedback_type.as_str(),
+            content,
+            now_ms,
         ),
         ReadingChange::SetWeeklyReview { enabled: false, .. } => plain(
             "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
@@ -247,15 +279,12 @@ fn reading_statement<'a>(
                 Arg::Int(now_ms),
             ],
         ),
-        ReadingChange::AddRecommendation { title, reason } => plain(
+        ReadingChange::AddRecommendation { title, reason } => user_row(
             "INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES ($1, $2, $3, $4, $5)",
-            vec![
-                platform,
-                user,
-                Arg::Text(title),
-                Arg::Text(reason),
-                Arg::Int(now_ms),
-            ],
+            key,
+            title,
+            reason,
+            now_ms,
         ),
     }
 }
