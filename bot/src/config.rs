@@ -65,9 +65,13 @@ impl ConsoleSettings {
         }
     }
 
-    /// How long a browser stays signed in.
+    /// How long a browser stays signed in (`session_hours` is checked by
+    /// [`Settings::validate`]).
     pub fn session(&self) -> std::time::Duration {
-        let hours = self.session_hours.filter(|h| *h > 0.0).unwrap_or(12.0);
+        let hours = self
+            .session_hours
+            .filter(|h| h.is_finite() && *h > 0.0 && *h <= 24.0 * 366.0)
+            .unwrap_or(12.0);
         std::time::Duration::from_secs_f64(hours * 3600.0)
     }
 }
@@ -562,6 +566,17 @@ impl Settings {
         if !(self.handoff.idle_minutes.is_finite() && self.handoff.idle_minutes > 0.0) {
             bail!("[handoff] idle_minutes must be a positive number of minutes");
         }
+        let console = &self.console;
+        if let Some(url) = &console.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("[console] public_url must start with http:// or https:// (got {url:?})");
+        }
+        if let Some(hours) = console.session_hours
+            && !(hours.is_finite() && hours > 0.0 && hours <= 24.0 * 366.0)
+        {
+            bail!("[console] session_hours must be a positive number of hours (got {hours})");
+        }
         if let Some(shards) = &self.discord.shards {
             kaiwa_adapters::discord::ShardRange::parse(shards)
                 .map_err(|e| anyhow::anyhow!("[discord] shards: {e}"))?;
@@ -812,6 +827,35 @@ mod tests {
             err.to_string().contains("[llm.agents.quick_check]"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_console_section_is_checked_and_links_start_at_its_address() {
+        let s: Settings = toml::from_str("[console]\nlisten = \"127.0.0.1:0\"").expect("parses");
+        assert!(s.validate().is_ok());
+        let bound: std::net::SocketAddr = "127.0.0.1:8090".parse().expect("address");
+        assert_eq!(s.console.public_url(bound), "http://127.0.0.1:8090");
+        assert_eq!(
+            s.console.session(),
+            std::time::Duration::from_secs(12 * 3600)
+        );
+        let behind: Settings = toml::from_str(
+            "[console]\nlisten = \"0.0.0.0:8090\"\npublic_url = \"https://kaiwa.example.com/\"",
+        )
+        .expect("parses");
+        assert_eq!(
+            behind.console.public_url(bound),
+            "https://kaiwa.example.com"
+        );
+        for bad in [
+            "public_url = \"kaiwa.example.com\"",
+            "session_hours = 0",
+            "session_hours = -3.5",
+        ] {
+            let s: Settings = toml::from_str(&format!("[console]\n{bad}")).expect("parses");
+            let err = s.validate().expect_err(bad);
+            assert!(err.to_string().contains("[console]"), "{err}");
+        }
     }
 
     #[test]
