@@ -9,7 +9,7 @@ use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
 use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
-use kaiwa_core::kb::KnowledgeBase;
+use kaiwa_core::kb::{KnowledgeBase, Morphology, japanese};
 use kaiwa_core::llm::breaker::{Breaker, BreakerModel};
 use kaiwa_core::llm::budget::Capped;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
@@ -109,14 +109,63 @@ pub fn load_forms(settings: &Settings) -> anyhow::Result<Vec<Form>> {
     load_forms_dir(dir).map_err(anyhow::Error::msg)
 }
 
-/// The knowledge base of `[flows] kb_dir` (a missing folder is an empty base).
+/// The knowledge base of `[flows] kb_dir` (a missing folder is an empty base), Japanese
+/// analysed with `[flows] ja_dictionary` where there is one.
 pub fn open_kb(settings: &Settings) -> anyhow::Result<KnowledgeBase> {
-    KnowledgeBase::open(&settings.flows.kb_dir).with_context(|| {
-        format!(
-            "cannot index the knowledge base in {}",
-            settings.flows.kb_dir
-        )
-    })
+    KnowledgeBase::open_with(&settings.flows.kb_dir, japanese_dictionary(settings)?).with_context(
+        || {
+            format!(
+                "cannot index the knowledge base in {}",
+                settings.flows.kb_dir
+            )
+        },
+    )
+}
+
+/// The Japanese dictionary `[flows] ja_dictionary` names (Debian's IPADIC when unset and
+/// installed), compiled once per process; `None`: character pairs only.
+fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphology>>> {
+    type Compiled = std::collections::HashMap<String, Arc<Morphology>>;
+    static COMPILED: std::sync::Mutex<Option<Compiled>> = std::sync::Mutex::new(None);
+    let (dir, named) = match settings.flows.ja_dictionary.as_deref() {
+        Some("") => return Ok(None),
+        Some(dir) => (dir.to_string(), true),
+        None if Path::new(japanese::DEBIAN_IPADIC).is_dir() => {
+            (japanese::DEBIAN_IPADIC.to_string(), false)
+        }
+        None => {
+            tracing::info!(
+                "no Japanese dictionary: Japanese is searched by character pairs (install Debian's mecab-ipadic for base forms)"
+            );
+            return Ok(None);
+        }
+    };
+    let mut compiled = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(morphology) = compiled.get_or_insert_default().get(&dir) {
+        return Ok(Some(morphology.clone()));
+    }
+    let started = std::time::Instant::now();
+    // compiled once, then read from the user's cache (a tenth of the time and memory)
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("kaiwa");
+    match Morphology::cached(Path::new(&dir), &cache) {
+        Ok(morphology) => {
+            tracing::info!(dictionary = %dir, ms = started.elapsed().as_millis() as u64, "Japanese dictionary ready");
+            let morphology = Arc::new(morphology);
+            compiled
+                .get_or_insert_default()
+                .insert(dir, morphology.clone());
+            Ok(Some(morphology))
+        }
+        Err(e) if named => Err(anyhow::anyhow!("[flows] ja_dictionary: {e}")),
+        Err(e) => {
+            tracing::warn!(error = %e, "the Japanese dictionary did not load: character pairs only");
+            Ok(None)
+        }
+    }
 }
 
 /// The web search `[search]` configures (none without it), its answers kept a day in

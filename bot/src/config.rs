@@ -416,6 +416,10 @@ pub struct FlowSettings {
     /// The reading companion's book catalogue.
     #[serde(default = "default_books")]
     pub books: String,
+    /// MeCab IPADIC's source folder, for Japanese base forms in the knowledge base
+    /// (default: Debian's `mecab-ipadic`, `/usr/share/mecab/dic/ipadic`, when installed;
+    /// `""`: off, character pairs only).
+    pub ja_dictionary: Option<String>,
 }
 
 impl Default for FlowSettings {
@@ -426,6 +430,7 @@ impl Default for FlowSettings {
             default_form: None,
             kb_dir: default_kb_dir(),
             books: default_books(),
+            ja_dictionary: None,
         }
     }
 }

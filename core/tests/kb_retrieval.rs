@@ -8,10 +8,24 @@ use std::collections::BTreeMap;
 
 const QUESTIONS: &str = include_str!("fixtures/kb_questions.toml");
 
+const KB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb");
+
 #[test]
 fn the_right_passage_comes_first_for_nine_questions_in_ten() {
-    let kb = KnowledgeBase::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/kb"))
+    check(&KnowledgeBase::open(KB).expect("the knowledge base"));
+}
+
+#[test]
+fn with_the_japanese_dictionary_too() {
+    let dir = std::path::Path::new(kaiwa_core::kb::japanese::DEBIAN_IPADIC);
+    let morphology = kaiwa_core::kb::Morphology::from_mecab_dir(dir)
+        .unwrap_or_else(|e| panic!("{e} (install Debian's mecab-ipadic; .ci/run does)"));
+    let kb = KnowledgeBase::open_with(KB, Some(std::sync::Arc::new(morphology)))
         .expect("the knowledge base");
+    check(&kb);
+}
+
+fn check(kb: &KnowledgeBase) {
     let sets: BTreeMap<String, Vec<Vec<String>>> =
         toml::from_str(QUESTIONS).expect("the question set");
     for (lang, questions) in &sets {

@@ -25,11 +25,15 @@ use tantivy::schema::{
 };
 use tantivy::tokenizer::{
     Language, LowerCaser, NgramTokenizer, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+    WhitespaceTokenizer,
 };
 use tantivy::{Index, IndexReader, TantivyDocument, Term};
 use vocabulary::{CJK_STOP_BIGRAMS, EN_STOP_WORDS, SYNONYMS};
 
+pub mod japanese;
 mod vocabulary;
+
+pub use japanese::Morphology;
 
 /// A passage found by a search.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -61,6 +65,8 @@ pub enum KbError {
     },
     #[error("search index error: {0}")]
     Index(#[from] tantivy::TantivyError),
+    #[error("the Japanese dictionary cannot be used: {0}")]
+    Dictionary(String),
 }
 
 #[derive(Clone, Copy)]
@@ -72,6 +78,9 @@ struct Fields {
     cjk: Field,
     head_en: Field,
     head_cjk: Field,
+    /// The base forms of Japanese words ([`Morphology`]), when there is a dictionary.
+    ja: Field,
+    head_ja: Field,
     /// The passage's search tokens ([`tokens`]), one per line: worked out once, at
     /// indexing, for [`coverage`].
     words: Field,
@@ -105,6 +114,7 @@ pub struct DocumentInfo {
 pub struct KnowledgeBase {
     root: PathBuf,
     inner: RwLock<Indexed>,
+    morphology: Option<std::sync::Arc<Morphology>>,
 }
 
 fn is_cjk(c: char) -> bool {
@@ -171,8 +181,14 @@ enum Unit {
 }
 
 /// The units of `query`: its English words and its kanji / katakana runs (hiragana is
-/// grammar), those a named synonym group covers counted once, as the group.
-fn units(i: &Indexed, query: &str, groups: &[Group]) -> Result<Vec<Unit>, KbError> {
+/// grammar) — or, with a dictionary, the base forms of its Japanese words (`lemmas`) —
+/// those a named synonym group covers counted once, as the group.
+fn units(
+    i: &Indexed,
+    query: &str,
+    groups: &[Group],
+    lemmas: Option<&[String]>,
+) -> Result<Vec<Unit>, KbError> {
     let mut out: Vec<Unit> = (0..groups.len()).map(Unit::Group).collect();
     let grouped = |token: &str| groups.iter().any(|g| g.tokens.iter().any(|t| t == token));
     let mut analyzer = i.index.tokenizer_for_field(i.fields.en)?;
@@ -185,6 +201,20 @@ fn units(i: &Indexed, query: &str, groups: &[Group]) -> Result<Vec<Unit>, KbErro
         }
     }
     out.extend(words.into_iter().map(Unit::Word));
+    if let Some(lemmas) = lemmas {
+        for lemma in lemmas.iter().filter(|l| l.chars().any(is_cjk)) {
+            let in_group = groups.iter().any(|g| {
+                g.members
+                    .iter()
+                    .filter(|m| !m.is_ascii() && query.contains(*m))
+                    .any(|m| m.contains(lemma.as_str()) || lemma.contains(*m))
+            });
+            if !in_group {
+                out.push(Unit::Word(lemma.clone()));
+            }
+        }
+        return Ok(out);
+    }
     for run in crate::i18n::kanji_katakana_words(query) {
         let in_group = groups.iter().any(|g| {
             g.members
@@ -302,7 +332,7 @@ pub fn split_passages(name: &str, content: &str, markdown: bool) -> Vec<(String,
     out
 }
 
-fn build(root: &Path) -> Result<Indexed, KbError> {
+fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbError> {
     let mut schema = Schema::builder();
     let indexed = |tokenizer: &str| {
         TextOptions::default().set_indexing_options(
@@ -319,6 +349,8 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
         cjk: schema.add_text_field("cjk", indexed("kb_cjk")),
         head_en: schema.add_text_field("head_en", indexed("kb_en")),
         head_cjk: schema.add_text_field("head_cjk", indexed("kb_cjk")),
+        ja: schema.add_text_field("ja", indexed("kb_ja")),
+        head_ja: schema.add_text_field("head_ja", indexed("kb_ja")),
         words: schema.add_text_field("words", STORED),
         overview: schema.add_text_field("overview", STORED),
     };
@@ -334,6 +366,11 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
     index.tokenizers().register(
         "kb_cjk",
         TextAnalyzer::builder(NgramTokenizer::new(2, 2, false)?).build(),
+    );
+    // base forms, already analysed: one per line
+    index.tokenizers().register(
+        "kb_ja",
+        TextAnalyzer::builder(WhitespaceTokenizer::default()).build(),
     );
 
     let paths = if root.exists() {
@@ -373,10 +410,20 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
             doc.add_text(fields.cjk, cjk_only(&searchable));
             doc.add_text(fields.head_en, &heading);
             doc.add_text(fields.head_cjk, cjk_only(&heading));
-            doc.add_text(
-                fields.words,
-                tokens(&index, fields, &searchable)?.join("\n"),
-            );
+            let mut words = tokens(&index, fields, &searchable)?;
+            if let Some(morphology) = morphology
+                && searchable.chars().any(is_cjk)
+            {
+                let lemmas = morphology.lemmas(&searchable);
+                doc.add_text(fields.ja, lemmas.join("\n"));
+                doc.add_text(fields.head_ja, morphology.lemmas(&heading).join("\n"));
+                for lemma in lemmas {
+                    if !words.contains(&lemma) {
+                        words.push(lemma);
+                    }
+                }
+            }
+            doc.add_text(fields.words, words.join("\n"));
             if is_title(&content, &heading) {
                 doc.add_text(fields.overview, "1");
             }
@@ -413,12 +460,27 @@ fn build(root: &Path) -> Result<Indexed, KbError> {
 impl KnowledgeBase {
     /// Indexes every `*.md` and `*.txt` under `root` (a missing folder is an empty base).
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, KbError> {
+        Self::open_with(root, None)
+    }
+
+    /// [`Self::open`], Japanese words analysed by `morphology` (their base forms indexed and
+    /// searched beside the character pairs).
+    pub fn open_with(
+        root: impl Into<PathBuf>,
+        morphology: Option<std::sync::Arc<Morphology>>,
+    ) -> Result<Self, KbError> {
         let root = root.into();
-        let inner = build(&root)?;
+        let inner = build(&root, morphology.as_deref())?;
         Ok(KnowledgeBase {
             root,
             inner: RwLock::new(inner),
+            morphology,
         })
+    }
+
+    /// Whether Japanese is analysed by a dictionary (otherwise by character pairs only).
+    pub fn analyses_japanese(&self) -> bool {
+        self.morphology.is_some()
     }
 
     /// Rebuilds the index when files were added, removed or changed. True when it rebuilt.
@@ -435,7 +497,7 @@ impl KnowledgeBase {
             .map(|i| i.fingerprint != now)
             .unwrap_or(true);
         if stale {
-            let rebuilt = build(&self.root)?;
+            let rebuilt = build(&self.root, self.morphology.as_deref())?;
             *self.inner.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
         }
         Ok(stale)
@@ -443,7 +505,7 @@ impl KnowledgeBase {
 
     /// Reads every file again and rebuilds the index (the console's re-index button).
     pub fn reindex(&self) -> Result<(), KbError> {
-        let rebuilt = build(&self.root)?;
+        let rebuilt = build(&self.root, self.morphology.as_deref())?;
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = rebuilt;
         Ok(())
     }
@@ -467,7 +529,12 @@ impl KnowledgeBase {
         let own = tokens(&i.index, i.fields, query)?;
         // the synonym groups the question names, with their words' tokens
         let groups = synonym_groups(&i, query)?;
-        let units = units(&i, query, &groups)?;
+        let lemmas = self
+            .morphology
+            .as_deref()
+            .filter(|_| query.chars().any(is_cjk))
+            .map(|m| m.lemmas(query));
+        let units = units(&i, query, &groups, lemmas.as_deref())?;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut add = |token: &str, en: bool, weight: f32| {
             let (body, head) = if en {
@@ -495,6 +562,21 @@ impl KnowledgeBase {
             .filter(|t| !own.contains(t))
         {
             add(token, true, 0.6);
+        }
+        // the base forms of the question's Japanese words weigh more than character pairs
+        for lemma in lemmas.iter().flatten().filter(|l| l.chars().any(is_cjk)) {
+            for (field, boost) in [(i.fields.ja, 1.5), (i.fields.head_ja, 3.0)] {
+                clauses.push((
+                    Occur::Should,
+                    Box::new(BoostQuery::new(
+                        Box::new(TermQuery::new(
+                            Term::from_field_text(field, lemma),
+                            IndexRecordOption::WithFreqs,
+                        )),
+                        boost,
+                    )),
+                ));
+            }
         }
         // a Japanese synonym as a whole word: the phrase of its bigrams
         for member in groups
