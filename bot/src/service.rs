@@ -164,29 +164,13 @@ pub(crate) async fn run(
     }
     let jobs = kaiwa.jobs(stopped(stop_rx.clone()));
 
-    let listen = &settings.server.listen;
-    let listening = |source| Error::Listen {
-        address: listen.clone(),
-        source,
-    };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(listening)?;
-    let address = listener.local_addr().map_err(listening)?;
-    tracing::info!(%address, "health and metrics at http://{address}/healthz and /metrics");
-    let router = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .with_state(ServerState {
-            orchestrator: orchestrator.clone(),
-            adapters: health,
-        });
-    let server_stop = stopped(stop_rx.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(server_stop)
-            .await
-    });
+    let server = serve_health(
+        settings,
+        orchestrator.clone(),
+        health,
+        stopped(stop_rx.clone()),
+    )
+    .await?;
     let console = serve_console(&kaiwa, stopped(stop_rx.clone())).await?;
 
     // an adapter that fails leaves the others running (`/healthz` says 503 meanwhile); the
@@ -244,6 +228,37 @@ pub(crate) async fn run(
         Some(message) => Err(Error::Stopped(message)),
         None => Ok(()),
     }
+}
+
+/// `/healthz` and `/metrics` on `[server] listen` until `stop`.
+async fn serve_health(
+    settings: &crate::config::Settings,
+    orchestrator: Arc<Orchestrator>,
+    adapters: Vec<Arc<AdapterHealth>>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, Error> {
+    let listen = &settings.server.listen;
+    let listening = |source| Error::Listen {
+        address: listen.clone(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(listening)?;
+    let address = listener.local_addr().map_err(listening)?;
+    tracing::info!(%address, "health and metrics at http://{address}/healthz and /metrics");
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(ServerState {
+            orchestrator,
+            adapters,
+        });
+    Ok(tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+    }))
 }
 
 /// The browser console on `[console] listen`, if set, until `stop`.

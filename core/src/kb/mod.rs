@@ -332,6 +332,42 @@ pub fn split_passages(name: &str, content: &str, markdown: bool) -> Vec<(String,
     out
 }
 
+/// One passage as the index holds it: its text for each analyzer, the heading counting
+/// double, and the words [`coverage`] reads.
+fn passage_document(
+    index: &Index,
+    fields: Fields,
+    morphology: Option<&Morphology>,
+    path: &str,
+    heading: &str,
+    text: &str,
+) -> Result<TantivyDocument, KbError> {
+    let mut doc = TantivyDocument::default();
+    doc.add_text(fields.path, path);
+    doc.add_text(fields.heading, heading);
+    doc.add_text(fields.text, text);
+    let searchable = format!("{heading}\n{text}");
+    doc.add_text(fields.en, &searchable);
+    doc.add_text(fields.cjk, cjk_only(&searchable));
+    doc.add_text(fields.head_en, heading);
+    doc.add_text(fields.head_cjk, cjk_only(heading));
+    let mut words = tokens(index, fields, &searchable)?;
+    if let Some(morphology) = morphology
+        && searchable.chars().any(is_cjk)
+    {
+        let lemmas = morphology.lemmas(&searchable);
+        doc.add_text(fields.ja, lemmas.join("\n"));
+        doc.add_text(fields.head_ja, morphology.lemmas(heading).join("\n"));
+        for lemma in lemmas {
+            if !words.contains(&lemma) {
+                words.push(lemma);
+            }
+        }
+    }
+    doc.add_text(fields.words, words.join("\n"));
+    Ok(doc)
+}
+
 fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbError> {
     let mut schema = Schema::builder();
     let indexed = |tokenizer: &str| {
@@ -401,30 +437,9 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
             .unwrap_or_default();
         let markdown = path.extension().is_some_and(|e| e == "md");
         for (heading, text) in split_passages(&name, &content, markdown) {
-            let mut doc = TantivyDocument::default();
-            doc.add_text(fields.path, &rel);
-            doc.add_text(fields.heading, &heading);
-            doc.add_text(fields.text, &text);
-            let searchable = format!("{heading}\n{text}");
-            doc.add_text(fields.en, &searchable);
-            doc.add_text(fields.cjk, cjk_only(&searchable));
-            doc.add_text(fields.head_en, &heading);
-            doc.add_text(fields.head_cjk, cjk_only(&heading));
-            let mut words = tokens(&index, fields, &searchable)?;
-            if let Some(morphology) = morphology
-                && searchable.chars().any(is_cjk)
-            {
-                let lemmas = morphology.lemmas(&searchable);
-                doc.add_text(fields.ja, lemmas.join("\n"));
-                doc.add_text(fields.head_ja, morphology.lemmas(&heading).join("\n"));
-                for lemma in lemmas {
-                    if !words.contains(&lemma) {
-                        words.push(lemma);
-                    }
-                }
-            }
-            doc.add_text(fields.words, words.join("\n"));
-            if is_title(&content, &heading) {
+            let overview = is_title(&content, &heading);
+            let mut doc = passage_document(&index, fields, morphology, &rel, &heading, &text)?;
+            if overview {
                 doc.add_text(fields.overview, "1");
             }
             writer.add_document(doc)?;

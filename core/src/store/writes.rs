@@ -160,6 +160,41 @@ fn record_update<'a>(
     }
 }
 
+/// The user's weekly review: on (here, in `timezone`) or off.
+fn weekly_review<'a>(
+    key: &'a SessionKey,
+    enabled: bool,
+    timezone: &'a str,
+    now_ms: i64,
+) -> Statement<'a> {
+    let (platform, user) = (Arg::Text(key.platform.as_str()), Arg::Text(&key.user));
+    let (sql, args) = if enabled {
+        (
+            "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
+             timezone = excluded.timezone",
+            vec![
+                platform,
+                user,
+                Arg::Text(&key.chat),
+                Arg::Text(&key.thread),
+                Arg::Text(timezone),
+                Arg::Int(now_ms),
+            ],
+        )
+    } else {
+        (
+            "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
+            vec![platform, user],
+        )
+    };
+    Statement {
+        sql,
+        args,
+        needs_record: None,
+    }
+}
+
 /// A reading change for the session's own user: the book's record (opened, status, mode,
 /// an insight, a mood) or the user's rows (profile, mentor feedback, the weekly review,
 /// a recommendation).
@@ -259,26 +294,9 @@ fn reading_statement<'a>(
             content,
             now_ms,
         ),
-        ReadingChange::SetWeeklyReview { enabled: false, .. } => plain(
-            "DELETE FROM weekly_reviews WHERE platform = $1 AND user_id = $2",
-            vec![platform, user],
-        ),
-        ReadingChange::SetWeeklyReview {
-            enabled: true,
-            timezone,
-        } => plain(
-            "INSERT INTO weekly_reviews (platform, user_id, chat, thread, timezone, created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (platform, user_id) DO UPDATE SET chat = excluded.chat, thread = excluded.thread, \
-             timezone = excluded.timezone",
-            vec![
-                platform,
-                user,
-                Arg::Text(&key.chat),
-                Arg::Text(&key.thread),
-                Arg::Text(timezone),
-                Arg::Int(now_ms),
-            ],
-        ),
+        ReadingChange::SetWeeklyReview { enabled, timezone } => {
+            weekly_review(key, *enabled, timezone, now_ms)
+        }
         ReadingChange::AddRecommendation { title, reason } => user_row(
             "INSERT INTO recommendations (platform, user_id, title, reason, created_ms) VALUES ($1, $2, $3, $4, $5)",
             key,
