@@ -29,10 +29,21 @@ use std::time::{Duration, Instant};
 /// within this).
 const HOLDS_FRESH: Duration = Duration::from_secs(1);
 
-/// The holds as last read, and when.
+/// The holds as last read, and when; whether a turn is reading them again now.
 #[derive(Default)]
 pub(super) struct HoldCache {
     read: std::sync::Mutex<Option<(Instant, HashMap<SessionKey, Hold>)>>,
+    refreshing: std::sync::atomic::AtomicBool,
+}
+
+/// Clears [`HoldCache::refreshing`] when the read ends, however it ends (a turn cut by its
+/// budget included).
+struct Refreshing<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// What an admin's press or command did: `text` to show; `posted`: the admin place has it
@@ -137,15 +148,25 @@ impl Orchestrator {
 
     /// The hold on `key`'s place, if a person holds it (as read within [`HOLDS_FRESH`]).
     pub(super) async fn hold_at(&self, key: &SessionKey) -> Option<Hold> {
-        let fresh = {
+        let (last, fresh) = {
             let read = self.holds.read.lock().unwrap_or_else(|p| p.into_inner());
-            read.as_ref()
-                .filter(|(at, _)| at.elapsed() < HOLDS_FRESH)
-                .map(|(_, holds)| holds.get(key).cloned())
+            match read.as_ref() {
+                Some((at, holds)) => (Some(holds.get(key).cloned()), at.elapsed() < HOLDS_FRESH),
+                None => (None, false),
+            }
         };
-        if let Some(hold) = fresh {
+        if let Some(hold) = last.clone().filter(|_| fresh) {
             return hold;
         }
+        // one turn reads them again; the others meanwhile go by the last read (a second
+        // old at most) instead of all asking the database at once
+        let refreshing = &self.holds.refreshing;
+        if let Some(hold) = last
+            && refreshing.swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return hold;
+        }
+        let _reading = Refreshing(refreshing);
         match self.read_holds().await {
             Ok(holds) => holds.get(key).cloned(),
             Err(e) => {
