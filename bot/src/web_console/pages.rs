@@ -450,12 +450,10 @@ pub(super) async fn application(
 ) -> Response {
     let signed = signed!(state, headers);
     let lang = signed.lang;
-    let all = match state.store.submissions(None).await {
-        Ok(all) => all,
+    let s = match state.store.submission_by_id(id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return not_found(headers).await,
         Err(e) => return failed(lang, e),
-    };
-    let Some(s) = all.into_iter().find(|s| s.id == id) else {
-        return not_found(headers).await;
     };
     let messages = match s.session_id {
         Some(session) => match state.store.recent_messages(session, 1_000).await {
@@ -584,11 +582,11 @@ pub(super) async fn decide(
             );
         }
     };
-    let all = match state.store.submissions(None).await {
-        Ok(all) => all,
+    let session_id = match state.store.submission_by_id(id).await {
+        Ok(found) => found.and_then(|s| s.session_id),
         Err(e) => return failed(signed.lang, e),
     };
-    let Some(session_id) = all.iter().find(|s| s.id == id).and_then(|s| s.session_id) else {
+    let Some(session_id) = session_id else {
         return not_found(headers).await;
     };
     let outcome = state

@@ -6,7 +6,7 @@
 
 use super::reading::ReadingRecord;
 use super::rows::{Columns, corrupt, from_ms, reading_record_from_row, ticket_from_row};
-use super::{SessionRecord, StoreError, Ticket};
+use super::{SessionRecord, StoreError, SubmissionRecord, Ticket};
 use crate::message::Platform;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -114,6 +114,8 @@ pub trait Console: Send + Sync {
     -> Result<Vec<SessionRecord>, StoreError>;
     /// The latest `limit` reading records of everyone, most recently updated first.
     async fn all_reading_records(&self, limit: i64) -> Result<Vec<ReaderRecord>, StoreError>;
+    /// One stored submission by its id.
+    async fn submission_by_id(&self, id: i64) -> Result<Option<SubmissionRecord>, StoreError>;
 }
 
 pub(crate) const LINK_PUT: &str = "INSERT INTO console_links (token_hash, platform, user_id, name, expires_ms) VALUES ($1, $2, $3, $4, $5)";
@@ -137,6 +139,7 @@ pub(crate) const ALL_TICKETS: &str = "SELECT t.*, s.platform AS platform, s.user
 /// now).
 pub(crate) const TICKETS_HANDLED: &str = "UPDATE helpdesk_tickets SET handled_ms = $2 \
      WHERE session_id = $1 AND feedback = 'human' AND handled_ms IS NULL";
+pub(crate) const SUBMISSION_BY_ID: &str = "SELECT * FROM submissions WHERE id = $1";
 pub(crate) const ALL_READING: &str = "SELECT r.id, r.title, r.author, r.details, r.status, r.interaction_mode, r.started_ms, \
        r.finished_ms, r.updated_ms, r.platform, r.user_id, COALESCE(u.display_name, r.user_id) AS user_name \
      FROM reading_records r LEFT JOIN users u ON u.platform = r.platform AND u.user_id = r.user_id \
@@ -356,6 +359,21 @@ macro_rules! console_impl {
                         "reading every reading record",
                     ))?;
                 rows.iter().map(reader_record_from_row).collect()
+            }
+
+            async fn submission_by_id(
+                &self,
+                id: i64,
+            ) -> Result<Option<$crate::store::SubmissionRecord>, $crate::store::StoreError> {
+                use $crate::store::console::SUBMISSION_BY_ID;
+                let row = sqlx::query(sqlx::AssertSqlSafe($sql(SUBMISSION_BY_ID)))
+                    .bind(id)
+                    .fetch_optional(&self.$read)
+                    .await
+                    .map_err($crate::store::StoreError::db("reading a submission"))?;
+                row.as_ref()
+                    .map($crate::store::rows::submission_from_row)
+                    .transpose()
             }
         }
     };

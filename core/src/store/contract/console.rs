@@ -1,7 +1,7 @@
 //! The contract of the browser console's rows: sign-in links used once, sessions until
 //! they end or expire, and the overviews across users.
 
-use super::{Db, StateChange, Ticket, commit, place, said, user};
+use super::{Db, StateChange, Ticket, commit, place, said, submission, user};
 use crate::message::{Platform, SessionKey};
 use crate::store::console::{ConsoleAdmin, ConsoleSession};
 use crate::store::reading::ReadingChange;
@@ -191,6 +191,29 @@ pub(super) async fn the_console_finds_sessions_tickets_and_readers_across_users(
         store.find_sessions("", 10).await.expect("reads").len(),
         2,
         "everyone"
+    );
+    // one application found by its id, as the list has it
+    let mut ending = said("my answers", "thanks");
+    ending.push(StateChange::SaveSubmission {
+        submission: submission(),
+    });
+    store
+        .commit_turn(commit(
+            SessionRecord::draft(place("a"), "interview"),
+            "s1",
+            ending,
+        ))
+        .await
+        .expect("commits");
+    let listed = store.submissions(None).await.expect("reads");
+    let by_id = store.submission_by_id(listed[0].id).await.expect("reads");
+    assert_eq!(by_id.as_ref(), Some(&listed[0]));
+    assert_eq!(
+        store
+            .submission_by_id(listed[0].id + 1)
+            .await
+            .expect("reads"),
+        None
     );
     let readers = store.all_reading_records(10).await.expect("reads");
     assert_eq!(readers.len(), 1);
