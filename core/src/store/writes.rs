@@ -428,3 +428,50 @@ pub(crate) const CACHED_SEARCH: &str =
 /// Keeps results (`$1` provider, `$2` query, `$3` JSON, `$4` now in ms).
 pub(crate) const CACHE_SEARCH: &str = "INSERT INTO search_cache (provider, query, results, fetched_ms) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (provider, query) DO UPDATE SET results = excluded.results, fetched_ms = excluded.fetched_ms";
+
+/// [`super::SearchCache`] for a backend: `$store` reading with its pool `$read`, writing
+/// with `$write`, its statements turned by `$sql` (SQLite's `?1`, or as written).
+macro_rules! search_cache_impl {
+    ($store:ty, $read:ident, $write:ident, $sql:path) => {
+        #[async_trait::async_trait]
+        impl $crate::store::SearchCache for $store {
+            async fn cached_search(
+                &self,
+                provider: &str,
+                query: &str,
+                since: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<String>, $crate::store::StoreError> {
+                sqlx::query_scalar(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::CACHED_SEARCH,
+                )))
+                .bind(provider)
+                .bind(query)
+                .bind(since.timestamp_millis())
+                .fetch_optional(&self.$read)
+                .await
+                .map_err($crate::store::StoreError::db("reading the search cache"))
+            }
+
+            async fn cache_search(
+                &self,
+                provider: &str,
+                query: &str,
+                results: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::CACHE_SEARCH,
+                )))
+                .bind(provider)
+                .bind(query)
+                .bind(results)
+                .bind(chrono::Utc::now().timestamp_millis())
+                .execute(&self.$write)
+                .await
+                .map_err($crate::store::StoreError::db("keeping search results"))?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use search_cache_impl;

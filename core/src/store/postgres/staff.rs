@@ -4,14 +4,13 @@ use super::PgStore;
 use crate::message::SessionKey;
 use crate::store::console::TICKETS_HANDLED;
 use crate::store::rows::{decision_from_row, ms};
-use crate::store::writes::{CACHE_SEARCH, CACHED_SEARCH};
 use crate::store::writes::{DECIDE, DECISION_OF};
 use crate::store::writes::{
     HOLD_AT, HOLD_END, HOLD_OF, HOLD_TAKE, HOLD_TOUCH, HOLDS, NOTICE_LINK, NOTICE_SESSION,
     NOTICES_OF, hold_from_row, latest_notices,
 };
 use crate::store::{Decided, Staff, StoreError};
-use crate::store::{Hold, NoticeRef, SearchCache};
+use crate::store::{Hold, NoticeRef};
 use async_trait::async_trait;
 
 #[async_trait]
@@ -153,39 +152,6 @@ impl Staff for PgStore {
     }
 }
 
-#[async_trait]
-impl SearchCache for PgStore {
-    async fn cached_search(
-        &self,
-        provider: &str,
-        query: &str,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar(CACHED_SEARCH)
-            .bind(provider)
-            .bind(query)
-            .bind(ms(since))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::db("reading the search cache"))
-    }
-
-    async fn cache_search(
-        &self,
-        provider: &str,
-        query: &str,
-        results: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(CACHE_SEARCH)
-            .bind(provider)
-            .bind(query)
-            .bind(results)
-            .bind(ms(chrono::Utc::now()))
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::db("keeping search results"))?;
-        Ok(())
-    }
-}
+crate::store::writes::search_cache_impl!(PgStore, pool, pool, crate::store::console::as_written);
 
 crate::store::console::console_impl!(PgStore, pool, pool, crate::store::console::as_written);

@@ -4,14 +4,13 @@ use super::SqliteStore;
 use crate::message::SessionKey;
 use crate::store::console::TICKETS_HANDLED;
 use crate::store::rows::{decision_from_row, ms};
-use crate::store::writes::{CACHE_SEARCH, CACHED_SEARCH};
 use crate::store::writes::{DECIDE, DECISION_OF, sqlite_sql};
 use crate::store::writes::{
     HOLD_AT, HOLD_END, HOLD_OF, HOLD_TAKE, HOLD_TOUCH, HOLDS, NOTICE_LINK, NOTICE_SESSION,
     NOTICES_OF, hold_from_row, latest_notices,
 };
 use crate::store::{Decided, Staff, StoreError};
-use crate::store::{Hold, NoticeRef, SearchCache};
+use crate::store::{Hold, NoticeRef};
 use async_trait::async_trait;
 use sqlx::AssertSqlSafe;
 
@@ -155,39 +154,6 @@ impl Staff for SqliteStore {
     }
 }
 
-#[async_trait]
-impl SearchCache for SqliteStore {
-    async fn cached_search(
-        &self,
-        provider: &str,
-        query: &str,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar(AssertSqlSafe(sqlite_sql(CACHED_SEARCH)))
-            .bind(provider)
-            .bind(query)
-            .bind(ms(since))
-            .fetch_optional(&self.writer)
-            .await
-            .map_err(StoreError::db("reading the search cache"))
-    }
-
-    async fn cache_search(
-        &self,
-        provider: &str,
-        query: &str,
-        results: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(sqlite_sql(CACHE_SEARCH)))
-            .bind(provider)
-            .bind(query)
-            .bind(results)
-            .bind(ms(chrono::Utc::now()))
-            .execute(&self.writer)
-            .await
-            .map_err(StoreError::db("keeping search results"))?;
-        Ok(())
-    }
-}
+crate::store::writes::search_cache_impl!(SqliteStore, writer, writer, sqlite_sql);
 
 crate::store::console::console_impl!(SqliteStore, pool, writer, sqlite_sql);
