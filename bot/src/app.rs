@@ -125,8 +125,8 @@ pub fn open_kb(settings: &Settings) -> anyhow::Result<KnowledgeBase> {
 /// The Japanese dictionary `[flows] ja_dictionary` names (Debian's IPADIC when unset and
 /// installed), compiled once per process; `None`: character pairs only.
 fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphology>>> {
-    type Compiled = std::collections::HashMap<String, Arc<Morphology>>;
-    static COMPILED: std::sync::Mutex<Option<Compiled>> = std::sync::Mutex::new(None);
+    static COMPILED: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Morphology>>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
     let (dir, named) = match settings.flows.ja_dictionary.as_deref() {
         Some("") => return Ok(None),
         Some(dir) => (dir.to_string(), true),
@@ -141,7 +141,7 @@ fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphol
         }
     };
     let mut compiled = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(morphology) = compiled.get_or_insert_default().get(&dir) {
+    if let Some(morphology) = compiled.get(&dir) {
         return Ok(Some(morphology.clone()));
     }
     let started = std::time::Instant::now();
@@ -155,9 +155,7 @@ fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphol
         Ok(morphology) => {
             tracing::info!(dictionary = %dir, ms = started.elapsed().as_millis() as u64, "Japanese dictionary ready");
             let morphology = Arc::new(morphology);
-            compiled
-                .get_or_insert_default()
-                .insert(dir, morphology.clone());
+            compiled.insert(dir, morphology.clone());
             Ok(Some(morphology))
         }
         Err(e) if named => Err(anyhow::anyhow!("[flows] ja_dictionary: {e}")),

@@ -96,9 +96,11 @@ impl Morphology {
                     .map_or(0, |d| d.as_secs());
                 stamp.push_str(&format!("|{name}:{modified}"));
             }
-            crate::store::console::token_hash(&stamp)
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&stamp, &mut hasher);
+            std::hash::Hasher::finish(&hasher)
         };
-        let file = cache_dir.join(format!("kaiwa-ipadic-vibrato05-{}.dic", &key[..16]));
+        let file = cache_dir.join(format!("kaiwa-ipadic-vibrato05-{key:016x}.dic"));
         if let Ok(cached) = std::fs::File::open(&file)
             && let Ok(dictionary) = vibrato::Dictionary::read(std::io::BufReader::new(cached))
         {
