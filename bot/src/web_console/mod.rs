@@ -12,7 +12,7 @@
 //! under; every form carries the session's CSRF token. Sign-in attempts are limited per
 //! address. Nothing users wrote reaches the log; the pages escape it (`maud`).
 //!
-//! `pages.rs` has the pages and the actions; this module the server, the sign-in and the
+//! `pages/` has the pages and the actions, an area a module; this module the server, the sign-in and the
 //! checks every request passes.
 
 mod pages;
