@@ -146,12 +146,7 @@ fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphol
     }
     let started = std::time::Instant::now();
     // compiled once, then read from the user's cache (a tenth of the time and memory)
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("kaiwa");
-    match Morphology::cached(Path::new(&dir), &cache) {
+    match Morphology::cached(Path::new(&dir), &crate::config::cache_dir()) {
         Ok(morphology) => {
             tracing::info!(dictionary = %dir, ms = started.elapsed().as_millis() as u64, "Japanese dictionary ready");
             let morphology = Arc::new(morphology);
