@@ -20,19 +20,10 @@ const APPLICANT: i64 = 501;
 const EVIL_NAME: &str = "<script>alert(1)</script>";
 
 fn config(telegram_url: &str, admins: &str) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    let head = common::head(5);
     format!(
         r#"
-[flows]
-forms_dir = "{dir}/forms"
-kb_dir = "{dir}/kb"
-books = "{dir}/books.toml"
-default_form = "engineer"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace_secs = 5
-
+{head}
 [console]
 listen = "127.0.0.1:0"
 

@@ -15,19 +15,10 @@ const TOKEN: &str = "777001:CRASH-secret-token";
 const LATE: &str = "(I restarted; in case these did not reach you:)";
 
 fn config(telegram_url: &str, grace_secs: u64, llm: Option<&str>) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    let head = common::head(grace_secs);
     let mut config = format!(
         r#"
-[flows]
-forms_dir = "{dir}/forms"
-kb_dir = "{dir}/kb"
-books = "{dir}/books.toml"
-default_form = "engineer"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace_secs = {grace_secs}
-
+{head}
 [telegram]
 token_env = "KAIWA_TEST_TELEGRAM_TOKEN"
 api_url = "{telegram_url}"

@@ -12,19 +12,10 @@ use std::time::{Duration, Instant};
 const TOKEN: &str = "777002:TWO-secret-token";
 
 fn config(telegram_url: &str) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    let head = common::head(5);
     format!(
         r#"
-[flows]
-forms_dir = "{dir}/forms"
-kb_dir = "{dir}/kb"
-books = "{dir}/books.toml"
-default_form = "engineer"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace_secs = 5
-
+{head}
 [telegram]
 token_env = "KAIWA_TEST_TELEGRAM_TOKEN"
 api_url = "{telegram_url}"

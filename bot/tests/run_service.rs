@@ -16,19 +16,10 @@ fn config_dir() -> String {
 }
 
 fn config(telegram_url: &str, discord_proxy: &str) -> String {
-    let dir = config_dir();
+    let head = common::head(10);
     format!(
         r#"
-[flows]
-forms_dir = "{dir}/forms"
-kb_dir = "{dir}/kb"
-books = "{dir}/books.toml"
-default_form = "engineer"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace_secs = 10
-
+{head}
 [telegram]
 token_env = "KAIWA_TEST_TELEGRAM_TOKEN"
 api_url = "{telegram_url}"

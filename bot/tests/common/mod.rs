@@ -7,6 +7,26 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// The start of a test's `kaiwa.toml`: the shipped forms, knowledge base and books
+/// (`default_form = "engineer"`), and `/healthz` on any free port with `grace_secs` to
+/// finish turns at shutdown.
+#[allow(dead_code)]
+pub fn head(grace_secs: u64) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+    format!(
+        r#"[flows]
+forms_dir = "{dir}/forms"
+kb_dir = "{dir}/kb"
+books = "{dir}/books.toml"
+default_form = "engineer"
+
+[server]
+listen = "127.0.0.1:0"
+shutdown_grace_secs = {grace_secs}
+"#
+    )
+}
+
 /// Starts `kaiwa run` on `dir`'s `kaiwa.toml` and `kaiwa.db`, with `telegram_token` in
 /// `KAIWA_TEST_TELEGRAM_TOKEN` and no Discord token; its log (info) is collected.
 pub fn spawn_run(
