@@ -475,3 +475,183 @@ macro_rules! search_cache_impl {
 }
 
 pub(crate) use search_cache_impl;
+
+/// [`super::Staff`] for a backend: `$store` with its pool `$pool` (decisions and holds are
+/// read where they are written), its statements turned by `$sql` (SQLite's `?1`, or as
+/// written).
+macro_rules! staff_impl {
+    ($store:ty, $pool:ident, $sql:path) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Staff for $store {
+            async fn decide(
+                &self,
+                session_id: i64,
+                decision: &str,
+                by: &str,
+            ) -> Result<Option<$crate::store::Decided>, $crate::store::StoreError> {
+                let made = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::DECIDE)))
+                    .bind(decision)
+                    .bind(by)
+                    .bind($crate::store::rows::ms(chrono::Utc::now()))
+                    .bind(session_id)
+                    .execute(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("recording a decision"))?
+                    .rows_affected()
+                    > 0;
+                let row = sqlx::query(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::DECISION_OF,
+                )))
+                .bind(session_id)
+                .fetch_optional(&self.$pool)
+                .await
+                .map_err($crate::store::StoreError::db("reading a decision"))?;
+                let Some(row) = row else { return Ok(None) };
+                Ok(
+                    $crate::store::rows::decision_from_row(&row)?.map(|decision| {
+                        $crate::store::Decided {
+                            decision,
+                            first: made,
+                        }
+                    }),
+                )
+            }
+
+            async fn take_over(
+                &self,
+                session_id: i64,
+                key: &$crate::message::SessionKey,
+                by: &str,
+            ) -> Result<($crate::store::Hold, bool), $crate::store::StoreError> {
+                let took = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLD_TAKE)))
+                    .bind(session_id)
+                    .bind(key.platform.as_str())
+                    .bind(&key.chat)
+                    .bind(&key.thread)
+                    .bind(&key.user)
+                    .bind(by)
+                    .bind($crate::store::rows::ms(chrono::Utc::now()))
+                    .execute(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("taking over a conversation"))?
+                    .rows_affected()
+                    > 0;
+                if took {
+                    sqlx::query(sqlx::AssertSqlSafe($sql(
+                        $crate::store::console::TICKETS_HANDLED,
+                    )))
+                    .bind(session_id)
+                    .bind($crate::store::rows::ms(chrono::Utc::now()))
+                    .execute(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db(
+                        "marking requests for a person handled",
+                    ))?;
+                }
+                let row = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLD_AT)))
+                    .bind(key.platform.as_str())
+                    .bind(&key.chat)
+                    .bind(&key.thread)
+                    .bind(&key.user)
+                    .fetch_optional(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("reading a hold"))?
+                    .ok_or_else(|| {
+                        $crate::store::StoreError::Corrupt("a hold vanished as it was taken".into())
+                    })?;
+                Ok(($crate::store::writes::hold_from_row(&row)?, took))
+            }
+
+            async fn hand_back(
+                &self,
+                session_id: i64,
+            ) -> Result<Option<$crate::store::Hold>, $crate::store::StoreError> {
+                let row = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLD_OF)))
+                    .bind(session_id)
+                    .fetch_optional(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("reading a hold"))?;
+                let ended = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLD_END)))
+                    .bind(session_id)
+                    .execute(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("handing back a conversation"))?
+                    .rows_affected()
+                    > 0;
+                match row {
+                    Some(row) if ended => Ok(Some($crate::store::writes::hold_from_row(&row)?)),
+                    _ => Ok(None),
+                }
+            }
+
+            async fn holds(&self) -> Result<Vec<$crate::store::Hold>, $crate::store::StoreError> {
+                let rows = sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLDS)))
+                    .fetch_all(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("reading holds"))?;
+                rows.iter()
+                    .map($crate::store::writes::hold_from_row)
+                    .collect()
+            }
+
+            async fn touch_hold(&self, session_id: i64) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(sqlx::AssertSqlSafe($sql($crate::store::writes::HOLD_TOUCH)))
+                    .bind(session_id)
+                    .bind($crate::store::rows::ms(chrono::Utc::now()))
+                    .execute(&self.$pool)
+                    .await
+                    .map_err($crate::store::StoreError::db("noting a person's message"))?;
+                Ok(())
+            }
+
+            async fn link_notice(
+                &self,
+                message: &$crate::store::NoticeRef,
+                session_id: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::NOTICE_LINK,
+                )))
+                .bind(message.platform.as_str())
+                .bind(&message.chat)
+                .bind(&message.message_id)
+                .bind(session_id)
+                .bind($crate::store::rows::ms(chrono::Utc::now()))
+                .execute(&self.$pool)
+                .await
+                .map_err($crate::store::StoreError::db("linking a notice"))?;
+                Ok(())
+            }
+
+            async fn notice_session(
+                &self,
+                message: &$crate::store::NoticeRef,
+            ) -> Result<Option<i64>, $crate::store::StoreError> {
+                sqlx::query_scalar(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::NOTICE_SESSION,
+                )))
+                .bind(message.platform.as_str())
+                .bind(&message.chat)
+                .bind(&message.message_id)
+                .fetch_optional(&self.$pool)
+                .await
+                .map_err($crate::store::StoreError::db("reading a notice"))
+            }
+
+            async fn notices_of(
+                &self,
+                session_id: i64,
+            ) -> Result<Vec<$crate::store::NoticeRef>, $crate::store::StoreError> {
+                let rows: Vec<(String, String, String)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe($sql($crate::store::writes::NOTICES_OF)))
+                        .bind(session_id)
+                        .fetch_all(&self.$pool)
+                        .await
+                        .map_err($crate::store::StoreError::db("reading notices"))?;
+                Ok($crate::store::writes::latest_notices(rows))
+            }
+        }
+    };
+}
+
+pub(crate) use staff_impl;
