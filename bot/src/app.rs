@@ -9,10 +9,10 @@ use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
 use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
-use kaiwa_core::kb::{KnowledgeBase, Morphology, japanese};
+use kaiwa_core::kb::{KnowledgeBase, Morphology, Semantic, japanese};
 use kaiwa_core::llm::breaker::{Breaker, BreakerModel};
 use kaiwa_core::llm::budget::Capped;
-use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig, OpenAiEmbeddings};
 use kaiwa_core::llm::{ChatModel, ModelRouter};
 use kaiwa_core::message::Platform;
 use kaiwa_core::orchestrator::{AdminAccess, Orchestrator};
@@ -55,7 +55,14 @@ impl App {
         let books =
             build_books_api(settings, Some(store.clone())).map_err(Error::setup("[books_api]"))?;
         let kb = Arc::new(open_kb(settings).map_err(Error::setup("[flows] kb_dir"))?);
-        let flows = build_flows(settings, web, books, kb.clone()).map_err(Error::setup("flows"))?;
+        let meaning = build_semantic(settings.llm.as_ref(), Some(store.clone()))
+            .map_err(Error::setup("[llm] embeddings_model"))?;
+        if let Some(meaning) = &meaning {
+            // the passages' vectors, ready before the first question where the server is quick
+            meaning.prepare_in_background(&kb);
+        }
+        let flows = build_flows(settings, web, books, kb.clone(), meaning)
+            .map_err(Error::setup("flows"))?;
         let limits = &settings.limits;
         // PostgreSQL is how several instances share one bot (SQLite: one process)
         let shared = store.backend() == store::Backend::Postgres;
@@ -161,6 +168,29 @@ fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphol
     }
 }
 
+/// The search by meaning `[llm] embeddings_model` configures (none without it), the
+/// passages' vectors kept in `cache`.
+pub fn build_semantic(
+    llm: Option<&LlmSettings>,
+    cache: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Option<Arc<Semantic>>> {
+    let Some((llm, model)) = llm.and_then(|l| l.embeddings_model.as_deref().map(|m| (l, m))) else {
+        return Ok(None);
+    };
+    let embedder = OpenAiEmbeddings::new(
+        llm.embeddings_base_url.as_deref().unwrap_or(&llm.base_url),
+        model,
+        llm.api_key_env
+            .as_deref()
+            .map(secret_from_env)
+            .transpose()?,
+        Duration::from_secs(llm.timeout_secs),
+    )?;
+    // (the store keeps the vectors)
+    let cache = cache.map(|store| store as Arc<dyn kaiwa_core::store::SearchCache>);
+    Ok(Some(Arc::new(Semantic::new(Arc::new(embedder), cache))))
+}
+
 /// The web search `[search]` configures (none without it), its answers kept a day in
 /// `cache`.
 pub fn build_web_search(
@@ -238,6 +268,7 @@ pub fn build_flows(
     web: Option<Arc<WebSearch>>,
     books: Option<Arc<BooksApi>>,
     kb: Arc<KnowledgeBase>,
+    meaning: Option<Arc<Semantic>>,
 ) -> anyhow::Result<FlowRegistry> {
     let catalogue =
         Catalogue::load(Path::new(&settings.flows.books)).map_err(anyhow::Error::msg)?;
@@ -245,6 +276,7 @@ pub fn build_flows(
         forms: load_forms(settings)?,
         default_form: settings.flows.default_form.clone(),
         kb: Some(kb),
+        meaning,
         catalogue: Some(Arc::new(catalogue)),
         web_for_helpdesk: settings.search.as_ref().is_some_and(|s| s.helpdesk),
         web,

@@ -123,11 +123,27 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
             }
         }
     }
+    let meaning =
+        app::build_semantic(settings.llm.as_ref(), None).context("[llm] embeddings_model")?;
+    if let Some(meaning) = &meaning {
+        // one text, so that a wrong address or model shows now rather than in a conversation
+        match meaning.probe().await {
+            Ok(width) => say!(
+                "embeddings: {} answers ({width} dimensions)",
+                meaning.model()
+            ),
+            Err(e) => {
+                say!("embeddings: {} cannot be used: {e}", meaning.model());
+                unreachable = Some("the embeddings model");
+            }
+        }
+    }
     let flows = app::build_flows(
         settings,
         web,
         books,
         std::sync::Arc::new(app::open_kb(settings)?),
+        meaning,
     )?;
     say!(
         "flows: {} (default {})",
@@ -207,9 +223,27 @@ pub async fn bench(options: bench::BenchOptions, settings: Settings) -> anyhow::
     Ok(())
 }
 
-/// `kaiwa kb index|search`: what the help-desk's knowledge base holds and finds.
-pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
-    let kb = app::open_kb(settings)?;
+/// `kaiwa kb index|search`: what the help-desk's knowledge base holds and finds; with
+/// `[llm] embeddings_model`, the passages embedded (their vectors kept in the database) and
+/// searched by meaning too, as the help-desk does.
+pub async fn kb(settings: &Settings, database_url: &str, command: KbCommand) -> anyhow::Result<()> {
+    let kb = std::sync::Arc::new(app::open_kb(settings)?);
+    let store = match settings
+        .llm
+        .as_ref()
+        .and_then(|l| l.embeddings_model.as_ref())
+    {
+        Some(_) => Some(app::open_store(database_url).await?),
+        None => None,
+    };
+    let meaning = app::build_semantic(settings.llm.as_ref(), store.clone())
+        .context("[llm] embeddings_model")?;
+    if let Some(meaning) = &meaning {
+        match meaning.prepare(&kb).await {
+            Ok(()) => say!("embeddings: {} (passages embedded)", meaning.model()),
+            Err(e) => say!("embeddings: {e}; searching by words alone"),
+        }
+    }
     match command {
         KbCommand::Index => {
             let (files, passages) = kb.stats();
@@ -219,8 +253,13 @@ pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
             );
         }
         KbCommand::Search { query, k } => {
-            for (i, p) in kb
+            let search = kaiwa_core::kb::KbSearch {
+                kb: kb.clone(),
+                meaning,
+            };
+            for (i, p) in search
                 .search(&query, k)
+                .await
                 .context("search failed")?
                 .iter()
                 .enumerate()
@@ -228,6 +267,9 @@ pub fn kb(settings: &Settings, command: KbCommand) -> anyhow::Result<()> {
                 say!("[{}] {} (score {:.2})", i + 1, p.citation(), p.score);
             }
         }
+    }
+    if let Some(store) = store {
+        store.close().await;
     }
     Ok(())
 }

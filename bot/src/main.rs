@@ -101,7 +101,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             commands::bench(options, settings).await?;
         }
-        Command::Kb { command } => commands::kb(&settings, command)?,
+        Command::Kb { command } => commands::kb(&settings, &database_url, command).await?,
         Command::Webhook { command } => commands::webhook(&settings, command).await?,
         Command::Discord { command } => commands::discord(&settings, command).await?,
         Command::Health { url } => {

@@ -1513,3 +1513,64 @@ async fn init_writes_a_starting_point_that_checks_and_talks_and_never_overwrites
         before
     );
 }
+
+/// `kaiwa kb search` searches as the help-desk does: with `[llm] embeddings_model`, a
+/// paraphrase finds its passage by meaning, and the passages' vectors are kept in the
+/// database (a second search embeds only its question); `kaiwa check` embeds one text and
+/// fails when the embeddings server cannot be reached.
+#[tokio::test]
+async fn kb_search_and_check_use_the_embeddings_model() {
+    use kaiwa_tests::fake_embeddings::FakeEmbeddings;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("kb")).expect("kb");
+    std::fs::write(
+        dir.path().join("kb/leave.md"),
+        "# Leave\n## Sick leave\nIf you are ill, tell your manager before 9:00.\n## Annual leave\nBook holidays in the HR portal.\n## Parking\nBicycles go behind the building.\n",
+    )
+    .expect("page");
+    let fake = FakeEmbeddings::start(&[&["fever", "ill", "sick"]])
+        .await
+        .expect("fake");
+    let config = |url: &str| {
+        format!(
+            "[flows]\nkb_dir = \"kb\"\n\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n\
+             embeddings_model = \"fake-embed\"\nembeddings_base_url = \"{url}\"\n"
+        )
+    };
+    let question = "I have a fever today";
+    let config_here = config(&fake.base_url());
+    let args = ["kb", "search", question];
+    let search = || kaiwa(dir.path(), &config_here, &args, "");
+    let run = search().await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("[1] leave.md#Sick leave"),
+        "{}",
+        run.stdout
+    );
+    let embedded = fake.inputs().len();
+    let run = search().await;
+    assert!(
+        run.stdout.contains("[1] leave.md#Sick leave"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        fake.inputs()[embedded..],
+        [question.to_string()],
+        "the passages' vectors came from the database"
+    );
+    let run = kaiwa(dir.path(), &config(&fake.base_url()), &["check"], "").await;
+    assert!(
+        run.stdout.contains("embeddings: fake-embed answers"),
+        "{}",
+        run.stdout
+    );
+    let run = kaiwa(dir.path(), &config("http://127.0.0.1:9/v1"), &["check"], "").await;
+    assert_ne!(run.code, Some(0), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("embeddings: fake-embed cannot be used"),
+        "{}",
+        run.stdout
+    );
+}

@@ -5,7 +5,9 @@
 //! (`--nocapture`); the floors below are what the dictionary-free search reaches, so a
 //! change that loses ground fails.
 
-use kaiwa_core::kb::{KnowledgeBase, Morphology};
+mod common;
+
+use kaiwa_core::kb::{KnowledgeBase, Morphology, Passage};
 use std::sync::Arc;
 
 const QUESTIONS: &str = include_str!("fixtures/helpdesk-eval/questions.json");
@@ -17,13 +19,16 @@ struct Question {
     paraphrase: bool,
 }
 
-fn top1(kb: &KnowledgeBase, lang: &str) -> (usize, usize, Vec<String>) {
+/// A search: the knowledge base's own, or by meaning too.
+type Search<'a> = &'a dyn Fn(&str) -> Vec<Passage>;
+
+fn top1(search: Search, lang: &str) -> (usize, usize, Vec<String>) {
     let sets: std::collections::BTreeMap<String, Vec<Question>> =
         serde_json::from_str(QUESTIONS).expect("the question set");
     let questions = &sets[lang];
     let mut misses = Vec::new();
     for q in questions {
-        let found = kb.search(&q.q, 3).expect("search");
+        let found = search(&q.q);
         let top = found.first().map(|p| p.citation()).unwrap_or_default();
         if top != q.expect {
             let seen: Vec<String> = found
@@ -41,9 +46,13 @@ const KB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/helpdesk-e
 
 /// Top-1 per language, printed with the misses; returns (en, ja) hits.
 fn evaluate(kb: &KnowledgeBase, label: &str) -> (usize, usize) {
+    evaluate_with(&|q| kb.search(q, 3).expect("search"), label)
+}
+
+fn evaluate_with(search: Search, label: &str) -> (usize, usize) {
     let mut hits = Vec::new();
     for lang in ["en", "ja"] {
-        let (hit, total, misses) = top1(kb, lang);
+        let (hit, total, misses) = top1(search, lang);
         println!(
             "{label} {lang}: top-1 {hit}/{total} = {:.0} %",
             hit as f64 * 100.0 / total as f64
@@ -74,4 +83,21 @@ fn an_unseen_help_desk_is_searched_in_both_languages() {
     let (en_m, ja_m) = evaluate(&analysed, "dictionary");
     assert_eq!(en_m, en, "English is not analysed by the dictionary");
     assert!(ja_m > ja, "the dictionary finds more: {ja_m} against {ja}");
+}
+
+/// With embeddings from a real server, by hand (not in CI): `KAIWA_EVAL_EMBEDDINGS=
+/// "http://127.0.0.1:8089/v1 model" cargo test -p kaiwa-core --test kb_eval -- --ignored
+/// --nocapture`. Prints top-1 per language by words and meaning, without and with the
+/// dictionary.
+#[test]
+#[ignore = "needs a real embeddings server (KAIWA_EVAL_EMBEDDINGS)"]
+fn with_embeddings_from_a_real_server() {
+    for (label, morphology) in [
+        ("meaning + pairs", None),
+        ("meaning + dictionary", Some(morphology())),
+    ] {
+        let kb = KnowledgeBase::open_with(KB, morphology).expect("the knowledge base");
+        let meaning = common::RealMeaning::new(kb, label);
+        evaluate_with(&|q| meaning.search(q), label);
+    }
 }

@@ -3,11 +3,14 @@
 //!
 //! - [`fake_openai::FakeOpenAi`]: an OpenAI-compatible Chat Completions server playing a
 //!   script of HTTP replies and recording the requests.
+//! - [`fake_embeddings::FakeEmbeddings`]: an OpenAI-compatible `/v1/embeddings` whose
+//!   vectors know the concepts a test names.
 //!
 //! Nothing here reaches the internet; fakes speak the real wire protocol so the real clients
 //! (reqwest, teloxide, serenity) are what is tested.
 
 pub mod fake_discord;
+pub mod fake_embeddings;
 pub mod fake_openai;
 pub mod fake_search;
 pub mod fake_telegram;

@@ -486,6 +486,12 @@ pub struct LlmSettings {
     /// Set for servers that accept `tool_choice: "required"`.
     #[serde(default)]
     pub supports_required_tool_choice: bool,
+    /// An embeddings model (OpenAI-compatible `/embeddings`): the help-desk then searches
+    /// its knowledge base by meaning beside words. None: by words alone.
+    pub embeddings_model: Option<String>,
+    /// Where the embeddings model is served (`base_url` when unset); the key is
+    /// `api_key_env`'s.
+    pub embeddings_base_url: Option<String>,
     /// Per-agent overrides: `[llm.agents.quick_check] model = "small-model"`.
     #[serde(default)]
     pub agents: BTreeMap<String, AgentLlmSettings>,
@@ -652,6 +658,20 @@ impl Settings {
             }
             if llm.max_concurrency == 0 {
                 bail!("[llm] max_concurrency must be at least 1");
+            }
+            if llm
+                .embeddings_model
+                .as_deref()
+                .is_some_and(|m| m.trim().is_empty())
+            {
+                bail!("[llm] embeddings_model is empty (leave it out to search by words alone)");
+            }
+            if let Some(url) = &llm.embeddings_base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!(
+                    "[llm] embeddings_base_url must start with http:// or https:// (got {url:?})"
+                );
             }
         }
         Ok(())

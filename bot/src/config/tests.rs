@@ -125,6 +125,34 @@ fn llm_section_and_agent_overrides_parse() {
 }
 
 #[test]
+fn an_embeddings_model_is_named_and_served_over_http() {
+    let parse = |extra: &str| -> Settings {
+        toml::from_str(&format!(
+            "[llm]\nbase_url = \"http://127.0.0.1:11434/v1\"\nmodel = \"big\"\n{extra}"
+        ))
+        .expect("parses")
+    };
+    let s = parse("embeddings_model = \"nomic-embed-text\"");
+    assert!(s.validate().is_ok());
+    let llm = s.llm.expect("llm");
+    assert_eq!(llm.embeddings_model.as_deref(), Some("nomic-embed-text"));
+    assert_eq!(
+        llm.embeddings_base_url, None,
+        "the chat server's by default"
+    );
+    for (extra, says) in [
+        ("embeddings_model = \" \"", "embeddings_model is empty"),
+        (
+            "embeddings_model = \"e\"\nembeddings_base_url = \"localhost:1\"",
+            "embeddings_base_url must start",
+        ),
+    ] {
+        let err = parse(extra).validate().expect_err(extra);
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
 fn the_console_section_is_checked_and_links_start_at_its_address() {
     let s: Settings = toml::from_str("[console]\nlisten = \"127.0.0.1:0\"").expect("parses");
     assert!(s.validate().is_ok());

@@ -8,7 +8,7 @@ use crate::agent::workflow::{
     PlanExecuteReflect, Reflection, ReflectionLike, TaskOutcome, structured,
 };
 use crate::agent::{Agent, LlmLedger, Tool, ToolError, ToolOutput, TypedTool, typed};
-use crate::kb::{KnowledgeBase, Passage};
+use crate::kb::{KbSearch, KnowledgeBase, Passage};
 use crate::llm::{ChatMessage, ModelRouter};
 use async_trait::async_trait;
 use regex::Regex;
@@ -20,7 +20,9 @@ use std::sync::{Arc, LazyLock};
 /// Sub-tasks a plan may have.
 pub const MAX_SUBTASKS: usize = 5;
 
-type FloorSearch = Arc<dyn Fn(&str, usize) -> Vec<Passage> + Send + Sync>;
+/// The rule-based search: a question and how many passages, to the passages found.
+pub type FloorSearch =
+    Arc<dyn Fn(String, usize) -> futures::future::BoxFuture<'static, Vec<Passage>> + Send + Sync>;
 
 /// What a research agent consults, and who it is.
 pub struct Library {
@@ -60,15 +62,22 @@ impl Library {
         }
     }
 
-    /// The team's knowledge base with `search_kb` and `get_kb_document`.
-    pub fn knowledge_base(name: &str, role: &str, kb: Arc<KnowledgeBase>) -> Self {
-        let search_kb = kb.clone();
+    /// The team's knowledge base with `search_kb` and `get_kb_document` (by meaning too
+    /// where `search` has embeddings, the floor included).
+    pub fn knowledge_base(name: &str, role: &str, search: KbSearch) -> Self {
+        let floor = search.clone();
         Library::new(
             name,
             role,
             ("the knowledge base", "ナレッジベース"),
-            vec![typed(SearchKb(kb.clone())), typed(GetKbDocument(kb))],
-            Arc::new(move |q: &str, k: usize| search_kb.search(q, k).unwrap_or_default()),
+            vec![
+                typed(SearchKb(search.clone())),
+                typed(GetKbDocument(search.kb)),
+            ],
+            Arc::new(move |q: String, k: usize| {
+                let floor = floor.clone();
+                Box::pin(async move { floor.search(&q, k).await.unwrap_or_default() })
+            }),
         )
     }
 }
@@ -203,7 +212,7 @@ pub struct SearchArgs {
 }
 
 /// `search_kb(query, k)`: passages with their file and heading.
-pub struct SearchKb(pub Arc<KnowledgeBase>);
+pub struct SearchKb(pub KbSearch);
 
 impl TypedTool<ResearchWork> for SearchKb {
     type Args = SearchArgs;
@@ -219,6 +228,7 @@ impl TypedTool<ResearchWork> for SearchKb {
         let found = self
             .0
             .search(&args.query, args.k.unwrap_or(3).clamp(1, 10))
+            .await
             .map_err(|e| ToolError::Rejected(e.to_string()))?;
         work.searched = true;
         remember(work, &found);
@@ -311,8 +321,8 @@ fn sources_block(sources: &[Passage], lang: &str) -> String {
 }
 
 impl Research<'_> {
-    fn floor_attempt(&self, task: &str) -> SubAnswer {
-        let mut passages = (self.library.search)(task, 3);
+    async fn floor_attempt(&self, task: &str) -> SubAnswer {
+        let mut passages = (self.library.search)(task.to_string(), 3).await;
         passages.retain(|p| self.allowed(p));
         // weak matches next to a strong one are noise, not sources
         let best = passages.first().map_or(0.0, |p| p.score);
@@ -468,7 +478,7 @@ impl PlanExecuteReflect for Research<'_> {
         _try_no: u32,
     ) -> SubAnswer {
         let Some(model) = self.models.for_agent(&self.library.executor) else {
-            return self.floor_attempt(task);
+            return self.floor_attempt(task).await;
         };
         let agent = Agent::new(self.library.executor.clone(), self.library.tools.clone())
             .with_max_iterations(5)
@@ -519,7 +529,7 @@ impl PlanExecuteReflect for Research<'_> {
             },
             Err(e) => {
                 tracing::warn!(error = %e, "sub-task failed; using the search floor");
-                self.floor_attempt(task)
+                self.floor_attempt(task).await
             }
         }
     }

@@ -18,6 +18,8 @@ pub struct FlowConfig {
     pub default_form: Option<String>,
     /// The help-desk's knowledge base; without one the help-desk flow is not offered.
     pub kb: Option<Arc<KnowledgeBase>>,
+    /// The help-desk's search by meaning (`[llm] embeddings_model`).
+    pub meaning: Option<Arc<crate::kb::Semantic>>,
     /// The book catalogue; with it the reading flow is offered.
     pub catalogue: Option<Arc<reading::catalogue::Catalogue>>,
     /// The web search (`[search]`): the BookGuide's `web_search`, and the help-desk's too
@@ -43,7 +45,10 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
         )),
     ];
     if let Some(kb) = &config.kb {
-        let mut helpdesk = helpdesk::HelpdeskFlow::new(kb.clone());
+        let mut helpdesk = helpdesk::HelpdeskFlow::new(crate::kb::KbSearch {
+            kb: kb.clone(),
+            meaning: config.meaning.clone(),
+        });
         if let (Some(web), true) = (&config.web, config.web_for_helpdesk) {
             helpdesk = helpdesk.with_web(web.clone());
         }

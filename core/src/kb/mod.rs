@@ -31,9 +31,11 @@ use tantivy::{Index, IndexReader, TantivyDocument, Term};
 use vocabulary::{CJK_STOP_BIGRAMS, EN_STOP_WORDS, SYNONYMS};
 
 pub mod japanese;
+mod semantic;
 mod vocabulary;
 
 pub use japanese::Morphology;
+pub use semantic::{KbSearch, Semantic};
 
 /// A passage found by a search.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -67,13 +69,20 @@ pub enum KbError {
     Index(#[from] tantivy::TantivyError),
     #[error("the Japanese dictionary cannot be used: {0}")]
     Dictionary(String),
+    #[error("passages could not be embedded: {0}")]
+    Embeddings(#[from] crate::llm::ModelError),
+    #[error("passage vectors could not be read or kept: {0}")]
+    Vectors(crate::store::StoreError),
+    #[error(
+        "the embeddings model {model:?} finds a passage by its own heading for {found} % of headings (80 % needed): its vectors are not used"
+    )]
+    WeakEmbeddings { model: String, found: u32 },
 }
 
 #[derive(Clone, Copy)]
 struct Fields {
-    path: Field,
-    heading: Field,
-    text: Field,
+    /// The passage's place in [`Indexed::sections`].
+    ord: Field,
     en: Field,
     cjk: Field,
     head_en: Field,
@@ -81,11 +90,18 @@ struct Fields {
     /// The base forms of Japanese words ([`Morphology`]), when there is a dictionary.
     ja: Field,
     head_ja: Field,
-    /// The passage's search tokens ([`tokens`]), one per line: worked out once, at
-    /// indexing, for [`coverage`].
-    words: Field,
-    /// "1" for a document's title passage (its overview).
-    overview: Field,
+}
+
+/// A passage as indexed.
+struct Section {
+    /// Relative to the knowledge-base folder, with `/` separators.
+    path: String,
+    heading: String,
+    text: String,
+    /// Its search tokens ([`tokens`]): worked out once, at indexing, for [`coverage`].
+    words: Vec<String>,
+    /// A document's title passage (its overview).
+    overview: bool,
 }
 
 struct Indexed {
@@ -94,7 +110,8 @@ struct Indexed {
     fields: Fields,
     fingerprint: Vec<(PathBuf, u64, Option<SystemTime>)>,
     documents: BTreeMap<String, String>,
-    passages: usize,
+    /// Every passage, by its `ord`.
+    sections: Vec<Section>,
     /// Each file as indexed, by path.
     listing: Vec<DocumentInfo>,
     built_at: chrono::DateTime<chrono::Utc>,
@@ -333,19 +350,15 @@ pub fn split_passages(name: &str, content: &str, markdown: bool) -> Vec<(String,
 }
 
 /// One passage as the index holds it: its text for each analyzer, the heading counting
-/// double, and the words [`coverage`] reads.
+/// double; and the words [`coverage`] reads.
 fn passage_document(
     index: &Index,
     fields: Fields,
     morphology: Option<&Morphology>,
-    path: &str,
     heading: &str,
     text: &str,
-) -> Result<TantivyDocument, KbError> {
+) -> Result<(TantivyDocument, Vec<String>), KbError> {
     let mut doc = TantivyDocument::default();
-    doc.add_text(fields.path, path);
-    doc.add_text(fields.heading, heading);
-    doc.add_text(fields.text, text);
     let searchable = format!("{heading}\n{text}");
     doc.add_text(fields.en, &searchable);
     doc.add_text(fields.cjk, cjk_only(&searchable));
@@ -364,8 +377,7 @@ fn passage_document(
             }
         }
     }
-    doc.add_text(fields.words, words.join("\n"));
-    Ok(doc)
+    Ok((doc, words))
 }
 
 fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbError> {
@@ -378,17 +390,13 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         )
     };
     let fields = Fields {
-        path: schema.add_text_field("path", STORED),
-        heading: schema.add_text_field("heading", STORED),
-        text: schema.add_text_field("text", STORED),
+        ord: schema.add_u64_field("ord", STORED),
         en: schema.add_text_field("en", indexed("kb_en")),
         cjk: schema.add_text_field("cjk", indexed("kb_cjk")),
         head_en: schema.add_text_field("head_en", indexed("kb_en")),
         head_cjk: schema.add_text_field("head_cjk", indexed("kb_cjk")),
         ja: schema.add_text_field("ja", indexed("kb_ja")),
         head_ja: schema.add_text_field("head_ja", indexed("kb_ja")),
-        words: schema.add_text_field("words", STORED),
-        overview: schema.add_text_field("overview", STORED),
     };
     let index = Index::create_in_ram(schema.build());
     let en = TextAnalyzer::builder(SimpleTokenizer::default())
@@ -416,10 +424,10 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
     };
     let mut writer = index.writer_with_num_threads(1, 15_000_000)?;
     let mut documents = BTreeMap::new();
-    let mut passages = 0;
+    let mut sections: Vec<Section> = Vec::new();
     let mut listing = Vec::new();
     for path in &paths {
-        let before = passages;
+        let before = sections.len();
         let content = std::fs::read_to_string(path).map_err(|source| KbError::Io {
             path: path.display().to_string(),
             source,
@@ -437,17 +445,20 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
             .unwrap_or_default();
         let markdown = path.extension().is_some_and(|e| e == "md");
         for (heading, text) in split_passages(&name, &content, markdown) {
-            let overview = is_title(&content, &heading);
-            let mut doc = passage_document(&index, fields, morphology, &rel, &heading, &text)?;
-            if overview {
-                doc.add_text(fields.overview, "1");
-            }
+            let (mut doc, words) = passage_document(&index, fields, morphology, &heading, &text)?;
+            doc.add_u64(fields.ord, sections.len() as u64);
             writer.add_document(doc)?;
-            passages += 1;
+            sections.push(Section {
+                path: rel.clone(),
+                overview: is_title(&content, &heading),
+                heading,
+                text,
+                words,
+            });
         }
         listing.push(DocumentInfo {
             path: rel.clone(),
-            passages: passages - before,
+            passages: sections.len() - before,
             bytes: content.len(),
             modified: std::fs::metadata(path)
                 .and_then(|m| m.modified())
@@ -468,7 +479,7 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         listing,
         built_at: chrono::Utc::now(),
         documents,
-        passages,
+        sections,
     })
 }
 
@@ -531,124 +542,90 @@ impl KnowledgeBase {
         (i.built_at, i.listing.clone())
     }
 
+    /// When the index in use was built.
+    pub fn built_at(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .built_at
+    }
+
     /// `(files, passages)` indexed.
     pub fn stats(&self) -> (usize, usize) {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        (i.documents.len(), i.passages)
+        (i.documents.len(), i.sections.len())
     }
 
     /// The best `k` passages for `query` (English words and Japanese text alike), in the
     /// question's language when it has any (see the module).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let question = self.question(&i, query)?;
+        let found = lexical(&i, &question)?;
+        Ok(best_in_language(
+            found.into_iter().map(|(_, p)| p).collect(),
+            query,
+            k,
+        ))
+    }
+
+    /// What [`Semantic`] embeds: each passage's heading and text, by its place in the index,
+    /// and when the index was built (vectors of another build do not apply to it).
+    pub fn passages_to_embed(&self) -> (chrono::DateTime<chrono::Utc>, Vec<(String, String)>) {
+        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let passages = i
+            .sections
+            .iter()
+            .map(|s| (s.heading.clone(), s.text.clone()))
+            .collect();
+        (i.built_at, passages)
+    }
+
+    /// [`Self::search`] with meaning: `similarity[n]` is the cosine similarity of passage
+    /// `n` of the index built at `built_at` to the question, ranked beside BM25 (the share
+    /// of the question a passage meets and how far its meaning stands out above the other
+    /// passages', half each); from `alone_at` a passage may be found by meaning alone. Similarities of
+    /// another build are not used: BM25 alone answers.
+    pub fn search_by_meaning(
+        &self,
+        query: &str,
+        k: usize,
+        built_at: chrono::DateTime<chrono::Utc>,
+        similarity: &[f32],
+        alone_at: f32,
+    ) -> Result<Vec<Passage>, KbError> {
+        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let question = self.question(&i, query)?;
+        let found = lexical(&i, &question)?;
+        if i.built_at != built_at || similarity.len() != i.sections.len() {
+            return Ok(best_in_language(
+                found.into_iter().map(|(_, p)| p).collect(),
+                query,
+                k,
+            ));
+        }
+        Ok(fuse(&i, &question, found, (similarity, alone_at), k))
+    }
+
+    /// What a search needs to know of `query`: its tokens, the synonym groups it names,
+    /// its base forms and its units of meaning.
+    fn question<'q>(&self, i: &Indexed, query: &'q str) -> Result<Question<'q>, KbError> {
         let own = tokens(&i.index, i.fields, query)?;
         // the synonym groups the question names, with their words' tokens
-        let groups = synonym_groups(&i, query)?;
+        let groups = synonym_groups(i, query)?;
         let lemmas = self
             .morphology
             .as_deref()
             .filter(|_| query.chars().any(is_cjk))
             .map(|m| m.lemmas(query));
-        let units = units(&i, query, &groups, lemmas.as_deref())?;
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let mut add = |token: &str, en: bool, weight: f32| {
-            let (body, head) = if en {
-                (i.fields.en, i.fields.head_en)
-            } else {
-                (i.fields.cjk, i.fields.head_cjk)
-            };
-            for (field, boost) in [(body, weight), (head, weight * 2.0)] {
-                let term = Term::from_field_text(field, token);
-                clauses.push((
-                    Occur::Should,
-                    Box::new(BoostQuery::new(
-                        Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
-                        boost,
-                    )),
-                ));
-            }
-        };
-        for token in &own {
-            add(token, !is_cjk_token(token), 1.0);
-        }
-        for token in groups
-            .iter()
-            .flat_map(|g| &g.tokens)
-            .filter(|t| !own.contains(t))
-        {
-            add(token, true, 0.6);
-        }
-        // the base forms of the question's Japanese words weigh more than character pairs
-        for lemma in lemmas.iter().flatten().filter(|l| l.chars().any(is_cjk)) {
-            for (field, boost) in [(i.fields.ja, 1.5), (i.fields.head_ja, 3.0)] {
-                clauses.push((
-                    Occur::Should,
-                    Box::new(BoostQuery::new(
-                        Box::new(TermQuery::new(
-                            Term::from_field_text(field, lemma),
-                            IndexRecordOption::WithFreqs,
-                        )),
-                        boost,
-                    )),
-                ));
-            }
-        }
-        // a Japanese synonym as a whole word: the phrase of its bigrams
-        for member in groups
-            .iter()
-            .flat_map(|g| g.members.iter())
-            .filter(|m| !m.is_ascii())
-        {
-            let chars: Vec<char> = member.chars().collect();
-            let bigrams: Vec<String> = chars.windows(2).map(|w| w.iter().collect()).collect();
-            for (field, boost) in [(i.fields.cjk, 0.6), (i.fields.head_cjk, 1.2)] {
-                let query: Box<dyn Query> = match bigrams.len() {
-                    0 => continue,
-                    1 => Box::new(TermQuery::new(
-                        Term::from_field_text(field, &bigrams[0]),
-                        IndexRecordOption::WithFreqs,
-                    )),
-                    _ => Box::new(PhraseQuery::new(
-                        bigrams
-                            .iter()
-                            .map(|b| Term::from_field_text(field, b))
-                            .collect(),
-                    )),
-                };
-                clauses.push((Occur::Should, Box::new(BoostQuery::new(query, boost))));
-            }
-        }
-        if clauses.is_empty() {
-            return Ok(Vec::new());
-        }
-        let searcher = i.reader.searcher();
-        let top = searcher.search(
-            &BooleanQuery::new(clauses),
-            &TopDocs::with_limit(20).order_by_score(),
-        )?;
-        let mut found = Vec::new();
-        for (score, address) in top {
-            let doc: TantivyDocument = searcher.doc(address)?;
-            let get = |f: Field| {
-                doc.get_first(f)
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            };
-            let (heading, text) = (get(i.fields.heading), get(i.fields.text));
-            let whole = format!("{heading}\n{text}");
-            let stored = get(i.fields.words);
-            let words: Vec<String> = stored.lines().map(str::to_string).collect();
-            let overview = get(i.fields.overview) == "1";
-            found.push(Passage {
-                path: get(i.fields.path),
-                coverage: coverage(&units, &groups, &words, &whole),
-                heading,
-                text,
-                // a document's overview ranks after a section that matches as well
-                score: if overview { score * 0.5 } else { score },
-            });
-        }
-        Ok(best_in_language(found, query, k))
+        let units = units(i, query, &groups, lemmas.as_deref())?;
+        Ok(Question {
+            text: query,
+            own,
+            groups,
+            lemmas,
+            units,
+        })
     }
 
     /// A whole indexed document by its relative path.
@@ -656,6 +633,228 @@ impl KnowledgeBase {
         let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
         i.documents.get(path.trim_start_matches("./")).cloned()
     }
+}
+
+/// A question as a search sees it ([`KnowledgeBase::search`]).
+struct Question<'q> {
+    text: &'q str,
+    /// Its search tokens.
+    own: Vec<String>,
+    groups: Vec<Group>,
+    /// The base forms of its Japanese words, with a dictionary.
+    lemmas: Option<Vec<String>>,
+    units: Vec<Unit>,
+}
+
+/// Passage `ord` as found for `q`, with `score`.
+fn found_passage(i: &Indexed, q: &Question, ord: usize, score: f32) -> Passage {
+    let s = &i.sections[ord];
+    let whole = format!("{}\n{}", s.heading, s.text);
+    Passage {
+        path: s.path.clone(),
+        heading: s.heading.clone(),
+        text: s.text.clone(),
+        coverage: coverage(&q.units, &q.groups, &s.words, &whole),
+        score,
+    }
+}
+
+/// The best 20 passages for `q` by BM25, with their places in the index.
+fn lexical(i: &Indexed, q: &Question) -> Result<Vec<(usize, Passage)>, KbError> {
+    let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+    let mut add = |token: &str, en: bool, weight: f32| {
+        let (body, head) = if en {
+            (i.fields.en, i.fields.head_en)
+        } else {
+            (i.fields.cjk, i.fields.head_cjk)
+        };
+        for (field, boost) in [(body, weight), (head, weight * 2.0)] {
+            let term = Term::from_field_text(field, token);
+            clauses.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
+                    boost,
+                )),
+            ));
+        }
+    };
+    for token in &q.own {
+        add(token, !is_cjk_token(token), 1.0);
+    }
+    for token in q
+        .groups
+        .iter()
+        .flat_map(|g| &g.tokens)
+        .filter(|t| !q.own.contains(t))
+    {
+        add(token, true, 0.6);
+    }
+    // the base forms of the question's Japanese words weigh more than character pairs
+    for lemma in q.lemmas.iter().flatten().filter(|l| l.chars().any(is_cjk)) {
+        for (field, boost) in [(i.fields.ja, 1.5), (i.fields.head_ja, 3.0)] {
+            clauses.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(field, lemma),
+                        IndexRecordOption::WithFreqs,
+                    )),
+                    boost,
+                )),
+            ));
+        }
+    }
+    // a Japanese synonym as a whole word: the phrase of its bigrams
+    for member in q
+        .groups
+        .iter()
+        .flat_map(|g| g.members.iter())
+        .filter(|m| !m.is_ascii())
+    {
+        let chars: Vec<char> = member.chars().collect();
+        let bigrams: Vec<String> = chars.windows(2).map(|w| w.iter().collect()).collect();
+        for (field, boost) in [(i.fields.cjk, 0.6), (i.fields.head_cjk, 1.2)] {
+            let query: Box<dyn Query> = match bigrams.len() {
+                0 => continue,
+                1 => Box::new(TermQuery::new(
+                    Term::from_field_text(field, &bigrams[0]),
+                    IndexRecordOption::WithFreqs,
+                )),
+                _ => Box::new(PhraseQuery::new(
+                    bigrams
+                        .iter()
+                        .map(|b| Term::from_field_text(field, b))
+                        .collect(),
+                )),
+            };
+            clauses.push((Occur::Should, Box::new(BoostQuery::new(query, boost))));
+        }
+    }
+    if clauses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let searcher = i.reader.searcher();
+    let top = searcher.search(
+        &BooleanQuery::new(clauses),
+        &TopDocs::with_limit(20).order_by_score(),
+    )?;
+    let mut found = Vec::new();
+    for (score, address) in top {
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let Some(ord) = doc
+            .get_first(i.fields.ord)
+            .and_then(|v| v.as_u64())
+            .map(|o| o as usize)
+            .filter(|o| *o < i.sections.len())
+        else {
+            continue;
+        };
+        // a document's overview ranks after a section that matches as well
+        let score = if i.sections[ord].overview {
+            score * 0.5
+        } else {
+            score
+        };
+        found.push((ord, found_passage(i, q, ord, score)));
+    }
+    Ok(found)
+}
+
+/// The weight of meaning against words in a ranking with embeddings.
+const MEANING_WEIGHT: f32 = 0.5;
+
+/// How far above the mean similarity of the passages (in standard deviations) a passage
+/// that shares no word with the question may stand to be found by meaning alone (besides
+/// a similarity the model itself reaches between a heading and its passage).
+const MEANING_ALONE: f32 = 2.0;
+
+/// Standing out this far (in standard deviations) in meaning is full marks.
+const MEANING_FULL: f32 = 3.0;
+
+/// BM25's passages (`lexical`) and the passages closest in meaning, ranked together.
+///
+/// Only passages in one language take part: the question's, unless the other's meet more
+/// of its words (as [`best_in_language`] decides), or the base has none in it. Words count
+/// as the share of the question a passage meets (its coverage, with BM25's score relative
+/// to the best as a tie-break); meaning as the passage's similarity in standard deviations
+/// above the mean of all passages ([`MEANING_FULL`] and more: full marks), so a question nothing
+/// answers, close to every passage alike, finds nothing by meaning. A passage that shares
+/// no word with the question is kept only when its meaning stands out ([`MEANING_ALONE`])
+/// or its similarity reaches `alone_at` (the model's own scale, learnt from the passages:
+/// a base of a few passages has too few for standard deviations).
+/// `Passage::score` is the combined score, 0–1.
+fn fuse(
+    i: &Indexed,
+    q: &Question,
+    lexical: Vec<(usize, Passage)>,
+    (similarity, alone_at): (&[f32], f32),
+    k: usize,
+) -> Vec<Passage> {
+    // the language words chose (the question's, unless the other's passages meet more of it)
+    let asked_in_japanese = q.text.chars().any(is_cjk);
+    let best_coverage = |japanese: bool| {
+        lexical
+            .iter()
+            .filter(|(o, _)| i.sections[*o].text.chars().any(is_cjk) == japanese)
+            .map(|(_, p)| p.coverage)
+            .fold(0.0f32, f32::max)
+    };
+    let japanese = if best_coverage(!asked_in_japanese) > best_coverage(asked_in_japanese) {
+        !asked_in_japanese
+    } else {
+        asked_in_japanese
+    };
+    let in_language = |s: &Section| s.text.chars().any(is_cjk) == japanese;
+    let any = i.sections.iter().any(in_language);
+    let eligible: Vec<bool> = i.sections.iter().map(|s| !any || in_language(s)).collect();
+    let pool: Vec<f32> = (0..similarity.len())
+        .filter(|&o| eligible[o])
+        .map(|o| similarity[o])
+        .collect();
+    if pool.is_empty() {
+        return Vec::new();
+    }
+    let mean = pool.iter().sum::<f32>() / pool.len() as f32;
+    let spread = (pool.iter().map(|s| (s - mean).powi(2)).sum::<f32>() / pool.len() as f32).sqrt();
+    let stands_out = |o: usize| {
+        if spread > 1e-6 {
+            (similarity[o] - mean) / spread
+        } else {
+            0.0
+        }
+    };
+    let best_bm25 = lexical.iter().map(|(_, p)| p.score).fold(0.0f32, f32::max);
+    let mut candidates: BTreeMap<usize, Passage> =
+        lexical.into_iter().filter(|(o, _)| eligible[*o]).collect();
+    let alone = |o: usize| stands_out(o) >= MEANING_ALONE || similarity[o] >= alone_at;
+    for o in (0..similarity.len()).filter(|&o| eligible[o]) {
+        if alone(o) && !candidates.contains_key(&o) {
+            candidates.insert(o, found_passage(i, q, o, 0.0));
+        }
+    }
+    let mut ranked: Vec<Passage> = candidates
+        .into_iter()
+        .filter(|(o, p)| p.coverage > 0.0 || alone(*o))
+        .map(|(o, mut p)| {
+            let bm25 = if best_bm25 > 0.0 {
+                p.score / best_bm25
+            } else {
+                0.0
+            };
+            let words = 0.8 * p.coverage + 0.2 * bm25;
+            let mut meaning = (stands_out(o) / MEANING_FULL).clamp(0.0, 1.0);
+            // an overview is close to every question about its document: a section first
+            if i.sections[o].overview {
+                meaning *= 0.5;
+            }
+            p.score = (1.0 - MEANING_WEIGHT) * words + MEANING_WEIGHT * meaning;
+            p
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+    ranked.truncate(k.clamp(1, 20));
+    ranked
 }
 
 /// The synonym groups `query` names, with the tokens of their English words.

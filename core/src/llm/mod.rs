@@ -196,6 +196,16 @@ impl ModelError {
     }
 }
 
+/// A model that turns texts into vectors (`[llm] embeddings_model`): the knowledge base
+/// ranks passages by meaning with it ([`crate::kb::Semantic`]).
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// The model's name (vectors of different models are never compared).
+    fn model(&self) -> &str;
+    /// One vector per text, in order, all of one length.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ModelError>;
+}
+
 /// A chat model. Held as `Arc<dyn ChatModel>`; wrappers (tracing, breakers) implement it too.
 #[async_trait]
 pub trait ChatModel: Send + Sync {

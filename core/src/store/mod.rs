@@ -633,7 +633,8 @@ pub trait Staff: Send + Sync {
     ) -> Result<Option<Decided>, StoreError>;
 }
 
-/// Answers of outside searches kept for a while (a day): per provider and query, as JSON.
+/// Answers of outside searches kept for a while (a day): per provider and query, as JSON;
+/// and the embeddings of knowledge-base passages, per model and text.
 #[async_trait]
 pub trait SearchCache: Send + Sync {
     /// The results stored for `query` at `provider` since `since`.
@@ -649,6 +650,14 @@ pub trait SearchCache: Send + Sync {
         provider: &str,
         query: &str,
         results: &str,
+    ) -> Result<(), StoreError>;
+    /// The passage vectors kept for embeddings `model`: `(text hash, little-endian f32s)`.
+    async fn passage_vectors(&self, model: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+    /// Keeps `vectors` of `model` by text hash (a hash kept already stays as it is).
+    async fn keep_passage_vectors(
+        &self,
+        model: &str,
+        vectors: &[(String, Vec<u8>)],
     ) -> Result<(), StoreError>;
 }
 

@@ -429,6 +429,15 @@ pub(crate) const CACHED_SEARCH: &str =
 pub(crate) const CACHE_SEARCH: &str = "INSERT INTO search_cache (provider, query, results, fetched_ms) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (provider, query) DO UPDATE SET results = excluded.results, fetched_ms = excluded.fetched_ms";
 
+/// The vectors of a model (`$1`).
+pub(crate) const PASSAGE_VECTORS: &str =
+    "SELECT text_hash, vector FROM passage_vectors WHERE model = $1";
+
+/// Keeps a vector (`$1` model, `$2` text hash, `$3` bytes, `$4` now in ms); another
+/// instance may have kept it first.
+pub(crate) const KEEP_PASSAGE_VECTOR: &str = "INSERT INTO passage_vectors (model, text_hash, vector, created_ms) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (model, text_hash) DO NOTHING";
+
 /// [`super::SearchCache`] for a backend: `$store` reading with its pool `$read`, writing
 /// with `$write`, its statements turned by `$sql` (SQLite's `?1`, or as written).
 macro_rules! search_cache_impl {
@@ -469,6 +478,47 @@ macro_rules! search_cache_impl {
                 .await
                 .map_err($crate::store::StoreError::db("keeping search results"))?;
                 Ok(())
+            }
+
+            async fn passage_vectors(
+                &self,
+                model: &str,
+            ) -> Result<Vec<(String, Vec<u8>)>, $crate::store::StoreError> {
+                sqlx::query_as(sqlx::AssertSqlSafe($sql(
+                    $crate::store::writes::PASSAGE_VECTORS,
+                )))
+                .bind(model)
+                .fetch_all(&self.$read)
+                .await
+                .map_err($crate::store::StoreError::db("reading passage vectors"))
+            }
+
+            async fn keep_passage_vectors(
+                &self,
+                model: &str,
+                vectors: &[(String, Vec<u8>)],
+            ) -> Result<(), $crate::store::StoreError> {
+                let now = chrono::Utc::now().timestamp_millis();
+                let mut tx = self
+                    .$write
+                    .begin()
+                    .await
+                    .map_err($crate::store::StoreError::db("keeping passage vectors"))?;
+                for (hash, vector) in vectors {
+                    sqlx::query(sqlx::AssertSqlSafe($sql(
+                        $crate::store::writes::KEEP_PASSAGE_VECTOR,
+                    )))
+                    .bind(model)
+                    .bind(hash)
+                    .bind(vector)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::store::StoreError::db("keeping passage vectors"))?;
+                }
+                tx.commit()
+                    .await
+                    .map_err($crate::store::StoreError::db("keeping passage vectors"))
             }
         }
     };

@@ -15,7 +15,7 @@ use crate::agent::research::{Library, Research};
 use crate::agent::workflow::run_workflow;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::{has_japanese, pick};
-use crate::kb::KnowledgeBase;
+use crate::kb::{KbSearch, KnowledgeBase};
 use crate::message::OptionItem;
 use crate::store::StateChange;
 use crate::store::Ticket;
@@ -35,8 +35,11 @@ pub struct HelpdeskFlow {
 }
 
 impl HelpdeskFlow {
-    pub fn new(kb: Arc<KnowledgeBase>) -> Self {
-        let library = Library::knowledge_base(ID, "a help-desk assistant for the team", kb.clone());
+    /// Answers from `search`: a knowledge base (by words), or a [`KbSearch`] with meaning.
+    pub fn new(search: impl Into<KbSearch>) -> Self {
+        let search = search.into();
+        let kb = search.kb.clone();
+        let library = Library::knowledge_base(ID, "a help-desk assistant for the team", search);
         HelpdeskFlow { kb, library }
     }
 

@@ -222,8 +222,9 @@ impl BookGuide {
                     kb,
                 }),
             ],
-            Arc::new(move |q: &str, k: usize| {
-                search_both(&floor_catalogue, floor_kb.as_deref(), q, k)
+            Arc::new(move |q: String, k: usize| {
+                let found = search_both(&floor_catalogue, floor_kb.as_deref(), &q, k);
+                Box::pin(async move { found })
             }),
         );
         BookGuide {

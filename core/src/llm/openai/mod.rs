@@ -28,7 +28,10 @@ use serde_json::Value;
 use std::time::Duration;
 use stream::{StreamEnd, read_stream};
 
+mod embeddings;
 mod stream;
+
+pub use embeddings::OpenAiEmbeddings;
 
 /// Settings of one OpenAI-compatible endpoint. The API key is passed in, never read here.
 #[derive(Debug, Clone)]

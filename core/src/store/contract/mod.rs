@@ -16,6 +16,7 @@ use console::{
 use reading::reading_data_is_stored_per_user;
 use staff::{
     a_place_is_held_by_one_person_until_handed_back,
+    passage_vectors_are_kept_per_model_and_read_by_another_instance,
     the_first_decision_stands_and_goes_with_the_submission,
 };
 
@@ -103,6 +104,7 @@ contract!(
     a_place_is_held_by_one_person_until_handed_back,
     a_console_link_works_once_and_a_session_until_it_ends,
     the_console_finds_sessions_tickets_and_readers_across_users,
+    passage_vectors_are_kept_per_model_and_read_by_another_instance,
 );
 
 fn place(chat: &str) -> SessionKey {

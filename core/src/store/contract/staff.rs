@@ -149,3 +149,40 @@ pub(super) async fn a_place_is_held_by_one_person_until_handed_back(db: Db) {
     other.close().await;
     store.close().await;
 }
+
+/// Passage vectors are kept per model and text hash, as bytes; a hash kept already stays
+/// as first kept (two instances embedding the same passage agree), and another instance
+/// reads them.
+pub(super) async fn passage_vectors_are_kept_per_model_and_read_by_another_instance(db: Db) {
+    let store = db.open().await;
+    assert!(store.passage_vectors("m").await.expect("reads").is_empty());
+    let first = vec![
+        ("h1".to_string(), vec![0u8, 0, 128, 63]),
+        ("h2".to_string(), vec![0u8, 0, 0, 64, 0, 0, 64, 64]),
+    ];
+    store
+        .keep_passage_vectors("m", &first)
+        .await
+        .expect("keeps");
+    store
+        .keep_passage_vectors("m", &[("h1".to_string(), vec![9u8, 9, 9, 9])])
+        .await
+        .expect("keeping again is no error");
+    store
+        .keep_passage_vectors("other", &[("h1".to_string(), vec![1u8, 2, 3, 4])])
+        .await
+        .expect("keeps another model's");
+    let other_instance = db.open().await;
+    let mut kept = other_instance.passage_vectors("m").await.expect("reads");
+    kept.sort();
+    assert_eq!(kept, first);
+    assert_eq!(
+        other_instance
+            .passage_vectors("other")
+            .await
+            .expect("reads"),
+        vec![("h1".to_string(), vec![1u8, 2, 3, 4])]
+    );
+    store.close().await;
+    other_instance.close().await;
+}

@@ -1,0 +1,424 @@
+//! [`Semantic`]: the knowledge base searched by meaning beside words, when the model server
+//! offers embeddings (`[llm] embeddings_model`).
+//!
+//! Each passage's heading and text is embedded once. The vectors are kept in the database
+//! per model and text (SHA-256 of what was embedded), so a restart, another instance or an
+//! unchanged file costs no call, and after a re-index only new or changed passages are
+//! sent. They are prepared in the background: the first search of a (re)built index starts
+//! it. Until they are ready, and whenever the server cannot embed a question (down, slow,
+//! garbage), BM25 answers alone: words are the floor. A preparation that failed is tried
+//! again a minute later. Questions are embedded on each search; logs never carry them.
+
+use super::{KbError, KnowledgeBase, Passage};
+use crate::llm::Embedder;
+use crate::store::SearchCache;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Texts per embeddings request.
+const BATCH: usize = 32;
+/// A passage is embedded from its first this many characters (models read a few hundred
+/// tokens).
+const EMBEDDED_CHARS: usize = 2_000;
+/// How long after a failed preparation the next one may start.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The passage vectors of one build of the index, of unit length.
+struct Vectors {
+    built_at: chrono::DateTime<chrono::Utc>,
+    unit: Vec<Vec<f32>>,
+    /// Whether meaning is used for questions in English (and other non-CJK text) and in
+    /// Japanese — where the model passed [`SELF_CHECK`] on that language's passages — and
+    /// from what similarity a passage is found by meaning alone ([`Check::alone_at`]).
+    english: Option<f32>,
+    japanese: Option<f32>,
+}
+
+pub struct Semantic {
+    embedder: Arc<dyn Embedder>,
+    cache: Option<Arc<dyn SearchCache>>,
+    ready: RwLock<Option<Arc<Vectors>>>,
+    /// One preparation at a time.
+    preparing: tokio::sync::Mutex<()>,
+    /// A preparation was started in the background and has not ended.
+    started: AtomicBool,
+    failed_at: Mutex<Option<Instant>>,
+    /// The build whose vectors failed [`SELF_CHECK`]: not tried again until the index is
+    /// rebuilt.
+    refused: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+}
+
+/// The share of headings whose own passage must be the closest in meaning, per language:
+/// a model that does worse (a chat model asked for embeddings, or an English model on
+/// Japanese) would rank passages by noise, so its vectors are not used for that language.
+const SELF_CHECK: f32 = 0.8;
+/// Headings the self-check embeds at most.
+const SELF_CHECK_HEADINGS: usize = 200;
+
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// SHA-256 of `text`, hex.
+fn text_hash(text: &str) -> String {
+    crate::store::console::token_hash(text)
+}
+
+/// What the self-check learns of a model on one language's passages.
+#[derive(Debug, Clone, Copy, Default)]
+struct Check {
+    /// The share of headings whose own passage is the closest.
+    found: f32,
+    /// The mean similarity of a heading to its own passage, and to the others.
+    own: f32,
+    other: f32,
+}
+
+impl Check {
+    /// The similarity at which a passage is close enough to a question to be found by
+    /// meaning alone: a third of the way from how close a heading is to other passages to
+    /// how close it is to its own (the model's own scale, whatever its range).
+    fn alone_at(&self) -> f32 {
+        self.other + (self.own - self.other) / 3.0
+    }
+}
+
+/// [`Check`] of `headings` (each with the passages that carry it) against `passages`
+/// (those of one language are compared).
+fn self_check(headings: &[(Vec<f32>, Vec<usize>)], passages: &[Vec<f32>], of: &[usize]) -> Check {
+    if headings.is_empty() {
+        return Check {
+            found: 1.0,
+            ..Check::default()
+        };
+    }
+    let (mut found, mut own, mut other, mut others) = (0usize, 0.0f32, 0.0f32, 0usize);
+    for (v, mine) in headings {
+        let v = unit(v.clone());
+        let best = of
+            .iter()
+            .copied()
+            .max_by(|&a, &b| dot(&passages[a], &v).total_cmp(&dot(&passages[b], &v)));
+        if best.is_some_and(|b| mine.contains(&b)) {
+            found += 1;
+        }
+        own += mine
+            .iter()
+            .map(|&n| dot(&passages[n], &v))
+            .fold(f32::MIN, f32::max);
+        for &n in of.iter().filter(|n| !mine.contains(n)) {
+            other += dot(&passages[n], &v);
+            others += 1;
+        }
+    }
+    let count = headings.len() as f32;
+    Check {
+        found: found as f32 / count,
+        own: own / count,
+        other: if others == 0 {
+            0.0
+        } else {
+            other / others as f32
+        },
+    }
+}
+
+impl Semantic {
+    /// Vectors from `embedder`, kept in `cache` (none: kept in memory only).
+    pub fn new(embedder: Arc<dyn Embedder>, cache: Option<Arc<dyn SearchCache>>) -> Self {
+        Semantic {
+            embedder,
+            cache,
+            ready: RwLock::new(None),
+            preparing: tokio::sync::Mutex::new(()),
+            started: AtomicBool::new(false),
+            failed_at: Mutex::new(None),
+            refused: Mutex::new(None),
+        }
+    }
+
+    /// The embeddings model.
+    pub fn model(&self) -> &str {
+        self.embedder.model()
+    }
+
+    /// One text embedded: the vectors' length, or why the server cannot give them.
+    pub async fn probe(&self) -> Result<usize, KbError> {
+        let v = self.embedder.embed(&["Kaiwa".to_string()]).await?;
+        Ok(v.first().map_or(0, Vec::len))
+    }
+
+    /// Whether the passages of `kb`'s current index have their vectors (searches use
+    /// meaning).
+    pub fn is_ready_for(&self, kb: &KnowledgeBase) -> bool {
+        self.current(kb).is_some()
+    }
+
+    fn current(&self, kb: &KnowledgeBase) -> Option<Arc<Vectors>> {
+        let built_at = kb.built_at();
+        self.ready
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|v| v.built_at == built_at)
+    }
+
+    /// The vectors of `texts`: from the database where kept, from the server for the
+    /// others (then kept); returns them with how many the server made.
+    async fn vectors(&self, texts: &[String]) -> Result<(Vec<Vec<f32>>, usize), KbError> {
+        let hashes: Vec<String> = texts.iter().map(|t| text_hash(t)).collect();
+        let mut known: HashMap<String, Vec<f32>> = HashMap::new();
+        if let Some(cache) = &self.cache {
+            for (hash, bytes) in cache
+                .passage_vectors(self.model())
+                .await
+                .map_err(KbError::Vectors)?
+            {
+                if let Some(v) = from_bytes(&bytes) {
+                    known.insert(hash, v);
+                }
+            }
+        }
+        let mut missing: Vec<usize> = (0..texts.len())
+            .filter(|&n| !known.contains_key(&hashes[n]))
+            .collect();
+        missing.dedup_by_key(|n| hashes[*n].clone());
+        for batch in missing.chunks(BATCH) {
+            let inputs: Vec<String> = batch.iter().map(|&n| texts[n].clone()).collect();
+            let vectors = self.embedder.embed(&inputs).await?;
+            let rows: Vec<(String, Vec<u8>)> = batch
+                .iter()
+                .zip(&vectors)
+                .map(|(&n, v)| (hashes[n].clone(), to_bytes(v)))
+                .collect();
+            if let Some(cache) = &self.cache {
+                cache
+                    .keep_passage_vectors(self.model(), &rows)
+                    .await
+                    .map_err(KbError::Vectors)?;
+            }
+            for (&n, v) in batch.iter().zip(vectors) {
+                known.insert(hashes[n].clone(), v);
+            }
+        }
+        let out: Vec<Vec<f32>> = hashes
+            .iter()
+            .filter_map(|h| known.get(h).cloned())
+            .collect();
+        let width = out.first().map_or(0, Vec::len);
+        if out.len() != texts.len() || out.iter().any(|v| v.len() != width) {
+            return Err(KbError::Embeddings(crate::llm::ModelError::Malformed(
+                "vectors of different lengths (was the model changed under the same name?)".into(),
+            )));
+        }
+        Ok((out, missing.len()))
+    }
+
+    /// Gives every passage of `kb`'s current index its vector (kept in the database, or
+    /// from the server) and checks, per language, that the model tells them apart (each
+    /// heading finds its own passage for 80 % of headings). Searches use meaning after it.
+    pub async fn prepare(&self, kb: &KnowledgeBase) -> Result<(), KbError> {
+        let _one = self.preparing.lock().await;
+        if self.current(kb).is_some() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let (built_at, passages) = kb.passages_to_embed();
+        let texts: Vec<String> = passages
+            .iter()
+            .map(|(heading, text)| {
+                format!("{heading}\n{text}")
+                    .chars()
+                    .take(EMBEDDED_CHARS)
+                    .collect()
+            })
+            .collect();
+        let (vectors, embedded) = self.vectors(&texts).await?;
+        let unit: Vec<Vec<f32>> = vectors.into_iter().map(unit).collect();
+        // the self-check, per language: each heading should find its own passage
+        let mut checked = [Check::default(); 2];
+        for (at, japanese) in [(0, false), (1, true)] {
+            let mut headings: Vec<(String, Vec<usize>)> = Vec::new();
+            let mut of = Vec::new();
+            for (n, (heading, text)) in passages.iter().enumerate() {
+                if text.chars().any(super::is_cjk) != japanese {
+                    continue;
+                }
+                of.push(n);
+                match headings.iter_mut().find(|(h, _)| h == heading) {
+                    Some((_, own)) => own.push(n),
+                    None if !heading.trim().is_empty() => headings.push((heading.clone(), vec![n])),
+                    None => {}
+                }
+            }
+            headings.truncate(SELF_CHECK_HEADINGS);
+            let named: Vec<String> = headings.iter().map(|(h, _)| h.clone()).collect();
+            let (heading_vectors, _) = self.vectors(&named).await?;
+            let pairs: Vec<(Vec<f32>, Vec<usize>)> = heading_vectors
+                .into_iter()
+                .zip(headings.into_iter().map(|(_, own)| own))
+                .collect();
+            checked[at] = self_check(&pairs, &unit, &of);
+        }
+        let [english, japanese] = checked.map(|c| c.found >= SELF_CHECK);
+        let pct = |found: f32| (found * 100.0).round() as u32;
+        if !english && !japanese {
+            *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(built_at);
+            return Err(KbError::WeakEmbeddings {
+                model: self.model().to_string(),
+                found: pct(checked[0].found.max(checked[1].found)),
+            });
+        }
+        tracing::info!(
+            model = self.model(),
+            passages = texts.len(),
+            embedded,
+            english_headings_found_pct = pct(checked[0].found),
+            japanese_headings_found_pct = pct(checked[1].found),
+            ms = started.elapsed().as_millis() as u64,
+            "knowledge base: passages embedded; searching by meaning too where the model tells passages apart (80 %)"
+        );
+        *self.ready.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Vectors {
+            built_at,
+            unit,
+            english: english.then(|| checked[0].alone_at()),
+            japanese: japanese.then(|| checked[1].alone_at()),
+        }));
+        Ok(())
+    }
+
+    /// Starts [`Self::prepare`] in the background unless one runs, one failed in the last
+    /// minute, or this build's vectors were refused (at start, so the first question finds
+    /// them ready).
+    pub fn prepare_in_background(self: &Arc<Self>, kb: &Arc<KnowledgeBase>) {
+        let refused =
+            *self.refused.lock().unwrap_or_else(|p| p.into_inner()) == Some(kb.built_at());
+        let recently_failed = self
+            .failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if refused || recently_failed || self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (me, kb) = (self.clone(), kb.clone());
+        tokio::spawn(async move {
+            match me.prepare(&kb).await {
+                Ok(()) => {}
+                Err(e @ KbError::WeakEmbeddings { .. }) => {
+                    tracing::warn!(model = me.model(), error = %e, "knowledge base: searching by words alone");
+                }
+                Err(e) => {
+                    tracing::warn!(model = me.model(), error = %e, "knowledge base: passages could not be embedded; searching by words alone, trying again in a minute");
+                    *me.failed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                }
+            }
+            me.started.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// The best `k` passages for `query` by words and meaning
+    /// ([`KnowledgeBase::search_by_meaning`]); by words alone while the passages' vectors
+    /// are not ready or the question cannot be embedded.
+    pub async fn search(
+        self: &Arc<Self>,
+        kb: &Arc<KnowledgeBase>,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Passage>, KbError> {
+        let Some(vectors) = self.current(kb) else {
+            self.prepare_in_background(kb);
+            return kb.search(query, k);
+        };
+        let japanese = query.chars().any(super::is_cjk);
+        let Some(alone_at) = (if japanese {
+            vectors.japanese
+        } else {
+            vectors.english
+        }) else {
+            return kb.search(query, k);
+        };
+        let width = vectors.unit.first().map_or(0, Vec::len);
+        let asked = match self.embedder.embed(&[query.to_string()]).await {
+            Ok(mut v) if v.len() == 1 && v[0].len() == width => unit(v.remove(0)),
+            Ok(_) => {
+                tracing::warn!(
+                    model = self.model(),
+                    "the question's vector is not the passages' length; searching by words alone"
+                );
+                return kb.search(query, k);
+            }
+            Err(e) => {
+                tracing::warn!(model = self.model(), error = %e, "the question could not be embedded; searching by words alone");
+                return kb.search(query, k);
+            }
+        };
+        let similarity: Vec<f32> = vectors.unit.iter().map(|p| dot(p, &asked)).collect();
+        kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
+    }
+}
+
+/// The knowledge base as the help-desk searches it: by words, and by meaning too where
+/// embeddings are configured.
+#[derive(Clone)]
+pub struct KbSearch {
+    pub kb: Arc<KnowledgeBase>,
+    pub meaning: Option<Arc<Semantic>>,
+}
+
+impl From<Arc<KnowledgeBase>> for KbSearch {
+    /// By words alone.
+    fn from(kb: Arc<KnowledgeBase>) -> Self {
+        KbSearch { kb, meaning: None }
+    }
+}
+
+impl KbSearch {
+    /// The best `k` passages for `query` ([`Semantic::search`], or
+    /// [`KnowledgeBase::search`] without embeddings).
+    pub async fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
+        match &self.meaning {
+            Some(meaning) => meaning.search(&self.kb, query, k).await,
+            None => self.kb.search(query, k),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{from_bytes, to_bytes};
+
+    #[test]
+    fn vectors_round_trip_through_bytes() {
+        let v = vec![0.5, -1.25, 3.0e-7];
+        assert_eq!(from_bytes(&to_bytes(&v)), Some(v));
+        assert_eq!(from_bytes(&[1, 2, 3]), None);
+        assert_eq!(from_bytes(&[]), None);
+    }
+}
