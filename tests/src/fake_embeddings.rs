@@ -6,7 +6,8 @@
 //! 「熱」, 「体調」), so that a paraphrase meets its passage where no word does; and 4,096
 //! dimensions of hashed words (lower weight), so that every heading finds its own passage
 //! and different texts differ. It can also answer an error status, garbage, nothing
-//! (hang), or noise (a vector that means nothing: a chat model asked for embeddings).
+//! (hang), noise (a vector that means nothing: a chat model asked for embeddings), or
+//! vectors of the ASCII text alone (a model that knows no Japanese).
 
 use axum::Router;
 use axum::extract::State;
@@ -29,6 +30,9 @@ pub enum Behaviour {
     Hang,
     /// Vectors from a hash of the text: no meaning at all.
     Noise,
+    /// Concept vectors of the ASCII text only: a model that knows no Japanese (all its
+    /// Japanese texts come out alike).
+    EnglishOnly,
 }
 
 struct Shared {
@@ -86,6 +90,13 @@ fn vector(concepts: &[Vec<String>], text: &str, behaviour: Behaviour) -> Vec<f32
             })
             .collect();
     }
+    let kept: String;
+    let text = if behaviour == Behaviour::EnglishOnly {
+        kept = text.chars().filter(char::is_ascii).collect();
+        &kept
+    } else {
+        text
+    };
     let lower = text.to_lowercase();
     let mut v = vec![0.0f32; width];
     for (n, words) in concepts.iter().enumerate() {
@@ -143,7 +154,7 @@ async fn embeddings(State(shared): State<Arc<Mutex<Shared>>>, body: String) -> R
             std::future::pending::<()>().await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
-        Behaviour::Normal | Behaviour::Noise => {
+        Behaviour::Normal | Behaviour::Noise | Behaviour::EnglishOnly => {
             let data: Vec<Value> = vectors
                 .into_iter()
                 .enumerate()

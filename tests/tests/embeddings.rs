@@ -3,8 +3,9 @@
 //! no word with its passage is found in English and Japanese, where words alone find
 //! nothing; the passages' vectors are kept in the database, so a restart embeds nothing and
 //! a changed file only its changed passage; a server failing, garbled, hanging or gone,
-//! and a model whose vectors mean nothing, leave the search by words (the floor); a
-//! question nothing answers finds nothing. Then the whole bot: a Telegram group's
+//! and a model whose vectors mean nothing, leave the search by words (the floor); a model
+//! that knows no Japanese is used for English questions only; a question nothing answers
+//! finds nothing. Then the whole bot: a Telegram group's
 //! help-desk answers a paraphrase from the right passage.
 
 use kaiwa_core::kb::{KbError, KbSearch, KnowledgeBase, Semantic};
@@ -275,6 +276,33 @@ async fn vectors_that_mean_nothing_are_not_used() {
     assert_eq!(
         meaning.search(&s.kb, question, 3).await.expect("search"),
         s.kb.search(question, 3).expect("search")
+    );
+    s.store.close().await;
+}
+
+#[tokio::test]
+async fn a_model_that_knows_no_japanese_is_used_for_english_questions_only() {
+    let s = setup().await;
+    let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
+    fake.set(Behaviour::EnglishOnly);
+    let meaning = semantic(&fake, Some(s.store.clone()), Duration::from_secs(5));
+    meaning
+        .prepare(&s.kb)
+        .await
+        .expect("English passages told apart");
+    let found = meaning.search(&s.kb, FEVER, 3).await.expect("search");
+    assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
+    let asked = fake.inputs().len();
+    let found = meaning.search(&s.kb, FEVER_JA, 3).await.expect("search");
+    assert_eq!(
+        found,
+        s.kb.search(FEVER_JA, 3).expect("search"),
+        "words alone"
+    );
+    assert_eq!(
+        fake.inputs().len(),
+        asked,
+        "a Japanese question is not embedded"
     );
     s.store.close().await;
 }

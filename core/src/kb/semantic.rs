@@ -91,7 +91,7 @@ fn text_hash(text: &str) -> String {
 }
 
 /// What the self-check learns of a model on one language's passages.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Check {
     /// The share of headings whose own passage is the closest.
     found: f32,
@@ -109,15 +109,9 @@ impl Check {
     }
 }
 
-/// [`Check`] of `headings` (each with the passages that carry it) against `passages`
-/// (those of one language are compared).
+/// [`Check`] of `headings` (at least one, each with the passages that carry it) against
+/// `passages` (those of one language, `of`, are compared).
 fn self_check(headings: &[(Vec<f32>, Vec<usize>)], passages: &[Vec<f32>], of: &[usize]) -> Check {
-    if headings.is_empty() {
-        return Check {
-            found: 1.0,
-            ..Check::default()
-        };
-    }
     let (mut found, mut own, mut other, mut others) = (0usize, 0.0f32, 0.0f32, 0usize);
     for (v, mine) in headings {
         let v = unit(v.clone());
@@ -189,11 +183,9 @@ impl Semantic {
             .filter(|v| v.built_at == built_at)
     }
 
-    /// The vectors of `texts`: from the database where kept, from the server for the
-    /// others (then kept); returns them with how many the server made.
-    async fn vectors(&self, texts: &[String]) -> Result<(Vec<Vec<f32>>, usize), KbError> {
-        let hashes: Vec<String> = texts.iter().map(|t| text_hash(t)).collect();
-        let mut known: HashMap<String, Vec<f32>> = HashMap::new();
+    /// The vectors the database keeps for this model, by text hash.
+    async fn kept(&self) -> Result<HashMap<String, Vec<f32>>, KbError> {
+        let mut known = HashMap::new();
         if let Some(cache) = &self.cache {
             for (hash, bytes) in cache
                 .passage_vectors(self.model())
@@ -205,6 +197,18 @@ impl Semantic {
                 }
             }
         }
+        Ok(known)
+    }
+
+    /// The vectors of `texts`: from `known` (what the database keeps), from the server for
+    /// the others (then kept, and added to `known`); returns them with how many the server
+    /// made.
+    async fn vectors(
+        &self,
+        texts: &[String],
+        known: &mut HashMap<String, Vec<f32>>,
+    ) -> Result<(Vec<Vec<f32>>, usize), KbError> {
+        let hashes: Vec<String> = texts.iter().map(|t| text_hash(t)).collect();
         let mut missing: Vec<usize> = (0..texts.len())
             .filter(|&n| !known.contains_key(&hashes[n]))
             .collect();
@@ -259,10 +263,11 @@ impl Semantic {
                     .collect()
             })
             .collect();
-        let (vectors, embedded) = self.vectors(&texts).await?;
+        let mut known = self.kept().await?;
+        let (vectors, embedded) = self.vectors(&texts, &mut known).await?;
         let unit: Vec<Vec<f32>> = vectors.into_iter().map(unit).collect();
         // the self-check, per language: each heading should find its own passage
-        let mut checked = [Check::default(); 2];
+        let mut checked: [Option<Check>; 2] = [None; 2];
         for (at, japanese) in [(0, false), (1, true)] {
             let mut headings: Vec<(String, Vec<usize>)> = Vec::new();
             let mut of = Vec::new();
@@ -279,36 +284,40 @@ impl Semantic {
             }
             headings.truncate(SELF_CHECK_HEADINGS);
             let named: Vec<String> = headings.iter().map(|(h, _)| h.clone()).collect();
-            let (heading_vectors, _) = self.vectors(&named).await?;
+            if named.is_empty() {
+                continue;
+            }
+            let (heading_vectors, _) = self.vectors(&named, &mut known).await?;
             let pairs: Vec<(Vec<f32>, Vec<usize>)> = heading_vectors
                 .into_iter()
                 .zip(headings.into_iter().map(|(_, own)| own))
                 .collect();
-            checked[at] = self_check(&pairs, &unit, &of);
+            checked[at] = Some(self_check(&pairs, &unit, &of));
         }
-        let [english, japanese] = checked.map(|c| c.found >= SELF_CHECK);
-        let pct = |found: f32| (found * 100.0).round() as u32;
-        if !english && !japanese {
+        // meaning for a language whose passages the model tells apart
+        let [english, japanese] = checked.map(|c| c.filter(|c| c.found >= SELF_CHECK));
+        let pct = |c: Option<Check>| c.map_or(0, |c| (c.found * 100.0).round() as u32);
+        if checked.iter().any(Option::is_some) && english.is_none() && japanese.is_none() {
             *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(built_at);
             return Err(KbError::WeakEmbeddings {
                 model: self.model().to_string(),
-                found: pct(checked[0].found.max(checked[1].found)),
+                found: pct(checked[0]).max(pct(checked[1])),
             });
         }
         tracing::info!(
             model = self.model(),
             passages = texts.len(),
             embedded,
-            english_headings_found_pct = pct(checked[0].found),
-            japanese_headings_found_pct = pct(checked[1].found),
+            english_headings_found_pct = pct(checked[0]),
+            japanese_headings_found_pct = pct(checked[1]),
             ms = started.elapsed().as_millis() as u64,
             "knowledge base: passages embedded; searching by meaning too where the model tells passages apart (80 %)"
         );
         *self.ready.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Vectors {
             built_at,
             unit,
-            english: english.then(|| checked[0].alone_at()),
-            japanese: japanese.then(|| checked[1].alone_at()),
+            english: english.map(|c| c.alone_at()),
+            japanese: japanese.map(|c| c.alone_at()),
         }));
         Ok(())
     }
