@@ -49,6 +49,9 @@ pub struct TurnContext<'a> {
     /// For a new session: the argument it was started with (`/interview engineer`,
     /// `kaiwa chat interview --form engineer`).
     pub start_arg: Option<&'a str>,
+    /// For a new session, when known: whether a conversation of the user's in this place
+    /// ended before (`Some(false)`: there is none to resume, no need to look).
+    pub ended_before: Option<bool>,
 }
 
 impl TurnContext<'_> {

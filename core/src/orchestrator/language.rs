@@ -63,7 +63,7 @@ impl Orchestrator {
         session: &mut SessionRecord,
         follows_written: bool,
         incoming: &Incoming,
-        handed: Option<String>,
+        (handed, chosen): (Option<String>, Option<Option<String>>),
     ) -> Option<String> {
         if session.language.is_some() {
             return None;
@@ -76,9 +76,11 @@ impl Orchestrator {
             session.language = Some(handed);
         } else if written == Some("ja") {
             detected = Some("ja".into());
-        } else if let Some(chosen) = match new {
-            true => self.profile_language(&session.key).await,
-            false => None,
+        } else if let Some(chosen) = match (new, chosen) {
+            // read with the turn's load, or now
+            (true, Some(loaded)) => loaded,
+            (true, None) => self.profile_language(&session.key).await,
+            (false, _) => None,
         } {
             session.language = Some(chosen);
         } else if let Some(found) = written.or(app) {

@@ -51,6 +51,8 @@ impl Orchestrator {
             duplicate,
             session: active,
             history,
+            chosen_language,
+            ended_before,
         } = self
             .store
             .load_for_turn(&key, &incoming.message_id, HISTORY_LIMIT)
@@ -64,6 +66,8 @@ impl Orchestrator {
         {
             return Ok(report);
         }
+        // what a conversation that starts needs, read with the load when none was active
+        let starting = active.is_none().then_some((chosen_language, ended_before));
         if let Some(hold) = self.hold_at(&key).await {
             // a person holds the conversation: the agent stays silent
             return self.relay_to_staff(&incoming, active, hold, outbox).await;
@@ -88,9 +92,10 @@ impl Orchestrator {
                 &mut session,
                 flow.follows_written_language(),
                 &incoming,
-                handed_language,
+                (handed_language, starting.as_ref().map(|s| s.0.clone())),
             )
             .await;
+        let ended_before = starting.map(|s| s.1).filter(|_| session.is_new());
         // the history belongs to the session that runs, not to one it replaces
         let history = match history_of == Some(session.id) && !session.is_new() {
             true => history,
@@ -102,7 +107,14 @@ impl Orchestrator {
             streaming,
             ledger,
         } = self
-            .run_flow(&flow, &session, &incoming, &history, input, outbox)
+            .run_flow(
+                &flow,
+                (&session, ended_before),
+                &incoming,
+                &history,
+                input,
+                outbox,
+            )
             .await;
         let mut output = match result {
             Ok(output) => output,
@@ -227,7 +239,7 @@ impl Orchestrator {
     async fn run_flow(
         &self,
         flow: &Arc<dyn Flow>,
-        session: &SessionRecord,
+        (session, ended_before): (&SessionRecord, Option<bool>),
         incoming: &Incoming,
         history: &[StoredMessage],
         input: TurnInput,
@@ -253,6 +265,7 @@ impl Orchestrator {
             ledger: &ledger,
             store: self.store.as_ref(),
             start_arg,
+            ended_before,
         };
         let work = async {
             match input {

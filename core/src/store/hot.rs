@@ -151,6 +151,7 @@ impl HotSessions {
             duplicate: false,
             session: Some(hot.session.clone()),
             history: hot.history.iter().skip(skip).cloned().collect(),
+            ..TurnLoad::default()
         })
     }
 

@@ -362,6 +362,12 @@ pub struct TurnLoad {
     pub session: Option<SessionRecord>,
     /// The active session's last messages, oldest first.
     pub history: Vec<StoredMessage>,
+    /// Without an active session (read in the same round trip, for the conversation that
+    /// starts): the language the user chose with `/lang` (their profile's latest)...
+    pub chosen_language: Option<String>,
+    /// ... and whether a conversation of theirs in this place ended before (only then
+    /// is there one to resume).
+    pub ended_before: bool,
 }
 
 /// A platform update marked as processed by the commit that handles it.
@@ -675,8 +681,9 @@ pub trait Store: Reads + Inbox + Leases + Staff + SearchCache + console::Console
         message_id: &str,
     ) -> Result<bool, StoreError>;
     /// What a turn needs first: whether `message_id` was processed in the key's chat, the
-    /// key's active session and its last `history` messages. Implementations answer it in
-    /// one round trip.
+    /// key's active session and its last `history` messages, or without one what a new
+    /// conversation needs ([`TurnLoad::chosen_language`], [`TurnLoad::ended_before`]).
+    /// Implementations answer it in one round trip.
     async fn load_for_turn(
         &self,
         key: &SessionKey,

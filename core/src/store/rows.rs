@@ -145,6 +145,12 @@ pub(crate) fn turn_load_from_row(
     {
         return Ok(TurnLoad {
             duplicate,
+            chosen_language: row
+                .maybe_text("chosen_language")
+                .map_err(|e| corrupt("profile language", e))?,
+            ended_before: row
+                .flag("ended_before")
+                .map_err(|e| corrupt("ended sessions", e))?,
             ..Default::default()
         });
     }
@@ -173,6 +179,7 @@ pub(crate) fn turn_load_from_row(
         duplicate,
         session: Some(session),
         history,
+        ..TurnLoad::default()
     })
 }
 

@@ -40,6 +40,9 @@ impl InterviewFlow {
         ctx: &TurnContext<'_>,
         form_id: &str,
     ) -> Result<Option<(i64, InterviewState, Option<OptionsRequest>)>, FlowError> {
+        if ctx.ended_before == Some(false) {
+            return Ok(None);
+        }
         let Some(old) = ctx
             .store
             .last_finished_session(&ctx.session.key, ID)

@@ -532,15 +532,46 @@ async fn every_kind_of_row_is_written(db: Db) {
 
 async fn ending_a_session_frees_the_place(db: Db) {
     let store = db.open().await;
+    // a place never used: nothing chosen, nothing ended
+    let fresh = store
+        .load_for_turn(&place("c1"), "m0", 10)
+        .await
+        .expect("loads");
+    assert_eq!((fresh.chosen_language, fresh.ended_before), (None, false));
     let first = first_turn(&*store, "c1").await;
+    let language = |lang: &str| StateChange::Reading {
+        change: crate::store::reading::ReadingChange::AddProfileEntry {
+            kind: crate::store::reading::ProfileKind::Language,
+            text: lang.into(),
+        },
+    };
     let ended = store
         .commit_turn(commit(
             first.session.clone(),
             "m2",
-            vec![StateChange::EndSession],
+            vec![language("en"), language("ja"), StateChange::EndSession],
         ))
         .await
         .expect("commits");
+    // what a new conversation needs comes with the load: the latest /lang, and that one
+    // ended here (not in another place)
+    let next_load = store
+        .load_for_turn(&place("c1"), "m3", 10)
+        .await
+        .expect("loads");
+    assert!(next_load.session.is_none());
+    assert_eq!(next_load.chosen_language.as_deref(), Some("ja"));
+    assert!(next_load.ended_before);
+    let elsewhere = store
+        .load_for_turn(&place("c9"), "m3", 10)
+        .await
+        .expect("loads");
+    assert_eq!(
+        elsewhere.chosen_language.as_deref(),
+        Some("ja"),
+        "the user's choice"
+    );
+    assert!(!elsewhere.ended_before, "nothing ended in that place");
     assert_eq!(ended.session.status, SessionStatus::Finished);
     assert!(
         store
@@ -558,6 +589,15 @@ async fn ending_a_session_frees_the_place(db: Db) {
         .await
         .expect("a new session");
     assert_ne!(next.session.id, first.session.id);
+    let active = store
+        .load_for_turn(&place("c1"), "m4", 10)
+        .await
+        .expect("loads");
+    assert_eq!(
+        (active.chosen_language, active.ended_before),
+        (None, false),
+        "read only without an active session"
+    );
     assert_eq!(
         store
             .active_session(&place("c1"))

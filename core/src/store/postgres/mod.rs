@@ -107,12 +107,17 @@ impl Store for PgStore {
         history: usize,
     ) -> Result<TurnLoad, StoreError> {
         // one round trip: the dedupe check, the active session and its recent messages (as
-        // one JSON array, so that the session's columns are not repeated per message)
+        // one JSON array, so that the session's columns are not repeated per message), or
+        // without one the user's chosen language and whether one ended here
         static SQL: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = $1 AND chat = $2 AND message_id = $3) AS dup, \
                  {}, (SELECT json_agg(json_build_array(m.id, m.role, m.text, m.created_ms))::text \
-                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT $6) m) AS history \
+                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT $6) m) AS history, \
+                 CASE WHEN s.id IS NULL THEN (SELECT text FROM profile_entries WHERE platform = $1 AND user_id = $5 \
+                 AND kind = 'language' ORDER BY created_ms DESC, id DESC LIMIT 1) END AS chosen_language, \
+                 CASE WHEN s.id IS NULL THEN EXISTS (SELECT 1 FROM sessions f WHERE f.platform = $1 AND f.user_id = $5 \
+                 AND f.chat = $2 AND f.thread = $4 AND f.status = 'finished') ELSE false END AS ended_before \
                  FROM (SELECT 1) AS one LEFT JOIN sessions s ON s.platform = $1 AND s.chat = $2 AND s.thread = $4 \
                  AND s.user_id = $5 AND s.status = 'active'",
                 session_columns_of("s")

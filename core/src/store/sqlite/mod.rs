@@ -207,12 +207,17 @@ impl Store for SqliteStore {
         }
         let epoch = self.hot.epoch();
         // one round trip and one row: the dedupe check, the active session and its recent
-        // messages (as one JSON array, so the session's columns are not repeated per message)
+        // messages (as one JSON array, so the session's columns are not repeated per message),
+        // or without one the user's chosen language and whether one ended here
         static SQL: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = ?1 AND chat = ?2 AND message_id = ?3) AS dup, \
                  {}, CASE WHEN s.id IS NULL THEN NULL ELSE (SELECT json_group_array(json_array(m.id, m.role, m.text, m.created_ms)) \
-                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT ?6) m) END AS history \
+                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT ?6) m) END AS history, \
+                 CASE WHEN s.id IS NULL THEN (SELECT text FROM profile_entries WHERE platform = ?1 AND user_id = ?5 \
+                 AND kind = 'language' ORDER BY created_ms DESC, id DESC LIMIT 1) END AS chosen_language, \
+                 CASE WHEN s.id IS NULL THEN EXISTS (SELECT 1 FROM sessions f WHERE f.platform = ?1 AND f.user_id = ?5 \
+                 AND f.chat = ?2 AND f.thread = ?4 AND f.status = 'finished') ELSE 0 END AS ended_before \
                  FROM (SELECT 1) LEFT JOIN sessions s ON s.platform = ?1 AND s.chat = ?2 AND s.thread = ?4 \
                  AND s.user_id = ?5 AND s.status = 'active'",
                 session_columns_of("s")
