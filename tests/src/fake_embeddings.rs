@@ -33,6 +33,9 @@ pub enum Behaviour {
     /// Concept vectors of the ASCII text only: a model that knows no Japanese (all its
     /// Japanese texts come out alike).
     EnglishOnly,
+    /// Concept vectors with their components in reverse order: another model served under
+    /// the same name (the same meaning, another space).
+    Replaced,
 }
 
 struct Shared {
@@ -121,6 +124,9 @@ fn vector(concepts: &[Vec<String>], text: &str, behaviour: Behaviour) -> Vec<f32
     {
         v[concepts.len() + (fnv(&word) as usize % WORD_DIMENSIONS)] += 0.5;
     }
+    if behaviour == Behaviour::Replaced {
+        v.reverse();
+    }
     v
 }
 
@@ -154,7 +160,7 @@ async fn embeddings(State(shared): State<Arc<Mutex<Shared>>>, body: String) -> R
             std::future::pending::<()>().await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
-        Behaviour::Normal | Behaviour::Noise | Behaviour::EnglishOnly => {
+        Behaviour::Normal | Behaviour::Noise | Behaviour::EnglishOnly | Behaviour::Replaced => {
             let data: Vec<Value> = vectors
                 .into_iter()
                 .enumerate()

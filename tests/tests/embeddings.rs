@@ -2,7 +2,8 @@
 //! ([`FakeEmbeddings`], the OpenAI `/v1/embeddings` wire format): a paraphrase that shares
 //! no word with its passage is found in English and Japanese, where words alone find
 //! nothing; the passages' vectors are kept in the database, so a restart embeds nothing and
-//! a changed file only its changed passage; a server failing, garbled, hanging or gone,
+//! a changed file only its changed passage, and another model under the same name starts
+//! afresh; a server failing, garbled, hanging or gone,
 //! and a model whose vectors mean nothing, leave the search by words (the floor); a model
 //! that knows no Japanese is used for English questions only; a question nothing answers
 //! finds nothing. Then the whole bot: a Telegram group's
@@ -56,6 +57,8 @@ const PAGES: &[(&str, &str)] = &[
 ];
 
 const FEVER: &str = "I have a fever and can't come in today";
+/// The text Kaiwa embeds to recognise the model's vector space.
+const PROBE: &str = "Kaiwa: a help-desk question";
 const FEVER_JA: &str = "熱があって今日は出社できません";
 
 struct Setup {
@@ -94,6 +97,11 @@ fn semantic(
         OpenAiEmbeddings::new(&fake.base_url(), "fake-embed", None, timeout).expect("client");
     let cache = cache.map(|c| c as Arc<dyn SearchCache>);
     Arc::new(Semantic::new(Arc::new(embedder), cache))
+}
+
+/// What the server embedded, less the probes of its vector space.
+fn embedded(fake: &FakeEmbeddings) -> Vec<String> {
+    fake.inputs().into_iter().filter(|t| t != PROBE).collect()
 }
 
 fn top(found: &[kaiwa_core::kb::Passage]) -> Option<String> {
@@ -162,7 +170,7 @@ async fn vectors_are_kept_so_a_restart_embeds_nothing_and_a_change_only_what_cha
         .prepare(&s.kb)
         .await
         .expect("passages embedded");
-    let first = fake.inputs();
+    let first = embedded(&fake);
     assert!(
         first.iter().any(|t| t.starts_with("Sick leave\n")),
         "passages are embedded with their heading: {first:?}"
@@ -173,11 +181,11 @@ async fn vectors_are_kept_so_a_restart_embeds_nothing_and_a_change_only_what_cha
     let kb = Arc::new(KnowledgeBase::open(&s.kb_dir).expect("index"));
     let again = semantic(&fake, Some(store.clone()), Duration::from_secs(5));
     again.prepare(&kb).await.expect("vectors read back");
-    assert_eq!(fake.inputs().len(), first.len(), "nothing embedded again");
+    assert_eq!(embedded(&fake).len(), first.len(), "nothing embedded again");
     let found = again.search(&kb, FEVER, 1).await.expect("search");
     assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
     assert_eq!(
-        fake.inputs()[first.len()..],
+        embedded(&fake)[first.len()..],
         [FEVER.to_string()],
         "only the question"
     );
@@ -192,12 +200,26 @@ async fn vectors_are_kept_so_a_restart_embeds_nothing_and_a_change_only_what_cha
         !again.is_ready_for(&kb),
         "vectors of the old build are not used"
     );
-    let before = fake.inputs().len();
+    let before = embedded(&fake).len();
     again.prepare(&kb).await.expect("the change embedded");
     assert_eq!(
-        fake.inputs()[before..],
+        embedded(&fake)[before..],
         ["Sick leave\nIf you are ill, call your manager before 9:00 and rest.".to_string()]
     );
+    // another model under the same name (another vector space): everything again, and the
+    // old vectors are not compared with its questions
+    fake.set(Behaviour::Replaced);
+    let replaced = semantic(&fake, Some(store.clone()), Duration::from_secs(5));
+    let before = embedded(&fake).len();
+    replaced.prepare(&kb).await.expect("embedded afresh");
+    assert!(
+        embedded(&fake)[before..]
+            .iter()
+            .any(|t| t.starts_with("Annual leave\n")),
+        "unchanged passages embedded again in the new space"
+    );
+    let found = replaced.search(&kb, FEVER, 1).await.expect("search");
+    assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
     store.close().await;
 }
 

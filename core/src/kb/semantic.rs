@@ -2,9 +2,10 @@
 //! offers embeddings (`[llm] embeddings_model`).
 //!
 //! Each passage's heading and text is embedded once. The vectors are kept in the database
-//! per model and text (SHA-256 of what was embedded), so a restart, another instance or an
-//! unchanged file costs no call, and after a re-index only new or changed passages are
-//! sent. They are prepared in the background: the first search of a (re)built index starts
+//! per model — named with a fingerprint of its vector space, so a model replaced under the
+//! same name starts afresh — and text (SHA-256 of what was embedded): a restart, another
+//! instance or an unchanged file costs no call, and after a re-index only new or changed
+//! passages are sent. They are prepared in the background: the first search of a (re)built index starts
 //! it. Until they are ready, and whenever the server cannot embed a question (down, slow,
 //! garbage), BM25 answers alone: words are the floor. A preparation that failed is tried
 //! again a minute later. Questions are embedded on each search; logs never carry them.
@@ -164,8 +165,28 @@ impl Semantic {
 
     /// One text embedded: the vectors' length, or why the server cannot give them.
     pub async fn probe(&self) -> Result<usize, KbError> {
-        let v = self.embedder.embed(&["Kaiwa".to_string()]).await?;
-        Ok(v.first().map_or(0, Vec::len))
+        Ok(self.space().await?.1)
+    }
+
+    /// The model's vector space as the database names it: the model, the vectors' length
+    /// and where a fixed text's four largest components lie. A model replaced under the
+    /// same name (a newer `ollama pull`) gives another space, and its passages are embedded
+    /// again instead of compared with vectors of the old one.
+    async fn space(&self) -> Result<(String, usize), KbError> {
+        let v = self
+            .embedder
+            .embed(&["Kaiwa: a help-desk question".to_string()])
+            .await?;
+        let v = v.into_iter().next().unwrap_or_default();
+        let mut largest: Vec<usize> = (0..v.len()).collect();
+        largest.sort_by(|&a, &b| v[b].abs().total_cmp(&v[a].abs()).then(a.cmp(&b)));
+        largest.truncate(4);
+        largest.sort_unstable();
+        let at: Vec<String> = largest.iter().map(ToString::to_string).collect();
+        Ok((
+            format!("{}@{}:{}", self.model(), v.len(), at.join(".")),
+            v.len(),
+        ))
     }
 
     /// Whether the passages of `kb`'s current index have their vectors (searches use
@@ -183,12 +204,12 @@ impl Semantic {
             .filter(|v| v.built_at == built_at)
     }
 
-    /// The vectors the database keeps for this model, by text hash.
-    async fn kept(&self) -> Result<HashMap<String, Vec<f32>>, KbError> {
+    /// The vectors the database keeps in `space`, by text hash.
+    async fn kept(&self, space: &str) -> Result<HashMap<String, Vec<f32>>, KbError> {
         let mut known = HashMap::new();
         if let Some(cache) = &self.cache {
             for (hash, bytes) in cache
-                .passage_vectors(self.model())
+                .passage_vectors(space)
                 .await
                 .map_err(KbError::Vectors)?
             {
@@ -206,7 +227,7 @@ impl Semantic {
     async fn vectors(
         &self,
         texts: &[String],
-        known: &mut HashMap<String, Vec<f32>>,
+        (known, space): (&mut HashMap<String, Vec<f32>>, &str),
     ) -> Result<(Vec<Vec<f32>>, usize), KbError> {
         let hashes: Vec<String> = texts.iter().map(|t| text_hash(t)).collect();
         let mut missing: Vec<usize> = (0..texts.len())
@@ -223,7 +244,7 @@ impl Semantic {
                 .collect();
             if let Some(cache) = &self.cache {
                 cache
-                    .keep_passage_vectors(self.model(), &rows)
+                    .keep_passage_vectors(space, &rows)
                     .await
                     .map_err(KbError::Vectors)?;
             }
@@ -263,8 +284,9 @@ impl Semantic {
                     .collect()
             })
             .collect();
-        let mut known = self.kept().await?;
-        let (vectors, embedded) = self.vectors(&texts, &mut known).await?;
+        let (space, _) = self.space().await?;
+        let mut known = self.kept(&space).await?;
+        let (vectors, embedded) = self.vectors(&texts, (&mut known, &space)).await?;
         let unit: Vec<Vec<f32>> = vectors.into_iter().map(unit).collect();
         // the self-check, per language: each heading should find its own passage
         let mut checked: [Option<Check>; 2] = [None; 2];
@@ -287,7 +309,7 @@ impl Semantic {
             if named.is_empty() {
                 continue;
             }
-            let (heading_vectors, _) = self.vectors(&named, &mut known).await?;
+            let (heading_vectors, _) = self.vectors(&named, (&mut known, &space)).await?;
             let pairs: Vec<(Vec<f32>, Vec<usize>)> = heading_vectors
                 .into_iter()
                 .zip(headings.into_iter().map(|(_, own)| own))
