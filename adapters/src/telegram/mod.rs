@@ -164,6 +164,8 @@ struct Intake {
     /// Several instances on one database: the task claiming this instance's share of the
     /// shared inbox ([`Intake::claim_loop`]), stopped by [`Intake::finish`].
     claims: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Wakes the claims before their period: a message of a chat this instance holds came.
+    claim_now: Arc<tokio::sync::Notify>,
 }
 
 impl Intake {
@@ -206,6 +208,7 @@ impl Intake {
             ctx: ctx.clone(),
             seen: SeenIds::new(SEEN_UPDATES),
             claims: std::sync::Mutex::new(None),
+            claim_now: Arc::new(tokio::sync::Notify::new()),
         });
         if orchestrator.instance().is_shared() {
             // what any instance kept (and what a dead one left) comes through the claims
@@ -251,24 +254,32 @@ impl Intake {
                     work: Work::Turn { incoming, place },
                 });
             }
+            // (a wake while no one waits is kept for the next wait: none is missed)
+            let wake = this.claim_now.clone();
             drop(this);
-            tokio::time::sleep(CLAIM_EVERY).await;
+            tokio::select! {
+                () = tokio::time::sleep(CLAIM_EVERY) => {}
+                () = wake.notified() => {}
+            }
         }
     }
 
-    /// A batch's work, kept in the inbox: each to its lane here (one instance alone, or
-    /// several and this one holds its chat), else left in the shared inbox for the
-    /// instance that holds its chat or the first to claim it.
+    /// A batch's work, kept in the inbox: each to its lane here (one instance alone), else
+    /// left in the shared inbox, whose claims take a chat's messages in the order they
+    /// were kept — whichever instance kept them — by the instance that holds the chat (at
+    /// once when it is this one) or the first to claim it. A message is never run here
+    /// ahead of an earlier one of its chat that another instance received.
     async fn hand_over(&self, routed: Vec<Routed>) {
         let orchestrator = &self.ctx.orchestrator;
         let shared = orchestrator.instance().is_shared();
         for routed in routed {
-            if shared
-                && let Some(incoming) = routed.work.kept()
-                && !orchestrator
+            if shared && let Some(incoming) = routed.work.kept() {
+                if orchestrator
                     .holds_chat(Platform::Telegram, &incoming.chat)
                     .await
-            {
+                {
+                    self.claim_now.notify_one();
+                }
                 continue;
             }
             self.dispatch(routed);
