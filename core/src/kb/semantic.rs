@@ -259,7 +259,7 @@ impl Semantic {
         let width = out.first().map_or(0, Vec::len);
         if out.len() != texts.len() || out.iter().any(|v| v.len() != width) {
             return Err(KbError::Embeddings(crate::llm::ModelError::Malformed(
-                "vectors of different lengths (was the model changed under the same name?)".into(),
+                "the server gave vectors of different lengths".into(),
             )));
         }
         Ok((out, missing.len()))
