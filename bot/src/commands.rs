@@ -90,6 +90,87 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
         ),
         None => say!("model: none configured; agents use their rule-based floor"),
     }
+    let outside = check_outside(settings).await?;
+    let kb = std::sync::Arc::new(app::open_kb(settings)?);
+    let flows = app::build_flows(
+        settings,
+        outside.web,
+        outside.books,
+        kb.clone(),
+        outside.meaning,
+    )?;
+    say!(
+        "flows: {} (default {})",
+        flows.ids().join(", "),
+        flows.default_flow()
+    );
+    let (files, passages) = kb.stats();
+    say!(
+        "knowledge base: {files} files, {passages} passages ({})",
+        settings.flows.kb_dir
+    );
+    let forms = app::load_forms(settings)?;
+    let mut failed = false;
+    for form in &forms {
+        let problems = form.validate();
+        if problems.is_empty() {
+            say!(
+                "form {}: ok ({} fields, {:?})",
+                form.id,
+                form.fields.len(),
+                form.variant
+            );
+        } else {
+            failed = true;
+            for p in problems {
+                say!("form {}: error: {p}", form.id);
+            }
+        }
+    }
+    if forms.is_empty() {
+        say!("forms: none in {}", settings.flows.forms_dir);
+    }
+    // what the configuration names must be there
+    let mut missing = Vec::new();
+    for (what, path) in [
+        ("[flows] forms_dir", &settings.flows.forms_dir),
+        ("[flows] kb_dir", &settings.flows.kb_dir),
+        ("[flows] books", &settings.flows.books),
+    ] {
+        if !std::path::Path::new(path).exists() {
+            say!("{what}: {path} does not exist");
+            missing.push(what);
+        }
+    }
+    if failed {
+        bail!("some forms are invalid");
+    }
+    if let Some(provider) = outside.unreachable {
+        bail!("{provider} cannot be reached (check base_url and the API key)");
+    }
+    if !missing.is_empty() {
+        bail!(
+            "the configuration names what is not there: {}",
+            missing.join(", ")
+        );
+    }
+    if forms.is_empty() {
+        bail!("no interview forms in {}", settings.flows.forms_dir);
+    }
+    Ok(())
+}
+
+/// The outside services [`check`] configures, each tried once (web search, books API,
+/// embeddings) so that a wrong address or key shows now rather than in a conversation.
+struct Outside {
+    web: Option<std::sync::Arc<kaiwa_core::search::WebSearch>>,
+    books: Option<std::sync::Arc<kaiwa_core::search::BooksApi>>,
+    meaning: Option<std::sync::Arc<kaiwa_core::kb::Semantic>>,
+    /// The last that could not be reached.
+    unreachable: Option<&'static str>,
+}
+
+async fn check_outside(settings: &Settings) -> anyhow::Result<Outside> {
     let web = app::build_web_search(settings, None).context("[search]")?;
     let mut unreachable = None;
     if let Some(web) = &web {
@@ -138,72 +219,12 @@ pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::
             }
         }
     }
-    let flows = app::build_flows(
-        settings,
+    Ok(Outside {
         web,
         books,
-        std::sync::Arc::new(app::open_kb(settings)?),
         meaning,
-    )?;
-    say!(
-        "flows: {} (default {})",
-        flows.ids().join(", "),
-        flows.default_flow()
-    );
-    let (files, passages) = app::open_kb(settings)?.stats();
-    say!(
-        "knowledge base: {files} files, {passages} passages ({})",
-        settings.flows.kb_dir
-    );
-    let forms = app::load_forms(settings)?;
-    let mut failed = false;
-    for form in &forms {
-        let problems = form.validate();
-        if problems.is_empty() {
-            say!(
-                "form {}: ok ({} fields, {:?})",
-                form.id,
-                form.fields.len(),
-                form.variant
-            );
-        } else {
-            failed = true;
-            for p in problems {
-                say!("form {}: error: {p}", form.id);
-            }
-        }
-    }
-    if forms.is_empty() {
-        say!("forms: none in {}", settings.flows.forms_dir);
-    }
-    // what the configuration names must be there
-    let mut missing = Vec::new();
-    for (what, path) in [
-        ("[flows] forms_dir", &settings.flows.forms_dir),
-        ("[flows] kb_dir", &settings.flows.kb_dir),
-        ("[flows] books", &settings.flows.books),
-    ] {
-        if !std::path::Path::new(path).exists() {
-            say!("{what}: {path} does not exist");
-            missing.push(what);
-        }
-    }
-    if failed {
-        bail!("some forms are invalid");
-    }
-    if let Some(provider) = unreachable {
-        bail!("{provider} cannot be reached (check base_url and the API key)");
-    }
-    if !missing.is_empty() {
-        bail!(
-            "the configuration names what is not there: {}",
-            missing.join(", ")
-        );
-    }
-    if forms.is_empty() {
-        bail!("no interview forms in {}", settings.flows.forms_dir);
-    }
-    Ok(())
+        unreachable,
+    })
 }
 
 /// `kaiwa bench`: simulated users through the real orchestrator (see `bench.rs`).
