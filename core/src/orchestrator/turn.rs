@@ -19,7 +19,7 @@ use super::routing::Plan;
 use super::working::Streaming;
 use super::{HISTORY_LIMIT, Orchestrator, OrchestratorError, Outbox, TurnReport};
 use crate::agent::LlmLedger;
-use crate::flow::{Flow, TurnContext, TurnInput, TurnOutput};
+use crate::flow::{Flow, Handoff, TurnContext, TurnInput, TurnOutput};
 use crate::message::{Body, Incoming, Outgoing, SessionKey};
 use crate::metrics::kind;
 use crate::store::{SessionRecord, StateChange, StoredMessage, TurnLoad};
@@ -131,20 +131,14 @@ impl Orchestrator {
         if let Some(handoff) = output.handoff.take()
             && !matches!(incoming.body, Body::Command { .. })
         {
-            // the message stands for a command of another flow: handled as that command
-            tracing::info!(command = %handoff.command, "message handed to another flow");
             streaming.finish().await;
             let handed = Handed {
                 language: language_after(&output, &session),
                 said: incoming.body.transcript_text(),
             };
-            let name = handoff.command;
-            let body = Body::Command {
-                name,
-                args: handoff.args,
-            };
-            let incoming = Incoming { body, ..incoming };
-            return Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await;
+            return self
+                .as_command(incoming, (key, handoff, handed), outbox)
+                .await;
         }
         self.annotate(&mut output, &session, &incoming, is_command, &streaming);
         let kept = keeps_replaced_session(finish_session, &session, &incoming, &output);
@@ -164,6 +158,23 @@ impl Orchestrator {
             report.finished = false;
         }
         Ok(report)
+    }
+
+    /// A message that stands for a command of another flow (`handoff`), handled as that
+    /// command, with what the conversation it came from `handed` on.
+    async fn as_command(
+        &self,
+        incoming: Incoming,
+        (key, handoff, handed): (SessionKey, Handoff, Handed),
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        tracing::info!(command = %handoff.command, "message handed to another flow");
+        let body = Body::Command {
+            name: handoff.command,
+            args: handoff.args,
+        };
+        let incoming = Incoming { body, ..incoming };
+        Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await
     }
 
     /// The answer to a message no session needs to be read for: one over the length limit
