@@ -4,8 +4,14 @@
 //! asks the open question again; nothing answered is asked again and the submission keeps
 //! those answers. Starting over is the usual greeting.
 
-use super::*;
-use crate::message::OptionsRequest;
+use super::form::Form;
+use super::state::{InterviewState, Stage};
+use super::{ID, InterviewFlow, lang_of};
+use crate::flow::{FlowError, TurnContext, TurnOutput};
+use crate::i18n::pick;
+use crate::message::{OptionItem, OptionsRequest};
+use crate::store::StateChange;
+use std::sync::Arc;
 
 /// The offer's option values.
 pub(super) const RESUME: &str = "resume";
