@@ -230,6 +230,19 @@ pub(crate) async fn run(
     }
 }
 
+/// A listener on `listen` and the address it took (port 0: a free one).
+async fn bind(listen: &str) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), Error> {
+    let listening = |source| Error::Listen {
+        address: listen.to_string(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(listening)?;
+    let address = listener.local_addr().map_err(listening)?;
+    Ok((listener, address))
+}
+
 /// `/healthz` and `/metrics` on `[server] listen` until `stop`.
 async fn serve_health(
     settings: &crate::config::Settings,
@@ -237,15 +250,7 @@ async fn serve_health(
     adapters: Vec<Arc<AdapterHealth>>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, Error> {
-    let listen = &settings.server.listen;
-    let listening = |source| Error::Listen {
-        address: listen.clone(),
-        source,
-    };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(listening)?;
-    let address = listener.local_addr().map_err(listening)?;
+    let (listener, address) = bind(&settings.server.listen).await?;
     tracing::info!(%address, "health and metrics at http://{address}/healthz and /metrics");
     let router = Router::new()
         .route("/healthz", get(healthz))
@@ -269,14 +274,7 @@ async fn serve_console(
     let Some(listen) = &kaiwa.settings.console.listen else {
         return Ok(None);
     };
-    let listening = |source| Error::Listen {
-        address: listen.clone(),
-        source,
-    };
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(listening)?;
-    let address = listener.local_addr().map_err(listening)?;
+    let (listener, address) = bind(listen).await?;
     let public_url = kaiwa.settings.console.public_url(address);
     tracing::info!(%address, %public_url, "console at http://{address}/ (admins: send /console in the admin chat)");
     let router = kaiwa.console(&public_url);
