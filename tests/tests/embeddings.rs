@@ -163,6 +163,33 @@ async fn a_paraphrase_is_found_by_meaning_in_both_languages_where_words_find_not
 }
 
 #[tokio::test]
+async fn a_question_searched_again_in_a_turn_is_embedded_once() {
+    let s = setup().await;
+    let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
+    let meaning = semantic(&fake, None, Duration::from_secs(5));
+    meaning.prepare(&s.kb).await.expect("passages embedded");
+    let search = KbSearch {
+        kb: s.kb.clone(),
+        meaning: Some(meaning),
+    };
+    // a sub-task's search, then the floor's, of the same text
+    for _ in 0..2 {
+        let found = search.search(FEVER, 3).await.expect("search");
+        assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
+    }
+    let asked = |fake: &FakeEmbeddings| fake.inputs().iter().filter(|t| *t == FEVER).count();
+    assert_eq!(asked(&fake), 1, "the question's vector is reused");
+    // a failed call keeps nothing: the next search asks again
+    fake.set(Behaviour::Status(503));
+    let found = search.search(FEVER_JA, 3).await.expect("search");
+    assert_eq!(top(&found), None, "words alone find nothing");
+    fake.set(Behaviour::Normal);
+    let found = search.search(FEVER_JA, 3).await.expect("search");
+    assert_eq!(top(&found).as_deref(), Some("ja/leave.md#病気休暇"));
+    s.store.close().await;
+}
+
+#[tokio::test]
 async fn vectors_are_kept_so_a_restart_embeds_nothing_and_a_change_only_what_changed() {
     let s = setup().await;
     let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");

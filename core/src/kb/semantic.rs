@@ -8,12 +8,13 @@
 //! passages are sent. They are prepared in the background: the first search of a (re)built index starts
 //! it. Until they are ready, and whenever the server cannot embed a question (down, slow,
 //! garbage), BM25 answers alone: words are the floor. A preparation that failed is tried
-//! again a minute later. Questions are embedded on each search; logs never carry them.
+//! again a minute later. A question is embedded once (the last few are kept in memory, never
+//! in the database); logs never carry them.
 
 use super::{KbError, KnowledgeBase, Passage};
 use crate::llm::Embedder;
 use crate::store::SearchCache;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -35,6 +36,31 @@ struct Vectors {
     /// from what similarity a passage is found by meaning alone ([`Check::alone_at`]).
     english: Option<f32>,
     japanese: Option<f32>,
+    /// The last questions' vectors, newest last: a turn's sub-tasks, its floor and a
+    /// follow-up often search the same text, and each would cost the server a call.
+    asked: Mutex<VecDeque<(String, Arc<Vec<f32>>)>>,
+}
+
+/// Questions whose vectors are kept ([`Vectors::asked`]).
+const QUESTIONS_KEPT: usize = 64;
+
+impl Vectors {
+    fn asked_before(&self, query: &str) -> Option<Arc<Vec<f32>>> {
+        let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        asked
+            .iter()
+            .rev()
+            .find(|(q, _)| q == query)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn keep_asked(&self, query: &str, vector: Arc<Vec<f32>>) {
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        if asked.len() >= QUESTIONS_KEPT {
+            asked.pop_front();
+        }
+        asked.push_back((query.to_string(), vector));
+    }
 }
 
 pub struct Semantic {
@@ -340,6 +366,7 @@ impl Semantic {
             unit,
             english: english.map(|c| c.alone_at()),
             japanese: japanese.map(|c| c.alone_at()),
+            asked: Mutex::new(VecDeque::new()),
         }));
         Ok(())
     }
@@ -396,22 +423,38 @@ impl Semantic {
             return kb.search(query, k);
         };
         let width = vectors.unit.first().map_or(0, Vec::len);
-        let asked = match self.embedder.embed(&[query.to_string()]).await {
-            Ok(mut v) if v.len() == 1 && v[0].len() == width => unit(v.remove(0)),
+        let asked = match vectors.asked_before(query) {
+            Some(asked) => asked,
+            None => match self.embed_question(query, width).await {
+                Some(asked) => {
+                    let asked = Arc::new(asked);
+                    vectors.keep_asked(query, asked.clone());
+                    asked
+                }
+                None => return kb.search(query, k),
+            },
+        };
+        let similarity: Vec<f32> = vectors.unit.iter().map(|p| dot(p, &asked)).collect();
+        kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
+    }
+
+    /// `query`'s vector of unit length, or `None` (said in the log) where the server
+    /// cannot give one of the passages' `width`.
+    async fn embed_question(&self, query: &str, width: usize) -> Option<Vec<f32>> {
+        match self.embedder.embed(&[query.to_string()]).await {
+            Ok(mut v) if v.len() == 1 && v[0].len() == width => Some(unit(v.remove(0))),
             Ok(_) => {
                 tracing::warn!(
                     model = self.model(),
                     "the question's vector is not the passages' length; searching by words alone"
                 );
-                return kb.search(query, k);
+                None
             }
             Err(e) => {
                 tracing::warn!(model = self.model(), error = %e, "the question could not be embedded; searching by words alone");
-                return kb.search(query, k);
+                None
             }
-        };
-        let similarity: Vec<f32> = vectors.unit.iter().map(|p| dot(p, &asked)).collect();
-        kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
+        }
     }
 }
 
