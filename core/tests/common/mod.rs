@@ -1,5 +1,5 @@
 //! Search by meaning with a real embeddings server, for the retrieval measurements made by
-//! hand: `KAIWA_EVAL_EMBEDDINGS="URL MODEL"` (e.g. `scripts/minilm_server.py`).
+//! hand: `KAIWA_EVAL_EMBEDDINGS="URL MODEL"` (e.g. `scripts/embeddings_server.py`).
 
 use kaiwa_core::kb::{KnowledgeBase, Passage, Semantic};
 use std::sync::Arc;

