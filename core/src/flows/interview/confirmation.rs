@@ -1,7 +1,15 @@
 //! The end of the questions: the Auditor's final audit, then the answers shown for
 //! confirmation with the options to submit or change a field.
 
-use super::*;
+use super::auditor;
+use super::form::{Form, Variant};
+use super::state::{InterviewState, Stage};
+use super::{InterviewFlow, lang_of};
+use crate::flow::{FlowError, TurnContext, TurnOutput};
+use crate::i18n::pick;
+use crate::message::OptionItem;
+use crate::store::StateChange;
+use std::sync::Arc;
 
 impl InterviewFlow {
     pub(super) async fn finish(

@@ -30,12 +30,9 @@ mod submission;
 mod turn;
 
 use crate::agent::subtask::{SubtaskContext, summarize};
-use crate::flow::{FlowError, TurnContext, TurnOutput};
-use crate::i18n::pick;
-use crate::message::OptionItem;
-use crate::store::StateChange;
-use form::{Form, Variant};
-use state::{InterviewState, Stage};
+use crate::flow::TurnContext;
+use form::Form;
+use state::InterviewState;
 use std::sync::Arc;
 
 pub const ID: &str = "interview";
