@@ -10,6 +10,7 @@
 //! only when a second copy does no harm ([`Repeat::Safe`]); a message sent is not sent
 //! again blindly (see the README: at most once on an unknown outcome).
 
+use kaiwa_core::admin::DeliveryError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -33,6 +34,16 @@ impl CallError {
     /// An edit that changed nothing (the message already says that).
     pub fn is_not_modified(&self) -> bool {
         matches!(self, CallError::Api { description, .. } if description.contains("message is not modified"))
+    }
+}
+
+/// What a failed call means to the core: wait (flood control), Telegram out of reach, or
+/// a refusal.
+pub(super) fn delivery_error(e: CallError) -> DeliveryError {
+    match e {
+        CallError::RetryAfter(wait) => DeliveryError::RateLimited { retry_after: wait },
+        CallError::Refused(e) | CallError::Unknown(e) => DeliveryError::Disconnected(e),
+        other => DeliveryError::Rejected(other.to_string()),
     }
 }
 

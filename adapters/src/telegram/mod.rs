@@ -39,7 +39,7 @@ mod webhook;
 
 pub use api::{CallError, TelegramApi};
 pub use plugin::{TelegramListener, TelegramPlugin};
-pub use send::{MESSAGE_LIMIT, TelegramAdminSink, TelegramOutbox, escape_html};
+pub use send::{TelegramAdminSink, TelegramOutbox, escape_html};
 pub use updates::command_for_me;
 pub use webhook::{
     MAX_BODY, SECRET_HEADER, WebhookConfig, delete_webhook, set_webhook, valid_secret, webhook_info,
@@ -89,6 +89,9 @@ pub struct PlaceFlow {
     pub flow_arg: Option<String>,
 }
 
+/// Telegram's limit on one message's text, in UTF-16 code units.
+pub const MESSAGE_LIMIT: usize = 4096;
+
 /// A chat and, in a forum, a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
@@ -97,6 +100,12 @@ pub struct Place {
 }
 
 impl Place {
+    /// The draft id of the place's "Thinking…" placeholder: non-zero, the same for every
+    /// renewal (renewals of one draft are animated, not stacked).
+    fn draft_id(self) -> i64 {
+        (self.chat.0.unsigned_abs() % 2_000_000_000) as i64 + 1
+    }
+
     fn of(message: &Message) -> Place {
         Place {
             chat: message.chat.id,

@@ -2,8 +2,9 @@
 //! [`MAX_PIECES`]), typing, callback answers, keyboard edits, the command menu; and the
 //! [`Outbox`] and [`AdminSink`] on top of them.
 
-use super::Place;
-use super::api::{CallError, Repeat, TelegramApi};
+use super::api::{CallError, Repeat, TelegramApi, delivery_error};
+use super::stream::TelegramStreamer;
+use super::{MESSAGE_LIMIT, Place};
 pub use crate::markup::escape_html;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
@@ -16,9 +17,6 @@ use serde::de::IgnoredAny;
 use teloxide::types::{
     BotCommand, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, Me, MessageId,
 };
-
-/// Telegram's limit on one message's text, in UTF-16 code units.
-pub const MESSAGE_LIMIT: usize = 4096;
 
 #[derive(Serialize)]
 struct SendMessage<'a> {
@@ -80,7 +78,7 @@ impl TelegramApi {
         if private && !self.drafts_unsupported() {
             let request = serde_json::json!({
                 "chat_id": place.chat.0,
-                "draft_id": draft_id(place),
+                "draft_id": place.draft_id(),
                 "text": "",
             });
             match self
@@ -204,25 +202,11 @@ impl TelegramApi {
     }
 }
 
-/// The draft id of a place's "Thinking…" placeholder: non-zero, the same for every renewal
-/// (renewals of one draft are animated, not stacked).
-pub(super) fn draft_id(place: Place) -> i64 {
-    (place.chat.0.unsigned_abs() % 2_000_000_000) as i64 + 1
-}
-
 fn not_modified_is_ok(result: Result<IgnoredAny, CallError>) -> Result<(), CallError> {
     match result {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_modified() => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-pub(super) fn delivery_error(e: CallError) -> DeliveryError {
-    match e {
-        CallError::RetryAfter(wait) => DeliveryError::RateLimited { retry_after: wait },
-        CallError::Refused(e) | CallError::Unknown(e) => DeliveryError::Disconnected(e),
-        other => DeliveryError::Rejected(other.to_string()),
     }
 }
 
@@ -361,7 +345,7 @@ impl Outbox for TelegramOutbox {
         tap: &std::sync::Arc<kaiwa_core::llm::stream::Tap>,
     ) -> Option<Box<dyn kaiwa_core::orchestrator::Streamer>> {
         let place = Place::from_key(key).ok()?;
-        Some(Box::new(super::stream::TelegramStreamer::new(
+        Some(Box::new(TelegramStreamer::new(
             self.api.clone(),
             self.streams.clone(),
             key,

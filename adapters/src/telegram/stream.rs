@@ -9,9 +9,8 @@
 //!
 //! [`TelegramOutbox`]: super::TelegramOutbox
 
-use super::Place;
-use super::api::{CallError, TelegramApi};
-use super::send::{MESSAGE_LIMIT, delivery_error, draft_id};
+use super::api::{CallError, TelegramApi, delivery_error};
+use super::{MESSAGE_LIMIT, Place};
 use crate::markup::telegram_html;
 use crate::split::truncate;
 use crate::streaming::{Budget, EDIT_EVERY, Streams, has_sentence};
@@ -72,7 +71,7 @@ impl TelegramStreamer {
         can_stop: bool,
     ) -> Self {
         let private = place.chat.0 > 0 && place.topic.is_none();
-        let draft = (private && !api.drafts_unsupported()).then(|| draft_id(place));
+        let draft = (private && !api.drafts_unsupported()).then(|| place.draft_id());
         if let Some(draft) = draft
             && can_stop
         {
