@@ -3,6 +3,7 @@
 
 use super::MESSAGE_LIMIT;
 use crate::split::{MAX_PIECES, split_capped, truncate};
+use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::flow::CommandInfo;
 use serenity::all::{
     ChannelId, Command, CommandOptionType, CreateActionRow, CreateCommand, CreateCommandOption,
@@ -106,6 +107,21 @@ const FAILURE_RETRIES: u32 = 5;
 
 pub(super) fn is_rate_limited(e: &serenity::Error) -> bool {
     matches!(e, serenity::Error::Http(serenity::all::HttpError::UnsuccessfulRequest(r)) if r.status_code.as_u16() == 429)
+}
+
+/// What a failed call means to the core: wait (a 429), Discord out of reach, or a refusal.
+pub(super) fn delivery_error(e: serenity::Error) -> DeliveryError {
+    if is_rate_limited(&e) {
+        return DeliveryError::RateLimited {
+            retry_after: Duration::from_secs(1),
+        };
+    }
+    match e {
+        serenity::Error::Http(serenity::all::HttpError::Request(e)) => {
+            DeliveryError::Disconnected(e.to_string())
+        }
+        other => DeliveryError::Rejected(other.to_string()),
+    }
 }
 
 /// A failure worth another try: a 5xx, no connection, or an answer lost on the way (every

@@ -5,7 +5,7 @@ use super::api::DiscordApi;
 use super::components::{NAMESPACE, Press, components};
 use super::outbox::DiscordOutbox;
 use super::outbox::channel_of;
-use super::places::{Parents, Place, target_of};
+use super::places::{self, Parents, Place, target_of};
 use super::{DiscordConfig, MESSAGE_LIMIT};
 use crate::interaction::{
     ALREADY_COMPLETE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request,
@@ -296,6 +296,16 @@ impl EventHandler for Handler {
 }
 
 impl Handler {
+    /// The flow whose channel `channel` is, if any ([`places::flow_of_channel`]).
+    pub(super) fn flow_of_channel(&self, channel: u64) -> Option<&'static str> {
+        places::flow_of_channel(&self.config, channel)
+    }
+
+    /// Where a message in `channel` belongs ([`places::place_of`]).
+    pub(super) async fn place_of(&self, channel: ChannelId, dm: bool) -> Option<Place> {
+        places::place_of(&self.config, (&self.parents, &self.api), channel, dm).await
+    }
+
     pub(super) async fn turn(&self, incoming: Incoming, reply_to: ChannelId) {
         self.turns.queue(incoming, reply_to, None).await;
     }

@@ -2,8 +2,7 @@
 //! the session's channel or thread, [`DiscordAdminSink`] posts embeds to the admin channel.
 
 use super::MESSAGE_LIMIT;
-use super::api::DiscordApi;
-use super::api::is_rate_limited;
+use super::api::{DiscordApi, delivery_error};
 use super::components::components;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
@@ -14,21 +13,6 @@ use serenity::all::{
     ChannelId, CreateActionRow, CreateButton, CreateEmbed, CreateMessage, Message, MessageId,
 };
 use std::sync::Arc;
-use std::time::Duration;
-
-pub(super) fn delivery_error(e: serenity::Error) -> DeliveryError {
-    if is_rate_limited(&e) {
-        return DeliveryError::RateLimited {
-            retry_after: Duration::from_secs(1),
-        };
-    }
-    match e {
-        serenity::Error::Http(serenity::all::HttpError::Request(e)) => {
-            DeliveryError::Disconnected(e.to_string())
-        }
-        other => DeliveryError::Rejected(other.to_string()),
-    }
-}
 
 /// Where a conversation's replies go: its thread, or its channel (`None`: not a channel id).
 pub(super) fn channel_of(chat: &str, thread: &str) -> Option<ChannelId> {

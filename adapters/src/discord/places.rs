@@ -1,7 +1,8 @@
 //! Which place a channel is: a help-desk or reading channel (a new message opens a thread
 //! that is its own session), a thread of one, or a DM; the parents of threads are cached.
 
-use super::events::Handler;
+use super::DiscordConfig;
+use super::api::DiscordApi;
 use super::outbox::channel_of;
 use dashmap::DashMap;
 use serenity::all::{ChannelId, ChannelType};
@@ -41,24 +42,24 @@ pub(super) fn target_of(place: &Place) -> ChannelId {
     channel_of(&place.chat, &place.thread).unwrap_or(ChannelId::new(1))
 }
 
-impl Handler {
-    pub(super) fn flow_of_channel(&self, channel: u64) -> Option<&'static str> {
-        if self.config.helpdesk_channel_ids.contains(&channel) {
-            Some("helpdesk")
-        } else if self.config.reading_channel_ids.contains(&channel) {
-            Some("reading")
-        } else {
-            None
-        }
+/// The flow whose channel `channel` is (help-desk or reading), if any.
+pub(super) fn flow_of_channel(config: &DiscordConfig, channel: u64) -> Option<&'static str> {
+    if config.helpdesk_channel_ids.contains(&channel) {
+        Some("helpdesk")
+    } else if config.reading_channel_ids.contains(&channel) {
+        Some("reading")
+    } else {
+        None
     }
+}
 
-    /// The parent channel of a thread (`None` for a plain channel).
-    pub(super) async fn parent_of(&self, channel: ChannelId) -> Option<u64> {
-        if let Some(known) = self.parents.get(channel.get()) {
+impl Parents {
+    /// The parent channel of a thread (`None` for a plain channel), asked of Discord once.
+    pub(super) async fn parent_of(&self, api: &DiscordApi, channel: ChannelId) -> Option<u64> {
+        if let Some(known) = self.get(channel.get()) {
             return known;
         }
-        let parent = match self
-            .api
+        let parent = match api
             .call("getChannel", |http| async move {
                 channel.to_channel(&http).await
             })
@@ -78,32 +79,37 @@ impl Handler {
                 return None;
             }
         };
-        self.parents.remember(channel.get(), parent);
+        self.remember(channel.get(), parent);
         parent
     }
+}
 
-    /// Where a message in `channel` belongs; `None` when the bot should stay silent.
-    pub(super) async fn place_of(&self, channel: ChannelId, dm: bool) -> Option<Place> {
-        if dm {
-            if !self.config.dms {
-                return None;
-            }
-            return Some(Place {
-                chat: channel.get().to_string(),
-                thread: String::new(),
-                flow: self.config.dm_flow.clone(),
-                flow_arg: self.config.dm_flow_arg.clone(),
-            });
+/// Where a message in `channel` belongs; `None` when the bot should stay silent.
+pub(super) async fn place_of(
+    config: &DiscordConfig,
+    (parents, api): (&Parents, &DiscordApi),
+    channel: ChannelId,
+    dm: bool,
+) -> Option<Place> {
+    if dm {
+        if !config.dms {
+            return None;
         }
-        let parent = self.parent_of(channel).await?;
-        let flow = self.flow_of_channel(parent)?;
-        Some(Place {
-            chat: parent.to_string(),
-            thread: channel.get().to_string(),
-            flow: Some(flow.into()),
-            flow_arg: None,
-        })
+        return Some(Place {
+            chat: channel.get().to_string(),
+            thread: String::new(),
+            flow: config.dm_flow.clone(),
+            flow_arg: config.dm_flow_arg.clone(),
+        });
     }
+    let parent = parents.parent_of(api, channel).await?;
+    let flow = flow_of_channel(config, parent)?;
+    Some(Place {
+        chat: parent.to_string(),
+        thread: channel.get().to_string(),
+        flow: Some(flow.into()),
+        flow_arg: None,
+    })
 }
 
 #[cfg(test)]

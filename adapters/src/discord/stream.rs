@@ -5,8 +5,7 @@
 //! them until its wait is over; the final edit is made with the usual retries.
 
 use super::MESSAGE_LIMIT;
-use super::api::DiscordApi;
-use super::outbox::delivery_error;
+use super::api::{DiscordApi, delivery_error};
 use crate::split::truncate;
 use crate::streaming::{EDIT_EVERY, Streams, has_sentence};
 use async_trait::async_trait;
