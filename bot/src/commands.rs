@@ -261,7 +261,12 @@ pub async fn kb(settings: &Settings, database_url: &str, command: KbCommand) -> 
         .context("[llm] embeddings_model")?;
     if let Some(meaning) = &meaning {
         match meaning.prepare(&kb).await {
-            Ok(()) => say!("embeddings: {} (passages embedded)", meaning.model()),
+            Ok(checks) => {
+                say!("embeddings: {} (passages embedded)", meaning.model());
+                for check in checks {
+                    say!("  {check}");
+                }
+            }
             Err(e) => say!("embeddings: {e}; searching by words alone"),
         }
     }

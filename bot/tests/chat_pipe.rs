@@ -1567,6 +1567,19 @@ async fn kb_search_and_check_use_the_embeddings_model() {
         [question.to_string()],
         "the passages' vectors came from the database"
     );
+    // `kb index` says whether the model tells the passages apart, per language
+    let run = kaiwa(dir.path(), &config_here, &["kb", "index"], "").await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("embeddings: fake-embed (passages embedded)")
+            && run
+                .stdout
+                .contains("English questions by meaning too (100 % of headings")
+            && !run.stdout.contains("Japanese"),
+        "{}",
+        run.stdout
+    );
     let run = kaiwa(dir.path(), &config(&fake.base_url()), &["check"], "").await;
     assert!(
         run.stdout.contains("embeddings: fake-embed answers"),

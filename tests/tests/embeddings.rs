@@ -335,10 +335,27 @@ async fn a_model_that_knows_no_japanese_is_used_for_english_questions_only() {
     let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
     fake.set(Behaviour::EnglishOnly);
     let meaning = semantic(&fake, Some(s.store.clone()), Duration::from_secs(5));
-    meaning
+    let checks = meaning
         .prepare(&s.kb)
         .await
         .expect("English passages told apart");
+    // what `kaiwa kb index` tells the team, per language
+    let by_meaning: Vec<(&str, bool)> = checks.iter().map(|c| (c.language, c.by_meaning)).collect();
+    assert_eq!(by_meaning, [("en", true), ("ja", false)], "{checks:?}");
+    assert!(checks[0].headings_found_pct >= 80, "{checks:?}");
+    assert!(checks[1].headings_found_pct < 80, "{checks:?}");
+    assert!(
+        checks[1]
+            .to_string()
+            .starts_with("Japanese questions by words alone ("),
+        "{}",
+        checks[1]
+    );
+    assert_eq!(
+        meaning.prepare(&s.kb).await.expect("ready"),
+        checks,
+        "asked again, the same answer without embedding anything"
+    );
     let found = meaning.search(&s.kb, FEVER, 3).await.expect("search");
     assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
     let asked = fake.inputs().len();

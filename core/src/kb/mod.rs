@@ -36,7 +36,7 @@ mod vocabulary;
 
 pub use japanese::Morphology;
 use ranking::{best_in_language, fuse, lexical, question};
-pub use semantic::{KbSearch, Semantic};
+pub use semantic::{KbSearch, LanguageCheck, Semantic};
 
 /// A passage found by a search.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -36,9 +36,44 @@ struct Vectors {
     /// from what similarity a passage is found by meaning alone ([`Check::alone_at`]).
     english: Option<f32>,
     japanese: Option<f32>,
+    /// What the self-check found, per language with passages.
+    checks: Vec<LanguageCheck>,
     /// The last questions' vectors, newest last: a turn's sub-tasks, its floor and a
     /// follow-up often search the same text, and each would cost the server a call.
     asked: Mutex<VecDeque<(String, Arc<Vec<f32>>)>>,
+}
+
+/// What [`Semantic::prepare`] found for one language of the passages: the share of its
+/// headings whose own passage is the closest in meaning, and so whether its questions are
+/// searched by meaning too ([`SELF_CHECK`]) or by words alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LanguageCheck {
+    /// `"en"` (English and other non-CJK text) or `"ja"`.
+    pub language: &'static str,
+    pub headings_found_pct: u32,
+    pub by_meaning: bool,
+}
+
+impl std::fmt::Display for LanguageCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let language = match self.language {
+            "ja" => "Japanese",
+            _ => "English",
+        };
+        let found = self.headings_found_pct;
+        let threshold = (SELF_CHECK * 100.0).round() as u32;
+        if self.by_meaning {
+            write!(
+                f,
+                "{language} questions by meaning too ({found} % of headings find their passage)"
+            )
+        } else {
+            write!(
+                f,
+                "{language} questions by words alone ({found} % of headings find their passage, under {threshold} %)"
+            )
+        }
+    }
 }
 
 /// Questions whose vectors are kept ([`Vectors::asked`]).
@@ -294,10 +329,11 @@ impl Semantic {
     /// Gives every passage of `kb`'s current index its vector (kept in the database, or
     /// from the server) and checks, per language, that the model tells them apart (each
     /// heading finds its own passage for 80 % of headings). Searches use meaning after it.
-    pub async fn prepare(&self, kb: &KnowledgeBase) -> Result<(), KbError> {
+    /// Returns what the check found for each language that has passages.
+    pub async fn prepare(&self, kb: &KnowledgeBase) -> Result<Vec<LanguageCheck>, KbError> {
         let _one = self.preparing.lock().await;
-        if self.current(kb).is_some() {
-            return Ok(());
+        if let Some(ready) = self.current(kb) {
+            return Ok(ready.checks.clone());
         }
         let started = Instant::now();
         let (built_at, passages) = kb.passages_to_embed();
@@ -352,6 +388,17 @@ impl Semantic {
                 found: pct(checked[0]).max(pct(checked[1])),
             });
         }
+        let checks: Vec<LanguageCheck> =
+            [("en", checked[0], english), ("ja", checked[1], japanese)]
+                .into_iter()
+                .filter_map(|(language, check, used)| {
+                    check.map(|c| LanguageCheck {
+                        language,
+                        headings_found_pct: pct(Some(c)),
+                        by_meaning: used.is_some(),
+                    })
+                })
+                .collect();
         tracing::info!(
             model = self.model(),
             passages = texts.len(),
@@ -366,9 +413,10 @@ impl Semantic {
             unit,
             english: english.map(|c| c.alone_at()),
             japanese: japanese.map(|c| c.alone_at()),
+            checks: checks.clone(),
             asked: Mutex::new(VecDeque::new()),
         }));
-        Ok(())
+        Ok(checks)
     }
 
     /// Starts [`Self::prepare`] in the background unless one runs, one failed in the last
@@ -388,7 +436,7 @@ impl Semantic {
         let (me, kb) = (self.clone(), kb.clone());
         tokio::spawn(async move {
             match me.prepare(&kb).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e @ KbError::WeakEmbeddings { .. }) => {
                     tracing::warn!(model = me.model(), error = %e, "knowledge base: searching by words alone");
                 }
