@@ -10,9 +10,11 @@
 //! help-desk answers a paraphrase from the right passage.
 
 use kaiwa_core::kb::{KbError, KbSearch, KnowledgeBase, Semantic};
+use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::OpenAiEmbeddings;
 use kaiwa_core::store::{SearchCache, Store};
 use kaiwa_tests::fake_embeddings::{Behaviour, FakeEmbeddings};
+use kaiwa_tests::fake_openai::FakeOpenAi;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -373,80 +375,144 @@ async fn a_model_that_knows_no_japanese_is_used_for_english_questions_only() {
     s.store.close().await;
 }
 
-/// The whole bot, as deployed: `[llm] embeddings_model` on the fake, no chat model (the
-/// help-desk's floor answers), a Telegram group whose topics are the help-desk.
+/// The whole bot, as deployed, on the fake Telegram: a group whose topics are the
+/// help-desk, `[llm] embeddings_model` on the fake embeddings server beside the chat model
+/// `llm` names (`[llm]` keys).
+struct Bot {
+    telegram: FakeTelegram,
+    stop: tokio::sync::oneshot::Sender<()>,
+    bot: tokio::task::JoinHandle<()>,
+}
+
+impl Bot {
+    async fn start(
+        s: &Setup,
+        fake: &FakeEmbeddings,
+        llm: &str,
+        models: Option<ModelRouter>,
+    ) -> Bot {
+        const TOKEN: &str = "123456:TEST-secret-token";
+        let telegram = FakeTelegram::start(TOKEN).await;
+        let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let config = s._dir.path().join("kaiwa.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[flows]\nforms_dir = \"{repo}/config/forms\"\nkb_dir = {:?}\nbooks = \"{repo}/config/books.toml\"\n\n\
+                 [server]\nlisten = \"127.0.0.1:0\"\n\n\
+                 [llm]\n{llm}\nembeddings_model = \"fake-embed\"\nembeddings_base_url = \"{}\"\n\n\
+                 [telegram]\napi_url = \"{}\"\ngroup_flow = \"helpdesk\"\npoll_timeout_secs = 1\n",
+                s.kb_dir,
+                fake.base_url(),
+                telegram.url()
+            ),
+        )
+        .expect("config");
+        let options = kaiwa::Options {
+            config: Some(config),
+            database_url: Some(s.db.clone()),
+        };
+        let (settings, _) = options.settings().expect("settings");
+        let mut builder = kaiwa::Kaiwa::builder(settings)
+            .database_url(s.db.clone())
+            .telegram_token(TOKEN);
+        if let Some(models) = models {
+            builder = builder.models(models);
+        }
+        let kaiwa = builder.build().await.expect("kaiwa");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let bot = tokio::spawn(async move {
+            kaiwa
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("Kaiwa runs");
+        });
+        // the passages are embedded at start, in the background: the last heading checked
+        let started = Instant::now();
+        while !fake.inputs().iter().any(|t| t == "会議室") {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "passages embedded at start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Bot {
+            telegram,
+            stop,
+            bot,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), self.bot)
+            .await
+            .expect("the bot stops")
+            .expect("no panic");
+    }
+}
+
+/// No chat model: the help-desk's floor answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_help_desk_answers_a_paraphrase_from_the_passage_it_means() {
-    const TOKEN: &str = "123456:TEST-secret-token";
     let s = setup().await;
     s.store.close().await;
-    let telegram = FakeTelegram::start(TOKEN).await;
     let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
-    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let config = s._dir.path().join("kaiwa.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[flows]\nforms_dir = \"{repo}/config/forms\"\nkb_dir = {:?}\nbooks = \"{repo}/config/books.toml\"\n\n\
-             [server]\nlisten = \"127.0.0.1:0\"\n\n\
-             [llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n\
-             embeddings_model = \"fake-embed\"\nembeddings_base_url = \"{}\"\n\n\
-             [telegram]\napi_url = \"{}\"\ngroup_flow = \"helpdesk\"\npoll_timeout_secs = 1\n",
-            s.kb_dir,
-            fake.base_url(),
-            telegram.url()
-        ),
-    )
-    .expect("config");
-    let options = kaiwa::Options {
-        config: Some(config),
-        database_url: Some(s.db.clone()),
-    };
-    let (settings, _) = options.settings().expect("settings");
-    let kaiwa = kaiwa::Kaiwa::builder(settings)
-        .database_url(s.db.clone())
-        .models(kaiwa_core::llm::ModelRouter::none())
-        .telegram_token(TOKEN)
-        .build()
-        .await
-        .expect("kaiwa");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let bot = tokio::spawn(async move {
-        kaiwa
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("Kaiwa runs");
-    });
-    // the passages are embedded at start, in the background: the last heading checked
-    let started = Instant::now();
-    while !fake.inputs().iter().any(|t| t == "会議室") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "passages embedded at start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let llm = "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"";
+    let bot = Bot::start(&s, &fake, llm, Some(ModelRouter::none())).await;
     let desk = Chat::topic(-100_700, 3);
-    telegram.send_text(desk, 701, FEVER);
-    let reply = telegram.wait_texts(desk, 1).await;
+    bot.telegram.send_text(desk, 701, FEVER);
+    let reply = bot.telegram.wait_texts(desk, 1).await;
     assert!(
         reply[0].contains("Sick leave") && reply[0].contains("en/leave.md#Sick leave"),
         "{reply:?}"
     );
     let desk_ja = Chat::topic(-100_700, 4);
-    telegram.send_text(desk_ja, 702, FEVER_JA);
-    let reply = telegram.wait_texts(desk_ja, 1).await;
+    bot.telegram.send_text(desk_ja, 702, FEVER_JA);
+    let reply = bot.telegram.wait_texts(desk_ja, 1).await;
     assert!(reply[0].contains("ja/leave.md#病気休暇"), "{reply:?}");
     assert!(
         fake.inputs().iter().any(|t| t == FEVER_JA),
         "the question went to the embeddings model"
     );
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(20), bot)
-        .await
-        .expect("the bot stops")
-        .expect("no panic");
+    bot.stop().await;
+}
+
+/// A chat model too slow for the turn's budget: the floor answers after the budget is
+/// spent, and still by meaning — the question was embedded while the planner waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_too_slow_for_the_turn_leaves_the_floor_its_search_by_meaning() {
+    let s = setup().await;
+    s.store.close().await;
+    let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
+    let chat = FakeOpenAi::start([]).await.expect("fake model");
+    chat.set_delay(Duration::from_secs(60));
+    let llm = format!(
+        "base_url = \"{}\"\nmodel = \"slow\"\nmax_retries = 0\nturn_budget_secs = 2",
+        chat.base_url()
+    );
+    let bot = Bot::start(&s, &fake, &llm, None).await;
+    let desk = Chat::topic(-100_700, 3);
+    let asked = Instant::now();
+    bot.telegram.send_text(desk, 701, FEVER);
+    let reply = bot.telegram.wait_texts(desk, 1).await;
+    assert!(
+        reply[0].contains("en/leave.md#Sick leave"),
+        "the floor found the passage by meaning: {reply:?}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "answered soon after the budget: {:?}",
+        asked.elapsed()
+    );
+    assert!(!chat.requests().is_empty(), "the model was asked first");
+    assert_eq!(
+        fake.inputs().iter().filter(|t| *t == FEVER).count(),
+        1,
+        "the question embedded once"
+    );
+    bot.stop().await;
 }

@@ -24,6 +24,10 @@ pub const MAX_SUBTASKS: usize = 5;
 pub type FloorSearch =
     Arc<dyn Fn(String, usize) -> futures::future::BoxFuture<'static, Vec<Passage>> + Send + Sync>;
 
+/// Work done on a question ahead of its search (its vector by meaning, embedded while the
+/// planner thinks).
+pub type Prefetch = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// What a research agent consults, and who it is.
 pub struct Library {
     /// Agent names are `{name}_planner`, `{name}_executor`, `{name}_reflector`, `{name}_answer`.
@@ -39,6 +43,8 @@ pub struct Library {
     pub tools: Vec<Arc<dyn Tool<ResearchWork>>>,
     /// The rule-based search used without a model.
     pub search: FloorSearch,
+    /// Run on the question beside the planner's call, where the library has it.
+    pub prefetch: Option<Prefetch>,
 }
 
 impl Library {
@@ -59,14 +65,15 @@ impl Library {
             source_ja: sources.1.to_string(),
             tools,
             search,
+            prefetch: None,
         }
     }
 
     /// The team's knowledge base with `search_kb` and `get_kb_document` (by meaning too
     /// where `search` has embeddings, the floor included).
     pub fn knowledge_base(name: &str, role: &str, search: KbSearch) -> Self {
-        let floor = search.clone();
-        Library::new(
+        let (floor, ahead) = (search.clone(), search.clone());
+        let mut library = Library::new(
             name,
             role,
             ("the knowledge base", "ナレッジベース"),
@@ -78,7 +85,13 @@ impl Library {
                 let floor = floor.clone();
                 Box::pin(async move { floor.search(&q, k).await.unwrap_or_default() })
             }),
-        )
+        );
+        // the question's vector, ready for the floor even once a slow model spent the turn
+        library.prefetch = Some(Arc::new(move |q: String| {
+            let ahead = ahead.clone();
+            Box::pin(async move { ahead.prefetch(&q).await })
+        }));
+        library
     }
 }
 
@@ -442,15 +455,20 @@ impl PlanExecuteReflect for Research<'_> {
              answerable by searching {}. A simple question is one sub-task.",
             self.library.role, self.library.source_en
         );
-        match structured::<PlanOut>(
+        let planned = structured::<PlanOut>(
             model.as_ref(),
             &self.library.planner,
             system,
             format!("{previous}Question: {}", self.question),
             self.ledger,
-        )
-        .await
-        {
+        );
+        // the question's own search work starts beside the planner (in this task, within
+        // the turn's budget): the floor searches the question when the model fails
+        let planned = match &self.library.prefetch {
+            Some(prefetch) => tokio::join!(planned, prefetch(self.question.clone())).0,
+            None => planned.await,
+        };
+        match planned {
             Ok(plan) => {
                 let tasks: Vec<String> = plan
                     .subtasks

@@ -486,6 +486,28 @@ impl Semantic {
         kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
     }
 
+    /// Embeds `query` ahead of a search of it (kept with the last questions' vectors), where
+    /// its language is searched by meaning and it was not asked before: a help-desk turn
+    /// embeds its question beside the planner's call, so the rule-based floor still finds
+    /// by meaning when the model's slowness has spent the turn's budget.
+    pub async fn prefetch(&self, kb: &KnowledgeBase, query: &str) {
+        let Some(vectors) = self.current(kb) else {
+            return;
+        };
+        let used = if query.chars().any(super::is_cjk) {
+            vectors.japanese
+        } else {
+            vectors.english
+        };
+        if used.is_none() || vectors.asked_before(query).is_some() {
+            return;
+        }
+        let width = vectors.unit.first().map_or(0, Vec::len);
+        if let Some(asked) = self.embed_question(query, width).await {
+            vectors.keep_asked(query, Arc::new(asked));
+        }
+    }
+
     /// `query`'s vector of unit length, or `None` (said in the log) where the server
     /// cannot give one of the passages' `width`.
     async fn embed_question(&self, query: &str, width: usize) -> Option<Vec<f32>> {
@@ -522,6 +544,14 @@ impl From<Arc<KnowledgeBase>> for KbSearch {
 }
 
 impl KbSearch {
+    /// Embeds `query` ahead of its search ([`Semantic::prefetch`]); nothing without
+    /// embeddings.
+    pub async fn prefetch(&self, query: &str) {
+        if let Some(meaning) = &self.meaning {
+            meaning.prefetch(&self.kb, query).await;
+        }
+    }
+
     /// The best `k` passages for `query` ([`Semantic::search`], or
     /// [`KnowledgeBase::search`] without embeddings).
     pub async fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
