@@ -45,7 +45,7 @@ struct Vectors {
 
 /// What [`Semantic::prepare`] found for one language of the passages: the share of its
 /// headings whose own passage is the closest in meaning, and so whether its questions are
-/// searched by meaning too ([`SELF_CHECK`]) or by words alone.
+/// searched by meaning too (80 % of headings or more) or by words alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LanguageCheck {
     /// `"en"` (English and other non-CJK text) or `"ja"`.
