@@ -334,6 +334,17 @@ fn sources_block(sources: &[Passage], lang: &str) -> String {
 }
 
 impl Research<'_> {
+    /// The question as the one sub-task of a turn without a plan: a follow-up ("and on
+    /// Mac?") together with the question it follows, so its search has something to find.
+    fn as_one_task(&self) -> String {
+        match &self.previous {
+            Some((before, _)) if is_follow_up(&self.question) => {
+                format!("{before} {}", self.question)
+            }
+            _ => self.question.clone(),
+        }
+    }
+
     async fn floor_attempt(&self, task: &str) -> SubAnswer {
         let mut passages = (self.library.search)(task.to_string(), 3).await;
         passages.retain(|p| self.allowed(p));
@@ -437,13 +448,7 @@ impl PlanExecuteReflect for Research<'_> {
 
     async fn plan(&self) -> Vec<String> {
         let Some(model) = self.models.for_agent(&self.library.planner) else {
-            // a follow-up is searched with the question it follows
-            return match &self.previous {
-                Some((before, _)) if is_follow_up(&self.question) => {
-                    vec![format!("{before} {}", self.question)]
-                }
-                _ => vec![self.question.clone()],
-            };
+            return vec![self.as_one_task()];
         };
         let previous = self
             .previous
@@ -465,7 +470,7 @@ impl PlanExecuteReflect for Research<'_> {
         // the question's own search work starts beside the planner (in this task, within
         // the turn's budget): the floor searches the question when the model fails
         let planned = match &self.library.prefetch {
-            Some(prefetch) => tokio::join!(planned, prefetch(self.question.clone())).0,
+            Some(prefetch) => tokio::join!(planned, prefetch(self.as_one_task())).0,
             None => planned.await,
         };
         match planned {
@@ -477,14 +482,14 @@ impl PlanExecuteReflect for Research<'_> {
                     .take(MAX_SUBTASKS)
                     .collect();
                 if tasks.is_empty() {
-                    vec![self.question.clone()]
+                    vec![self.as_one_task()]
                 } else {
                     tasks
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "planner failed; one sub-task");
-                vec![self.question.clone()]
+                vec![self.as_one_task()]
             }
         }
     }

@@ -374,6 +374,30 @@ async fn a_follow_up_is_answered_in_the_context_of_the_question_before() {
     );
 }
 
+/// A model that fails every call: the floor answers a follow-up as it does without a model.
+#[tokio::test]
+async fn a_follow_up_keeps_its_context_when_the_model_fails() {
+    let failing = || {
+        let model: Arc<dyn crate::llm::ChatModel> =
+            Arc::new(crate::llm::scripted::ScriptedModel::new([]));
+        ModelRouter::new(Some(model))
+    };
+    let h = Harness::new(failing(), sample_kb()).await;
+    h.ask("How do I stop a conversation?").await;
+    let more = h.ask("and in Telegram?").await;
+    assert!(
+        more[0].contains("[1] en/user-guide.md#Stopping a conversation"),
+        "{more:?}"
+    );
+    let h = Harness::new(failing(), sample_kb()).await;
+    h.ask("会話を終えるには？").await;
+    let more = h.ask("それは Telegram でも同じですか？").await;
+    assert!(
+        more[0].contains("ja/user-guide.md#会話を終える"),
+        "{more:?}"
+    );
+}
+
 #[test]
 fn the_help_desk_searches_the_web_only_when_told_to() {
     let kb = sample_kb();
