@@ -309,6 +309,36 @@ pub fn check_citations(text: &str, sources: usize) -> String {
     .into_owned()
 }
 
+/// The sources an answer cites, in the order it first cites them, with its citations
+/// renumbered to match: a passage the searches found but the answer does not use is not
+/// listed as a source. An answer that cites none keeps them all.
+fn keep_cited(text: &str, sources: Vec<Passage>) -> (String, Vec<Passage>) {
+    let Some(re) = CITATION.as_ref() else {
+        return (text.to_string(), sources);
+    };
+    let mut order: Vec<usize> = Vec::new();
+    for c in re.captures_iter(text) {
+        let n: usize = c[1].parse().unwrap_or(0);
+        if (1..=sources.len()).contains(&n) && !order.contains(&n) {
+            order.push(n);
+        }
+    }
+    if order.is_empty() {
+        return (text.to_string(), sources);
+    }
+    let text = re
+        .replace_all(text, |c: &regex::Captures<'_>| {
+            let n: usize = c[1].parse().unwrap_or(0);
+            match order.iter().position(|&o| o == n) {
+                Some(at) => format!("[{}]", at + 1),
+                None => c[0].to_string(),
+            }
+        })
+        .into_owned();
+    let kept = order.iter().map(|&n| sources[n - 1].clone()).collect();
+    (text, kept)
+}
+
 /// Whether `passage` is a web page (its path an `http(s)` address) rather than the
 /// library's.
 pub fn is_web(passage: &Passage) -> bool {
@@ -666,11 +696,10 @@ impl PlanExecuteReflect for Research<'_> {
                     .await
                 {
                     Ok(r) if !r.response_text.trim().is_empty() => {
-                        format!(
-                            "{}\n\n{}",
-                            check_citations(r.response_text.trim(), sources.len()),
-                            sources_block(&sources, &self.lang)
-                        )
+                        let checked = check_citations(r.response_text.trim(), sources.len());
+                        let (text, cited) = keep_cited(&checked, std::mem::take(&mut sources));
+                        sources = cited;
+                        format!("{text}\n\n{}", sources_block(&sources, &self.lang))
                     }
                     _ => self.floor_answer(&sources),
                 }
@@ -690,7 +719,28 @@ impl PlanExecuteReflect for Research<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_citations;
+    use super::{Passage, check_citations, keep_cited};
+
+    fn passage(heading: &str) -> Passage {
+        Passage {
+            path: "kb.md".into(),
+            heading: heading.into(),
+            text: String::new(),
+            score: 1.0,
+            coverage: 1.0,
+        }
+    }
+
+    #[test]
+    fn only_the_sources_an_answer_cites_are_listed_renumbered() {
+        let sources = vec![passage("a"), passage("b"), passage("c")];
+        let (text, kept) = keep_cited("B [2], then C [3], B again [2].", sources.clone());
+        assert_eq!(text, "B [1], then C [2], B again [1].");
+        assert_eq!(kept, vec![passage("b"), passage("c")]);
+        // an answer that cites nothing keeps them all
+        let (text, kept) = keep_cited("No citation here.", sources.clone());
+        assert_eq!((text.as_str(), kept), ("No citation here.", sources));
+    }
 
     #[test]
     fn citations_to_missing_sources_are_removed() {

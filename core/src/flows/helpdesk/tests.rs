@@ -374,6 +374,59 @@ async fn a_follow_up_is_answered_in_the_context_of_the_question_before() {
     );
 }
 
+/// Three sub-tasks find three passages; the final answer uses one: only that one is listed
+/// (as [1]) and kept with the ticket.
+#[tokio::test]
+async fn only_the_passages_the_answer_cites_are_its_sources() {
+    let model = Arc::new(crate::llm::scripted::ScriptedModel::repeating(|req| {
+        let schema = schema_text(req);
+        if schema.contains("subtasks") {
+            return ChatResponse::tool_call("respond", json!({ "subtasks": TASKS }));
+        }
+        if schema.contains("is_sufficient") {
+            return ChatResponse::tool_call(
+                "respond",
+                json!({"is_sufficient": true, "feedback": "", "additional_queries": []}),
+            );
+        }
+        if req.tools.iter().any(|t| t.name == "search_kb") {
+            let task = subtask_of(req);
+            if !req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }))
+            {
+                return ChatResponse::tool_call("search_kb", json!({"query": task, "k": 1}));
+            }
+            return ChatResponse::text(format!("Answer to {task}"));
+        }
+        ChatResponse::text("Exporting is what you need [2].")
+    }));
+    let h = Harness::new(ModelRouter::new(Some(model)), sample_kb()).await;
+    let reply = h.ask("Three questions about Kaiwa").await;
+    let kb = sample_kb();
+    let searched: Vec<String> = TASKS
+        .iter()
+        .map(|t| kb.search(t, 1).expect("search")[0].citation())
+        .collect();
+    let answer = &reply[0];
+    assert!(
+        answer.starts_with("Exporting is what you need [1]."),
+        "{answer}"
+    );
+    assert!(answer.contains(&format!("[1] {}", searched[1])), "{answer}");
+    assert!(
+        !answer.contains(&searched[0]) && !answer.contains(&searched[2]),
+        "passages the answer does not use are not its sources: {answer}"
+    );
+    let tickets = h
+        .store
+        .tickets(h.session_id().await)
+        .await
+        .expect("tickets");
+    assert_eq!(tickets[0].sources, [searched[1].clone()]);
+}
+
 /// A model that fails every call: the floor answers a follow-up as it does without a model.
 #[tokio::test]
 async fn a_follow_up_keeps_its_context_when_the_model_fails() {
