@@ -348,11 +348,9 @@ impl ReadingFlow {
             Err(e) => {
                 tracing::warn!(error = %e, "the Reading agent failed; using rules");
                 if text == "__session_init__" {
-                    out.say(pick(
-                        &lang,
-                        "Welcome! Tell me about your reading.",
-                        "ようこそ。読書のことを聞かせてください。",
-                    ));
+                    // the greeting a conversation without a model gets: the book, its
+                    // status and, before reading, the mood options
+                    self.greet_by_rules(ctx, st, out);
                     Ok(())
                 } else {
                     self.floor_text(ctx, st, text, out).await

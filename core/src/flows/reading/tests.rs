@@ -111,6 +111,30 @@ async fn without_a_model_messages_become_insights_and_moods_come_from_buttons() 
     );
 }
 
+/// A model that fails every call: the reader is greeted as without one — the book named,
+/// the mood asked — in their language.
+#[tokio::test]
+async fn a_failing_model_leaves_the_greeting_of_the_rules() {
+    for (start, book, prompt) in [
+        (
+            "/reading start kokoro",
+            "«Kokoro»",
+            "How do you feel right now?",
+        ),
+        ("/reading start こころ", "『こころ』", "今の気分は？"),
+    ] {
+        let failing: Arc<dyn crate::llm::ChatModel> = Arc::new(ScriptedModel::new([]));
+        let h = Harness::new(ModelRouter::new(Some(failing))).await;
+        let greeting = h.say(start).await;
+        assert!(greeting[0].contains(book), "{greeting:?}");
+        assert_eq!(
+            h.outbox.last_options().map(|o| o.prompt).as_deref(),
+            Some(prompt),
+            "{greeting:?}"
+        );
+    }
+}
+
 fn tools_of(r: &ChatRequest) -> Vec<String> {
     r.tools.iter().map(|t| t.name.clone()).collect()
 }
