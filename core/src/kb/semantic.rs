@@ -80,6 +80,16 @@ impl std::fmt::Display for LanguageCheck {
 const QUESTIONS_KEPT: usize = 64;
 
 impl Vectors {
+    /// From what similarity a passage is found by meaning alone for `query`, in its
+    /// language; `None` where that language is searched by words alone.
+    fn alone_at_for(&self, query: &str) -> Option<f32> {
+        if query.chars().any(super::is_cjk) {
+            self.japanese
+        } else {
+            self.english
+        }
+    }
+
     fn asked_before(&self, query: &str) -> Option<Arc<Vec<f32>>> {
         let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
         asked
@@ -462,25 +472,11 @@ impl Semantic {
             self.prepare_in_background(kb);
             return kb.search(query, k);
         };
-        let japanese = query.chars().any(super::is_cjk);
-        let Some(alone_at) = (if japanese {
-            vectors.japanese
-        } else {
-            vectors.english
-        }) else {
+        let Some(alone_at) = vectors.alone_at_for(query) else {
             return kb.search(query, k);
         };
-        let width = vectors.unit.first().map_or(0, Vec::len);
-        let asked = match vectors.asked_before(query) {
-            Some(asked) => asked,
-            None => match self.embed_question(query, width).await {
-                Some(asked) => {
-                    let asked = Arc::new(asked);
-                    vectors.keep_asked(query, asked.clone());
-                    asked
-                }
-                None => return kb.search(query, k),
-            },
+        let Some(asked) = self.question_vector(&vectors, query).await else {
+            return kb.search(query, k);
         };
         let similarity: Vec<f32> = vectors.unit.iter().map(|p| dot(p, &asked)).collect();
         kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
@@ -491,28 +487,25 @@ impl Semantic {
     /// embeds its question beside the planner's call, so the rule-based floor still finds
     /// by meaning when the model's slowness has spent the turn's budget.
     pub async fn prefetch(&self, kb: &KnowledgeBase, query: &str) {
-        let Some(vectors) = self.current(kb) else {
-            return;
-        };
-        let used = if query.chars().any(super::is_cjk) {
-            vectors.japanese
-        } else {
-            vectors.english
-        };
-        if used.is_none() || vectors.asked_before(query).is_some() {
-            return;
-        }
-        let width = vectors.unit.first().map_or(0, Vec::len);
-        if let Some(asked) = self.embed_question(query, width).await {
-            vectors.keep_asked(query, Arc::new(asked));
+        if let Some(vectors) = self.current(kb).filter(|v| v.alone_at_for(query).is_some()) {
+            self.question_vector(&vectors, query).await;
         }
     }
 
-    /// `query`'s vector of unit length, or `None` (said in the log) where the server
-    /// cannot give one of the passages' `width`.
-    async fn embed_question(&self, query: &str, width: usize) -> Option<Vec<f32>> {
+    /// `query`'s vector of unit length: the one kept since it was last asked, or the
+    /// server's (then kept); `None` (said in the log) where the server cannot give one of
+    /// the passages' length.
+    async fn question_vector(&self, vectors: &Vectors, query: &str) -> Option<Arc<Vec<f32>>> {
+        if let Some(asked) = vectors.asked_before(query) {
+            return Some(asked);
+        }
+        let width = vectors.unit.first().map_or(0, Vec::len);
         match self.embedder.embed(&[query.to_string()]).await {
-            Ok(mut v) if v.len() == 1 && v[0].len() == width => Some(unit(v.remove(0))),
+            Ok(mut v) if v.len() == 1 && v[0].len() == width => {
+                let asked = Arc::new(unit(v.remove(0)));
+                vectors.keep_asked(query, asked.clone());
+                Some(asked)
+            }
             Ok(_) => {
                 tracing::warn!(
                     model = self.model(),
