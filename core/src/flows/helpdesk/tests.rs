@@ -136,6 +136,23 @@ impl Harness {
     async fn session_id(&self) -> i64 {
         self.active().await.expect("active").id
     }
+
+    /// The tickets of the conversation.
+    async fn tickets(&self) -> Vec<crate::store::Ticket> {
+        self.store
+            .tickets(self.session_id().await)
+            .await
+            .expect("tickets")
+    }
+}
+
+/// What a search of each of [`TASKS`] finds first in the sample knowledge base.
+fn first_passages_of_tasks() -> Vec<String> {
+    let kb = sample_kb();
+    TASKS
+        .iter()
+        .map(|t| kb.search(t, 1).expect("search")[0].citation())
+        .collect()
 }
 
 fn router(model: Arc<DeskModel>) -> ModelRouter {
@@ -161,19 +178,11 @@ async fn three_sub_tasks_run_at_once_and_the_answer_cites_what_they_used() {
         answer.starts_with("Combined answer [1] [2] [3], and a bogus ."),
         "an unknown citation is removed: {answer}"
     );
-    let tickets = h
-        .store
-        .tickets(h.session_id().await)
-        .await
-        .expect("tickets");
+    let tickets = h.tickets().await;
     assert_eq!(tickets.len(), 1);
     assert_eq!(tickets[0].plan, TASKS);
     // the sources are exactly the passages the searches returned, in order
-    let kb = sample_kb();
-    let searched: Vec<String> = TASKS
-        .iter()
-        .map(|t| kb.search(t, 1).expect("search")[0].citation())
-        .collect();
+    let searched = first_passages_of_tasks();
     assert_eq!(tickets[0].sources, searched);
     for (i, source) in searched.iter().enumerate() {
         assert!(
@@ -233,11 +242,7 @@ async fn an_insufficient_answer_is_retried_with_advice_at_most_three_times() {
             "tool messages are dropped on a retry"
         );
     }
-    let tickets = h
-        .store
-        .tickets(h.session_id().await)
-        .await
-        .expect("tickets");
+    let tickets = h.tickets().await;
     let subs = tickets[0]
         .sub_answers
         .as_array()
@@ -262,11 +267,7 @@ async fn without_a_model_the_floor_answers_from_the_knowledge_base_in_both_langu
     assert!(ja[0].starts_with("**パスワードの再設定**\n"), "{ja:?}");
     assert!(ja[0].contains("出典:\n[1] ja/user-guide.md#パスワードの再設定"));
     assert_eq!(last_options_prompt(&h), "この回答で解決しましたか？");
-    let tickets = h
-        .store
-        .tickets(h.session_id().await)
-        .await
-        .expect("tickets");
+    let tickets = h.tickets().await;
     assert_eq!(
         tickets.len(),
         2,
@@ -309,11 +310,7 @@ async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
     h.choose(&["not_solved"]).await;
     let handed = h.choose(&["human"]).await;
     assert!(handed[0].contains("passed your question to the team"));
-    let tickets = h
-        .store
-        .tickets(h.session_id().await)
-        .await
-        .expect("tickets");
+    let tickets = h.tickets().await;
     assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
     assert_eq!(tickets[1].feedback.as_deref(), Some("human"));
     let notices = h.admin.notices();
@@ -404,11 +401,7 @@ async fn only_the_passages_the_answer_cites_are_its_sources() {
     }));
     let h = Harness::new(ModelRouter::new(Some(model)), sample_kb()).await;
     let reply = h.ask("Three questions about Kaiwa").await;
-    let kb = sample_kb();
-    let searched: Vec<String> = TASKS
-        .iter()
-        .map(|t| kb.search(t, 1).expect("search")[0].citation())
-        .collect();
+    let searched = first_passages_of_tasks();
     let answer = &reply[0];
     assert!(
         answer.starts_with("Exporting is what you need [1]."),
@@ -419,11 +412,7 @@ async fn only_the_passages_the_answer_cites_are_its_sources() {
         !answer.contains(&searched[0]) && !answer.contains(&searched[2]),
         "passages the answer does not use are not its sources: {answer}"
     );
-    let tickets = h
-        .store
-        .tickets(h.session_id().await)
-        .await
-        .expect("tickets");
+    let tickets = h.tickets().await;
     assert_eq!(tickets[0].sources, [searched[1].clone()]);
 }
 
