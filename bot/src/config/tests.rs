@@ -128,7 +128,7 @@ fn llm_section_and_agent_overrides_parse() {
 fn an_embeddings_model_is_named_and_served_over_http() {
     let parse = |extra: &str| -> Settings {
         toml::from_str(&format!(
-            "[llm]\nbase_url = \"http://127.0.0.1:11434/v1\"\nmodel = \"big\"\n{extra}"
+            "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"big\"\n{extra}"
         ))
         .expect("parses")
     };
