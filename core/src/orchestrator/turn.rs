@@ -141,16 +141,33 @@ impl Orchestrator {
                 .await;
         }
         self.annotate(&mut output, &session, &incoming, is_command, &streaming);
-        let kept = keeps_replaced_session(finish_session, &session, &incoming, &output);
         let turn = FinishedTurn {
             session,
-            finish_session: finish_session.filter(|_| !kept),
+            finish_session,
             output,
             ledger,
             replace_pending: true,
             said,
         };
-        let report = self.commit_and_deliver(&incoming, turn, outbox).await;
+        self.deliver_ran(&incoming, turn, streaming, outbox).await
+    }
+
+    /// A flow's `turn` committed and delivered, then its stream closed. Where the command
+    /// that started it leaves the session it was to replace going on
+    /// ([`keeps_replaced_session`]), that session is not finished.
+    async fn deliver_ran(
+        &self,
+        incoming: &Incoming,
+        mut turn: FinishedTurn,
+        streaming: Streaming,
+        outbox: &dyn Outbox,
+    ) -> Result<TurnReport, OrchestratorError> {
+        let kept =
+            keeps_replaced_session(turn.finish_session, &turn.session, incoming, &turn.output);
+        if kept {
+            turn.finish_session = None;
+        }
+        let report = self.commit_and_deliver(incoming, turn, outbox).await;
         streaming.finish().await;
         let mut report = report?;
         if kept {
