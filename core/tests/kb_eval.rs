@@ -87,7 +87,8 @@ fn an_unseen_help_desk_is_searched_in_both_languages() {
 
 /// With embeddings from a real server, by hand (not in CI): `KAIWA_EVAL_EMBEDDINGS=
 /// "http://127.0.0.1:PORT/v1 MODEL" cargo test -p kaiwa-core --test kb_eval -- --ignored
-/// --nocapture`. Prints top-1 per language by words and meaning, without and with the
+/// --nocapture`, and `KAIWA_EVAL_PREFIXES="query: |passage: "` for a model trained with
+/// prefixes (E5). Prints top-1 per language by words and meaning, without and with the
 /// dictionary.
 #[test]
 #[ignore = "needs a real embeddings server (KAIWA_EVAL_EMBEDDINGS)"]

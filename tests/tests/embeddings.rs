@@ -431,7 +431,7 @@ impl Bot {
         });
         // the passages are embedded at start, in the background: the last heading checked
         let started = Instant::now();
-        while !fake.inputs().iter().any(|t| t == "会議室") {
+        while !fake.inputs().iter().any(|t| t.ends_with("会議室")) {
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "passages embedded at start"
@@ -477,6 +477,47 @@ async fn a_telegram_help_desk_answers_a_paraphrase_from_the_passage_it_means() {
     assert!(
         fake.inputs().iter().any(|t| t == FEVER_JA),
         "the question went to the embeddings model"
+    );
+    bot.stop().await;
+}
+
+/// A model trained with prefixes (nomic-embed-text's here) is given them: the questions,
+/// the headings of the self-check and the space's probe with the query's, the passages with
+/// the passage's; and it still finds the paraphrase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_prefixes_go_before_questions_and_passages() {
+    let s = setup().await;
+    s.store.close().await;
+    let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
+    let llm = "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n\
+               embeddings_query_prefix = \"search_query: \"\n\
+               embeddings_passage_prefix = \"search_document: \"";
+    let bot = Bot::start(&s, &fake, llm, Some(ModelRouter::none())).await;
+    let desk = Chat::topic(-100_700, 3);
+    bot.telegram.send_text(desk, 701, FEVER);
+    let reply = bot.telegram.wait_texts(desk, 1).await;
+    assert!(reply[0].contains("en/leave.md#Sick leave"), "{reply:?}");
+    let inputs = fake.inputs();
+    let question = format!("search_query: {FEVER}");
+    assert!(inputs.contains(&question), "the question: {inputs:?}");
+    assert!(inputs.contains(&format!("search_query: {PROBE}")));
+    assert!(inputs.contains(&"search_query: 病気休暇".to_string()));
+    let passages: Vec<&String> = inputs
+        .iter()
+        .filter(|t| t.starts_with("search_document: "))
+        .collect();
+    assert_eq!(passages.len(), 10, "every passage, once: {passages:?}");
+    assert!(
+        passages
+            .iter()
+            .any(|t| t.starts_with("search_document: Sick leave\nIf you are ill")),
+        "{passages:?}"
+    );
+    assert!(
+        inputs
+            .iter()
+            .all(|t| t.starts_with("search_query: ") || t.starts_with("search_document: ")),
+        "nothing without its prefix: {inputs:?}"
     );
     bot.stop().await;
 }

@@ -492,6 +492,14 @@ pub struct LlmSettings {
     /// Where the embeddings model is served (`base_url` when unset); the key is
     /// `api_key_env`'s.
     pub embeddings_base_url: Option<String>,
+    /// Written before each question the embeddings model is given, for models trained with
+    /// one (E5: `"query: "`, nomic-embed-text: `"search_query: "`); none by default.
+    #[serde(default)]
+    pub embeddings_query_prefix: String,
+    /// Written before each passage (E5: `"passage: "`, nomic-embed-text:
+    /// `"search_document: "`); none by default.
+    #[serde(default)]
+    pub embeddings_passage_prefix: String,
     /// Per-agent overrides: `[llm.agents.quick_check] model = "small-model"`.
     #[serde(default)]
     pub agents: BTreeMap<String, AgentLlmSettings>,

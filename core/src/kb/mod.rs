@@ -36,7 +36,7 @@ mod vocabulary;
 
 pub use japanese::Morphology;
 use ranking::{best_in_language, fuse, lexical, question};
-pub use semantic::{KbSearch, LanguageCheck, Semantic};
+pub use semantic::{KbSearch, LanguageCheck, Prefixes, Semantic};
 
 /// A passage found by a search.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -108,8 +108,21 @@ impl Vectors {
     }
 }
 
+/// What is written before each text an embeddings model is given: asymmetric models are
+/// trained with one prefix for questions and another for the passages that answer them
+/// (E5: `query: ` / `passage: `; nomic-embed-text: `search_query: ` / `search_document: `),
+/// and rank worse without. Empty (the default) for models that take plain text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prefixes {
+    /// Before a question (and a heading in the self-check, which stands for one).
+    pub query: String,
+    /// Before a passage's heading and text.
+    pub passage: String,
+}
+
 pub struct Semantic {
     embedder: Arc<dyn Embedder>,
+    prefixes: Prefixes,
     cache: Option<Arc<dyn SearchCache>>,
     ready: RwLock<Option<Arc<Vectors>>>,
     /// One preparation at a time.
@@ -220,6 +233,7 @@ impl Semantic {
     pub fn new(embedder: Arc<dyn Embedder>, cache: Option<Arc<dyn SearchCache>>) -> Self {
         Semantic {
             embedder,
+            prefixes: Prefixes::default(),
             cache,
             ready: RwLock::new(None),
             preparing: tokio::sync::Mutex::new(()),
@@ -227,6 +241,17 @@ impl Semantic {
             failed_at: Mutex::new(None),
             refused: Mutex::new(None),
         }
+    }
+
+    /// The same search with `prefixes` before the texts the model is given.
+    pub fn with_prefixes(mut self, prefixes: Prefixes) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// `text` as a question for the model.
+    fn as_query(&self, text: &str) -> String {
+        format!("{}{text}", self.prefixes.query)
     }
 
     /// The embeddings model.
@@ -246,7 +271,7 @@ impl Semantic {
     async fn space(&self) -> Result<(String, usize), KbError> {
         let v = self
             .embedder
-            .embed(&["Kaiwa: a help-desk question".to_string()])
+            .embed(&[self.as_query("Kaiwa: a help-desk question")])
             .await?;
         let v = v.into_iter().next().unwrap_or_default();
         let mut largest: Vec<usize> = (0..v.len()).collect();
@@ -350,10 +375,11 @@ impl Semantic {
         let texts: Vec<String> = passages
             .iter()
             .map(|(heading, text)| {
-                format!("{heading}\n{text}")
+                let text: String = format!("{heading}\n{text}")
                     .chars()
                     .take(EMBEDDED_CHARS)
-                    .collect()
+                    .collect();
+                format!("{}{text}", self.prefixes.passage)
             })
             .collect();
         let (space, _) = self.space().await?;
@@ -377,7 +403,7 @@ impl Semantic {
                 }
             }
             headings.truncate(SELF_CHECK_HEADINGS);
-            let named: Vec<String> = headings.iter().map(|(h, _)| h.clone()).collect();
+            let named: Vec<String> = headings.iter().map(|(h, _)| self.as_query(h)).collect();
             if named.is_empty() {
                 continue;
             }
@@ -500,7 +526,7 @@ impl Semantic {
             return Some(asked);
         }
         let width = vectors.unit.first().map_or(0, Vec::len);
-        match self.embedder.embed(&[query.to_string()]).await {
+        match self.embedder.embed(&[self.as_query(query)]).await {
             Ok(mut v) if v.len() == 1 && v[0].len() == width => {
                 let asked = Arc::new(unit(v.remove(0)));
                 vectors.keep_asked(query, asked.clone());

@@ -1,7 +1,8 @@
 //! Search by meaning with a real embeddings server, for the retrieval measurements made by
-//! hand: `KAIWA_EVAL_EMBEDDINGS="URL MODEL"` (e.g. `scripts/embeddings_server.py`).
+//! hand: `KAIWA_EVAL_EMBEDDINGS="URL MODEL"` (e.g. `scripts/embeddings_server.py`), and
+//! for a model that wants prefixes `KAIWA_EVAL_PREFIXES="QUERY|PASSAGE"` (E5: `query: |passage: `).
 
-use kaiwa_core::kb::{KnowledgeBase, Passage, Semantic};
+use kaiwa_core::kb::{KnowledgeBase, Passage, Prefixes, Semantic};
 use std::sync::Arc;
 
 /// A knowledge base searched by words and meaning, the passages embedded.
@@ -25,7 +26,17 @@ impl RealMeaning {
             std::time::Duration::from_secs(600),
         )
         .expect("client");
-        let semantic = Arc::new(Semantic::new(Arc::new(embedder), None));
+        let prefixes = std::env::var("KAIWA_EVAL_PREFIXES").map_or_else(
+            |_| Prefixes::default(),
+            |p| {
+                let (query, passage) = p.split_once('|').expect("\"QUERY|PASSAGE\"");
+                Prefixes {
+                    query: query.to_string(),
+                    passage: passage.to_string(),
+                }
+            },
+        );
+        let semantic = Arc::new(Semantic::new(Arc::new(embedder), None).with_prefixes(prefixes));
         let kb = Arc::new(kb);
         if let Err(e) = runtime.block_on(semantic.prepare(&kb)) {
             println!("{label}: {e}");
