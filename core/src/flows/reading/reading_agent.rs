@@ -89,38 +89,66 @@ pub fn detect_status(text: &str) -> Option<ReadingStatus> {
     }
 }
 
-/// Whether a question asks for expert background (concepts, history, intent, old language).
+/// Whether a message asks for expert background (concepts, history, intent, old language):
+/// a question about one of them, or a request to explain, question mark or not (seed 004:
+/// 「相対性理論のこの部分がよくわからない」). What a reader tells of the book ("the meaning of
+/// friendship moved me") is not one.
 pub fn is_expert_question(text: &str) -> bool {
-    let t = text.to_lowercase();
-    [
+    // (a space after it: "explain" ends a word where the text ends)
+    let t = format!("{} ", text.to_lowercase());
+    let asks_to_explain = [
+        "explain ",
+        "explain?",
         "what does",
-        "what is",
-        "what's",
-        "who is",
-        "who was",
-        "explain",
-        "mean",
-        "background",
-        "history",
-        "why did the author",
-        "author's intent",
-        "meaning",
-        "意味",
-        "背景",
-        "時代",
-        "作者",
-        "著者",
-        "現代語",
-        "って何",
-        "ってなに",
-        "とは何",
-        "とは？",
+        "what is meant",
+        "don't understand",
+        "do not understand",
+        "don't get ",
+        "can't understand",
+        "cannot understand",
+        "わからない",
+        "分からない",
+        "わかりません",
+        "分かりません",
+        "理解できない",
+        "理解できません",
         "どういう意味",
-        "誰ですか",
+        "どういうこと",
+        "説明して",
+        "解説して",
     ]
     .iter()
-    .any(|w| t.contains(w))
-        && (t.contains('?') || t.contains('？') || t.contains("教えて"))
+    .any(|w| t.contains(w));
+    asks_to_explain
+        || [
+            "what does",
+            "what is",
+            "what's",
+            "who is",
+            "who was",
+            "explain",
+            "mean",
+            "background",
+            "history",
+            "why did the author",
+            "author's intent",
+            "meaning",
+            "意味",
+            "背景",
+            "時代",
+            "作者",
+            "著者",
+            "現代語",
+            "って何",
+            "ってなに",
+            "とは何",
+            "とは？",
+            "どういう意味",
+            "誰ですか",
+        ]
+        .iter()
+        .any(|w| t.contains(w))
+            && (t.contains('?') || t.contains('？') || t.contains("教えて"))
 }
 
 /// Mood options with their 1–5 scores.

@@ -1008,6 +1008,68 @@ async fn an_expert_question_reaches_the_book_guide_while_a_mood_is_asked() {
     }
 }
 
+/// Seed 004's own use cases of the BookGuide, not all of them with a question mark ("I
+/// don't get this part of relativity"), reach it while the mood is asked and in the
+/// conversation (no model: the rules); what a reader tells of the book stays a note.
+#[tokio::test]
+async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_question_mark() {
+    // the guide's answer: cited from the catalogue, or "no source"
+    let guide_answered = |reply: &[String]| {
+        reply.iter().any(|t| {
+            [
+                "Sources:",
+                "出典:",
+                "I have no source",
+                "資料が手元にありません",
+            ]
+            .iter()
+            .any(|mark| t.contains(mark))
+        })
+    };
+    for asks in [
+        "相対性理論のこの部分がよくわからない",
+        "この古典の言い回しはどういう意味",
+        "Kの最後の手紙の意味を説明してください",
+        "I don't understand the part about Sensei's will",
+        "Can you explain what a paradigm is",
+        "What does 'meiji spirit' mean",
+    ] {
+        for mood_asked in [true, false] {
+            let h = Harness::new(ModelRouter::none()).await;
+            h.say("/reading start kokoro").await;
+            if mood_asked {
+                h.say("/status reading").await;
+            }
+            let reply = h.say(asks).await;
+            assert!(
+                guide_answered(&reply),
+                "{asks} (mood asked: {mood_asked}): the BookGuide answers: {reply:?}"
+            );
+            let record = h.record().await;
+            let insights = h.store.insights(record.id).await.expect("insights");
+            assert!(
+                insights
+                    .iter()
+                    .any(|i| i.kind == InsightKind::Question && i.text == asks),
+                "{asks}: kept as a question note: {insights:?}"
+            );
+        }
+    }
+    for note in [
+        "The meaning of friendship in chapter 2 moved me",
+        "先生の孤独の意味がわかった気がする",
+        "It explains a lot about the Meiji era, I loved it",
+    ] {
+        let h = Harness::new(ModelRouter::none()).await;
+        h.say("/reading start kokoro").await;
+        let reply = h.say(note).await;
+        assert!(
+            !guide_answered(&reply),
+            "{note}: a note, not a question for the guide: {reply:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_command_in_latin_letters_leaves_the_app_language() {
     // a Japanese Telegram user's `/reading start Kokoro`: the command and the title say
