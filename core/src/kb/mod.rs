@@ -1,7 +1,9 @@
 //! The knowledge base: Markdown and text files under a folder (`config/kb/**/*.md|*.txt`),
 //! split into passages by heading and indexed with tantivy (BM25) in memory.
 //!
-//! Indexed twice, the heading counting double: English text (lowercased, stop words —
+//! A section is searched with its document's title too ("Battery problems" under
+//! "# Laptops" is about laptops), and shown as written. Indexed twice, the heading counting
+//! double: English text (lowercased, stop words —
 //! question words included — removed, stemmed) and the CJK characters as character bigrams,
 //! so Japanese questions find Japanese passages without a dictionary. Queries are built from
 //! the same analyzers as term queries (never parsed as query syntax, so user text cannot
@@ -194,6 +196,16 @@ fn is_title(content: &str, heading: &str) -> bool {
     })
 }
 
+/// The title (`# …`) of the Markdown document `content`, if it has one.
+fn document_title(content: &str) -> Option<String> {
+    content.lines().find_map(|l| {
+        l.trim_start()
+            .strip_prefix("# ")
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+    })
+}
+
 fn files(root: &Path) -> Result<Vec<PathBuf>, KbError> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -358,8 +370,15 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let markdown = path.extension().is_some_and(|e| e == "md");
+        let title = document_title(&content);
         for (heading, text) in split_passages(&name, &content, markdown) {
-            let (mut doc, words) = passage_document(&index, fields, morphology, &heading, &text)?;
+            // the document's title, what a section under it is about too
+            let searchable = match title.as_ref().filter(|t| **t != heading) {
+                Some(title) => format!("{title}\n{text}"),
+                None => text.clone(),
+            };
+            let (mut doc, words) =
+                passage_document(&index, fields, morphology, &heading, &searchable)?;
             doc.add_u64(fields.ord, sections.len() as u64);
             writer.add_document(doc)?;
             sections.push(Section {
@@ -558,6 +577,54 @@ mod tests {
             kb.search("\"(unbalanced AND OR", 3).is_ok(),
             "query syntax cannot break a search"
         );
+    }
+
+    /// Two documents with a section of the same name: the one whose title the question
+    /// names comes first, in both languages; the passage itself is shown as written.
+    #[test]
+    fn a_section_is_found_by_its_documents_title_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (file, content) in [
+            (
+                "phones.md",
+                "# Phones\n## Battery problems\nA company handset gets a new battery after two years.\n",
+            ),
+            (
+                "laptops.md",
+                "# Laptops\n## Battery problems\nIf it lasts under two hours, bring it to the service desk.\n",
+            ),
+            (
+                "ja-phones.md",
+                "# 携帯電話\n## バッテリーの不具合\n社用の端末は2年で電池を交換します。\n",
+            ),
+            (
+                "ja-laptops.md",
+                "# ノートPC\n## バッテリーの不具合\n2時間もたない場合はサービスデスクへ持参してください。\n",
+            ),
+        ] {
+            std::fs::write(dir.path().join(file), content).expect("write");
+        }
+        let morphology = Morphology::from_mecab_dir(Path::new(japanese::DEBIAN_IPADIC)).ok();
+        for morphology in [None, morphology.map(std::sync::Arc::new)] {
+            let kb = KnowledgeBase::open_with(dir.path(), morphology).expect("index");
+            let found = kb
+                .search("battery problems with my laptop", 3)
+                .expect("search");
+            assert_eq!(
+                found[0].citation(),
+                "laptops.md#Battery problems",
+                "{found:?}"
+            );
+            assert!(!found[0].text.contains("Laptops"), "shown as written");
+            let found = kb
+                .search("携帯電話のバッテリーの不具合", 3)
+                .expect("search");
+            assert_eq!(
+                found[0].citation(),
+                "ja-phones.md#バッテリーの不具合",
+                "{found:?}"
+            );
+        }
     }
 
     #[test]
