@@ -90,9 +90,12 @@ pub fn detect_status(text: &str) -> Option<ReadingStatus> {
 }
 
 /// Whether a message asks for expert background (concepts, history, intent, old language):
-/// a question about one of them, or a request to explain, question mark or not (seed 004:
-/// 「相対性理論のこの部分がよくわからない」). What a reader tells of the book ("the meaning of
-/// friendship moved me") is not one.
+/// a question about one of them — a question mark, or
+/// the form of a question without one (「明治の精神って何」, "who is K really") — or a
+/// request to explain (seed 004: 「相対性理論のこの部分がよくわからない」). What a reader
+/// tells of the book ("the meaning of friendship moved me", 「友情って何だろうと考えさせられた」)
+/// is not one, nor a reader's own question of the story ("Why does Sensei keep his
+/// distance?"), which is kept as a question note.
 pub fn is_expert_question(text: &str) -> bool {
     // (a space after it: "explain" ends a word where the text ends)
     let t = format!("{} ", text.to_lowercase());
@@ -119,36 +122,52 @@ pub fn is_expert_question(text: &str) -> bool {
     ]
     .iter()
     .any(|w| t.contains(w));
-    asks_to_explain
+    let names_a_topic = [
+        "what is",
+        "what's",
+        "who is",
+        "who was",
+        "mean",
+        "background",
+        "history",
+        "author's intent",
+        "意味",
+        "背景",
+        "時代",
+        "作者",
+        "著者",
+        "現代語",
+        "って何",
+        "ってなに",
+        "とは何",
+        "とは？",
+        "誰",
+    ]
+    .iter()
+    .any(|w| t.contains(w));
+    asks_to_explain || (names_a_topic && is_asked(text))
+}
+
+/// Whether `text` is put as a question: a question mark, 「教えて」, or a question's form
+/// without the mark (English opening with a question word, Japanese ending with か, 何 or
+/// 誰).
+fn is_asked(text: &str) -> bool {
+    let t = text.trim().to_lowercase();
+    if t.contains('?') || t.contains('？') || t.contains("教えて") {
+        return true;
+    }
+    let end = t.trim_end_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '。' | '.' | '!' | '！' | '…' | '、')
+    });
+    ["か", "何", "なに", "なん", "誰", "だれ"]
+        .iter()
+        .any(|e| end.ends_with(e))
         || [
-            "what does",
-            "what is",
-            "what's",
-            "who is",
-            "who was",
-            "explain",
-            "mean",
-            "background",
-            "history",
-            "why did the author",
-            "author's intent",
-            "meaning",
-            "意味",
-            "背景",
-            "時代",
-            "作者",
-            "著者",
-            "現代語",
-            "って何",
-            "ってなに",
-            "とは何",
-            "とは？",
-            "どういう意味",
-            "誰ですか",
+            "what ", "who ", "why ", "how ", "which ", "is ", "are ", "does ", "did ", "can ",
+            "could ",
         ]
         .iter()
-        .any(|w| t.contains(w))
-            && (t.contains('?') || t.contains('？') || t.contains("教えて"))
+        .any(|w| t.starts_with(w))
 }
 
 /// Mood options with their 1–5 scores.

@@ -1033,6 +1033,9 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
         "I don't understand the part about Sensei's will",
         "Can you explain what a paradigm is",
         "What does 'meiji spirit' mean",
+        "明治の精神って何",
+        "Kは誰",
+        "what is the spirit of Meiji",
     ] {
         for mood_asked in [true, false] {
             let h = Harness::new(ModelRouter::none()).await;
@@ -1059,6 +1062,9 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
         "The meaning of friendship in chapter 2 moved me",
         "先生の孤独の意味がわかった気がする",
         "It explains a lot about the Meiji era, I loved it",
+        "友情って何だろうと考えさせられた",
+        "K's letter is what I keep thinking about",
+        "誰にでも勧めたい本です",
     ] {
         let h = Harness::new(ModelRouter::none()).await;
         h.say("/reading start kokoro").await;
