@@ -21,7 +21,8 @@ use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
 use crate::store::StateChange;
 use crate::store::reading::{
-    InsightKind, InteractionMode, MoodPhase, ReadingChange, ReadingRecord, ReadingStatus,
+    InsightKind, InteractionMode, MoodPhase, ProfileKind, ReadingChange, ReadingRecord,
+    ReadingStatus,
 };
 use book_guide::BookGuide;
 use catalogue::Catalogue;
@@ -68,6 +69,9 @@ struct ReadingState {
     status: Option<ReadingStatus>,
     mode: Option<InteractionMode>,
     awaiting: Option<Awaiting>,
+    /// The greeting by the rules asked why this book: the next text is the answer.
+    #[serde(default)]
+    reason_asked: bool,
 }
 
 fn status_name(status: ReadingStatus, lang: &str) -> String {
@@ -194,6 +198,18 @@ impl ReadingFlow {
         Ok(())
     }
 
+    /// Keeps `text`, the answer to "what made you choose it?", as the reader's goal (seed
+    /// 004: a profile entry).
+    fn keep_reason(out: &mut TurnOutput, text: &str) {
+        Self::change(
+            out,
+            ReadingChange::AddProfileEntry {
+                kind: ProfileKind::Goal,
+                text: text.to_string(),
+            },
+        );
+    }
+
     /// Records the mood `value` of `phase` and says so.
     fn record_mood(out: &mut TurnOutput, title: String, phase: MoodPhase, value: &str, lang: &str) {
         let (label, score) = reading_agent::mood_options("en")
@@ -235,6 +251,7 @@ impl ReadingFlow {
                     &format!("Let's get ready for «{title}». What made you choose it?"),
                     &format!("『{title}』を読む準備をしましょう。この本を選んだ理由は何ですか？"),
                 ));
+                st.reason_asked = true;
                 self.ask_mood(st, MoodPhase::Before, &lang, out);
             }
             ReadingStatus::Reading => {

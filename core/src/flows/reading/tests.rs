@@ -1076,6 +1076,54 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
     }
 }
 
+/// Without a model the greeting asks why this book: the answer is also the reader's goal
+/// (seed 004 saves 「仕事の効率を上げたくて」 as a profile entry), once; it stays a note, the
+/// mood is asked again, and what is written next is a note only.
+#[tokio::test]
+async fn the_reason_for_a_book_is_kept_as_the_readers_goal() {
+    for (title, reason, noted, then) in [
+        (
+            "こころ",
+            "仕事の効率を上げたくて...",
+            "この本を読む理由としても残しました",
+            "友人に勧められた本です",
+        ),
+        (
+            "Kokoro",
+            "I want to understand Meiji Japan",
+            "and as your reason for reading it",
+            "A friend lent it to me",
+        ),
+    ] {
+        let h = Harness::new(ModelRouter::none()).await;
+        h.say(&format!("/reading start {title}")).await;
+        let reply = h.say(reason).await;
+        assert!(reply.iter().any(|t| t.contains(noted)), "{reply:?}");
+        assert!(h.outbox.last_options().is_some(), "the mood is asked again");
+        h.say(then).await;
+        let entries = h
+            .store
+            .profile_entries(Platform::Telegram, "reader")
+            .await
+            .expect("entries");
+        assert_eq!(
+            entries
+                .iter()
+                .map(|e| (e.kind, e.text.as_str()))
+                .collect::<Vec<_>>(),
+            [(ProfileKind::Goal, reason)],
+            "{title}"
+        );
+        let record = h.record().await;
+        let insights = h.store.insights(record.id).await.expect("insights");
+        assert_eq!(
+            insights.iter().map(|i| i.text.as_str()).collect::<Vec<_>>(),
+            [reason, then],
+            "both are notes: {title}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_command_in_latin_letters_leaves_the_app_language() {
     // a Japanese Telegram user's `/reading start Kokoro`: the command and the title say

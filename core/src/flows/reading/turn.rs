@@ -83,6 +83,11 @@ impl ReadingFlow {
         text: String,
     ) -> Result<(), FlowError> {
         let lang = ctx.language().to_string();
+        // the answer to the greeting's "what made you choose it?" (its mood still asked)
+        let reason = std::mem::take(&mut st.reason_asked)
+            && !reading_agent::is_expert_question(&text)
+            && reading_agent::detect_status(&text).is_none()
+            && ctx.models.for_agent(reading_agent::AGENT).is_none();
 
         if (st.title.is_none() || st.awaiting == Some(Awaiting::Title)) && is_greeting(&text) {
             // a greeting is not a book title: greet back (in the language it came
@@ -116,15 +121,30 @@ impl ReadingFlow {
                     st.awaiting = None;
                     Self::record_mood(out, title, phase, &value, &lang);
                 }
-                // something else: kept as a note, and the mood is asked again
+                // something else: kept as a note (the answer to the greeting's question
+                // also as the reader's goal), and the mood is asked again
                 None => {
                     let kind = reading_agent::floor_kind(&text);
+                    if reason {
+                        Self::keep_reason(out, &text);
+                    }
                     Self::change(out, ReadingChange::AddInsight { title, kind, text });
-                    out.say(pick(
-                        &lang,
-                        &format!("Noted as {}.", kind_name(kind, &lang)),
-                        &format!("{}として記録しました。", kind_name(kind, &lang)),
-                    ));
+                    let kind = kind_name(kind, &lang);
+                    out.say(if reason {
+                        pick(
+                            &lang,
+                            &format!("Noted as {kind}, and as your reason for reading it."),
+                            &format!(
+                                "{kind}として記録しました。この本を読む理由としても残しました。"
+                            ),
+                        )
+                    } else {
+                        pick(
+                            &lang,
+                            &format!("Noted as {kind}."),
+                            &format!("{kind}として記録しました。"),
+                        )
+                    });
                     self.ask_mood(st, phase, &lang, out);
                 }
             }
@@ -170,6 +190,7 @@ impl ReadingFlow {
         let lang = ctx.language().to_string();
 
         let title = st.title.clone().unwrap_or_default();
+        st.reason_asked = false;
         match st.awaiting.take() {
             Some(Awaiting::Mood { phase }) => {
                 let value = values.first().cloned().unwrap_or_default();
