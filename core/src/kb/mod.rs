@@ -3,18 +3,18 @@
 //!
 //! A section is searched with its document's title too ("Battery problems" under
 //! "# Laptops" is about laptops), and shown as written. Indexed twice, the heading counting
-//! double: English text (lowercased, stop words —
-//! question words included — removed, stemmed) and the CJK characters as character bigrams,
-//! so Japanese questions find Japanese passages without a dictionary. Queries are built from
-//! the same analyzers as term queries (never parsed as query syntax, so user text cannot
-//! break them); Japanese grammar bigrams (「には」「ですか」) are left out, and a small table of
-//! help-desk synonyms in both languages (stop / end / やめる / 終える, export /
-//! エクスポート …) widens a question, at a lower weight. Passages in the question's language
-//! come first; the other language's only when the question's has none. Each passage found
-//! carries its [`Passage::coverage`]: how much of the question it matches, which tells a
-//! strong match from a weak one. [`KnowledgeBase::refresh_if_changed`]
-//! rebuilds the index when a file was added, removed or modified. Documents are read only
-//! from the indexed set: a path outside it is simply not found.
+//! double: English text (lowercased, stop words — question words included — removed,
+//! stemmed) and the CJK characters as character bigrams, so Japanese questions find
+//! Japanese passages without a dictionary. Queries are built from the same analyzers as
+//! term queries (never parsed as query syntax, so user text cannot break them); Japanese
+//! grammar bigrams (「には」「ですか」) are left out, and a small table of help-desk synonyms
+//! in both languages (stop / end / やめる / 終える, export / エクスポート …) widens a question,
+//! at a lower weight. Passages in the question's language come first; the other language's
+//! only when the question's has none. Each passage found carries its
+//! [`Passage::coverage`]: how much of the question it matches, which tells a strong match
+//! from a weak one. [`KnowledgeBase::refresh_if_changed`] rebuilds the index when a file
+//! was added, removed or modified. Documents are read only from the indexed set: a path
+//! outside it is simply not found.
 //!
 //! This file builds the index and answers through [`KnowledgeBase`]; `ranking.rs` ranks a
 //! question's passages, `semantic.rs` adds meaning ([`Semantic`]).
@@ -370,7 +370,7 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let markdown = path.extension().is_some_and(|e| e == "md");
-        let title = document_title(&content);
+        let title = markdown.then(|| document_title(&content)).flatten();
         for (heading, text) in split_passages(&name, &content, markdown) {
             // the document's title, what a section under it is about too
             let searchable = match title.as_ref().filter(|t| **t != heading) {

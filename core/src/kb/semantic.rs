@@ -9,7 +9,8 @@
 //! it. Until they are ready, and whenever the server cannot embed a question (down, slow,
 //! garbage), BM25 answers alone: words are the floor. A preparation that failed is tried
 //! again a minute later. A question is embedded once (the last few are kept in memory, never
-//! in the database); logs never carry them.
+//! in the database); logs never carry them. A model trained with prefixes gets them
+//! ([`Prefixes`]: E5's `query: ` before questions, `passage: ` before passages).
 
 use super::{KbError, KnowledgeBase, Passage};
 use crate::llm::Embedder;
