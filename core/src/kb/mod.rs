@@ -105,6 +105,8 @@ struct Section {
     words: Vec<String>,
     /// A document's title passage (its overview).
     overview: bool,
+    /// The title of its document, where it is a section under one: what it is about too.
+    title: Option<String>,
 }
 
 struct Indexed {
@@ -373,7 +375,8 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         let title = markdown.then(|| document_title(&content)).flatten();
         for (heading, text) in split_passages(&name, &content, markdown) {
             // the document's title, what a section under it is about too
-            let searchable = match title.as_ref().filter(|t| **t != heading) {
+            let title = title.clone().filter(|t| *t != heading);
+            let searchable = match &title {
                 Some(title) => format!("{title}\n{text}"),
                 None => text.clone(),
             };
@@ -387,6 +390,7 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
                 heading,
                 text,
                 words,
+                title,
             });
         }
         listing.push(DocumentInfo {

@@ -135,7 +135,10 @@ pub(super) fn question<'q>(
 /// Passage `ord` as found for `q`, with `score`.
 fn found_passage(i: &Indexed, q: &Question, ord: usize, score: f32) -> Passage {
     let s = &i.sections[ord];
-    let whole = format!("{}\n{}", s.heading, s.text);
+    let whole = match &s.title {
+        Some(title) => format!("{}\n{title}\n{}", s.heading, s.text),
+        None => format!("{}\n{}", s.heading, s.text),
+    };
     Passage {
         path: s.path.clone(),
         heading: s.heading.clone(),
