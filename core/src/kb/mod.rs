@@ -12,7 +12,8 @@
 //! at a lower weight. Passages in the question's language come first; the other language's
 //! only when the question's has none. Each passage found carries its
 //! [`Passage::coverage`]: how much of the question it matches, which tells a strong match
-//! from a weak one. [`KnowledgeBase::refresh_if_changed`] rebuilds the index when a file
+//! from a weak one (a Japanese word it lacks counts half where they share a kanji few
+//! passages have: 割れる and ひび割れ). [`KnowledgeBase::refresh_if_changed`] rebuilds the index when a file
 //! was added, removed or modified. Documents are read only from the indexed set: a path
 //! outside it is simply not found.
 //!
@@ -120,6 +121,17 @@ struct Indexed {
     /// Each file as indexed, by path.
     listing: Vec<DocumentInfo>,
     built_at: chrono::DateTime<chrono::Utc>,
+    /// In how many passages each kanji appears (heading, title and text).
+    kanji_passages: std::collections::HashMap<char, usize>,
+}
+
+impl Indexed {
+    /// Whether the kanji `c` is rare enough to say something when a question and a passage
+    /// share it: in at most a tenth of the passages (or in one).
+    fn is_rare_kanji(&self, c: char) -> bool {
+        let in_passages = self.kanji_passages.get(&c).copied().unwrap_or(0);
+        in_passages <= (self.sections.len() / 10).max(1)
+    }
 }
 
 /// A file of the knowledge base as indexed.
@@ -137,6 +149,10 @@ pub struct KnowledgeBase {
     root: PathBuf,
     inner: RwLock<Indexed>,
     morphology: Option<std::sync::Arc<Morphology>>,
+}
+
+fn is_kanji(c: char) -> bool {
+    matches!(c, '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
 }
 
 fn is_cjk(c: char) -> bool {
@@ -405,6 +421,20 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         documents.insert(rel, content);
     }
     listing.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut kanji_passages = std::collections::HashMap::new();
+    for s in &sections {
+        let mut kanji: Vec<char> = [Some(&s.heading), s.title.as_ref(), Some(&s.text)]
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t.chars())
+            .filter(|c| is_kanji(*c))
+            .collect();
+        kanji.sort_unstable();
+        kanji.dedup();
+        for c in kanji {
+            *kanji_passages.entry(c).or_insert(0) += 1;
+        }
+    }
     writer.commit()?;
     let reader = index.reader()?;
     reader.reload()?;
@@ -415,6 +445,7 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         fingerprint: fingerprint(&paths),
         listing,
         built_at: chrono::Utc::now(),
+        kanji_passages,
         documents,
         sections,
     })
@@ -629,6 +660,30 @@ mod tests {
                 "{found:?}"
             );
         }
+    }
+
+    /// 「画面が割れました」 and 「ディスプレイのひび割れ」 share no word, but a kanji no other
+    /// passage has (割): half a word's worth, enough to pass the loan laptop that only
+    /// shares the document's title.
+    #[test]
+    fn a_rare_kanji_in_common_counts_for_half_a_word() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("laptop.md"),
+            "# ノートPC\n## ハードウェアの破損\nディスプレイのひび割れ、水濡れはポータルから報告してください。\n## 貸出用PC\n修理の間はノートPCを借りられます。\n",
+        )
+        .expect("write");
+        let morphology = Morphology::from_mecab_dir(Path::new(japanese::DEBIAN_IPADIC))
+            .unwrap_or_else(|e| panic!("{e} (install Debian's mecab-ipadic; .ci/run does)"));
+        let kb = KnowledgeBase::open_with(dir.path(), Some(std::sync::Arc::new(morphology)))
+            .expect("index");
+        let found = kb.search("ノートPCの画面が割れました", 3).expect("search");
+        assert_eq!(
+            found[0].citation(),
+            "laptop.md#ハードウェアの破損",
+            "{found:?}"
+        );
+        assert!(found[0].coverage > found[1].coverage, "{found:?}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! language ([`best_in_language`]), and BM25 and meaning ranked together ([`fuse`]).
 
 use super::vocabulary::SYNONYMS;
-use super::{Indexed, KbError, Morphology, Passage, Section, is_cjk, is_cjk_token, tokens};
+use super::{
+    Indexed, KbError, Morphology, Passage, Section, is_cjk, is_cjk_token, is_kanji, tokens,
+};
 use std::collections::BTreeMap;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, PhraseQuery, Query, TermQuery};
@@ -75,12 +77,35 @@ fn units(
     Ok(out)
 }
 
+/// What a Japanese word the passage lacks is worth when they share a rare kanji
+/// ([`Indexed::is_rare_kanji`]): 「割れる」 and 「ひび割れ」, 「盗まれた」 and 「盗難」 are the
+/// same matter in other words.
+const SHARED_KANJI: f32 = 0.5;
+
 /// The share of the question's `units` a passage meets: a word among its `words`, a run in
-/// its `text`, a group by any of its words.
-fn coverage(units: &[Unit], groups: &[Group], words: &[String], text: &str) -> f32 {
+/// its `text`, a group by any of its words; a Japanese word or run it lacks counts
+/// [`SHARED_KANJI`] when the passage has one of its kanji that `rare` says few passages have.
+fn coverage(
+    units: &[Unit],
+    groups: &[Group],
+    (words, text): (&[String], &str),
+    rare: &dyn Fn(char) -> bool,
+) -> f32 {
     if units.is_empty() {
         return 0.0;
     }
+    let shares_a_rare_kanji = |u: &str| {
+        u.chars()
+            .any(|c| is_kanji(c) && rare(c) && text.contains(c))
+    };
+    let partly = units
+        .iter()
+        .filter(|unit| match unit {
+            Unit::Word(w) => !words.contains(w) && shares_a_rare_kanji(w),
+            Unit::Run(r) => !text.contains(r.as_str()) && shares_a_rare_kanji(r),
+            Unit::Group(_) => false,
+        })
+        .count();
     let met = units
         .iter()
         .filter(|unit| match unit {
@@ -95,7 +120,7 @@ fn coverage(units: &[Unit], groups: &[Group], words: &[String], text: &str) -> f
             }
         })
         .count();
-    met as f32 / units.len() as f32
+    (met as f32 + SHARED_KANJI * partly as f32) / units.len() as f32
 }
 
 /// A question as a search sees it ([`super::KnowledgeBase::search`]).
@@ -143,7 +168,9 @@ fn found_passage(i: &Indexed, q: &Question, ord: usize, score: f32) -> Passage {
         path: s.path.clone(),
         heading: s.heading.clone(),
         text: s.text.clone(),
-        coverage: coverage(&q.units, &q.groups, &s.words, &whole),
+        coverage: coverage(&q.units, &q.groups, (&s.words, &whole), &|c| {
+            i.is_rare_kanji(c)
+        }),
         score,
     }
 }
