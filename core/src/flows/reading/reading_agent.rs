@@ -122,49 +122,62 @@ pub fn is_expert_question(text: &str) -> bool {
     ]
     .iter()
     .any(|w| t.contains(w));
-    let names_a_topic = [
-        "what is",
-        "what's",
-        "who is",
-        "who was",
+    let words: Vec<&str> = t.split(|c: char| !c.is_alphanumeric()).collect();
+    let names_a_word = [
         "mean",
+        "means",
+        "meant",
+        "meaning",
+        "explain",
+        "explanation",
         "background",
         "history",
-        "author's intent",
-        "意味",
-        "背景",
-        "時代",
-        "作者",
-        "著者",
-        "現代語",
-        "って何",
-        "ってなに",
-        "とは何",
-        "とは？",
-        "誰",
     ]
     .iter()
-    .any(|w| t.contains(w));
+    .any(|w| words.contains(w));
+    let names_a_topic = names_a_word
+        || [
+            "what is",
+            "what's",
+            "who is",
+            "who was",
+            "author's intent",
+            "意味",
+            "背景",
+            "時代",
+            "作者",
+            "著者",
+            "現代語",
+            "って何",
+            "ってなに",
+            "とは何",
+            "とは？",
+            "誰",
+        ]
+        .iter()
+        .any(|w| t.contains(w));
     asks_to_explain || (names_a_topic && is_asked(text))
 }
 
 /// Whether `text` is put as a question: a question mark, 「教えて」, or a question's form
 /// without the mark (English opening with a question word, Japanese ending with か, 何 or
-/// 誰).
+/// 誰), not an exclamation.
 fn is_asked(text: &str) -> bool {
     let t = text.trim().to_lowercase();
     if t.contains('?') || t.contains('？') || t.contains("教えて") {
         return true;
     }
-    let end = t.trim_end_matches(|c: char| {
-        c.is_whitespace() || matches!(c, '。' | '.' | '!' | '！' | '…' | '、')
-    });
+    // an exclamation ("What a meaningful ending!") is not asked
+    if t.starts_with("what a ") || t.starts_with("what an ") || t.ends_with(['!', '！']) {
+        return false;
+    }
+    let end =
+        t.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '。' | '.' | '…' | '、'));
     ["か", "何", "なに", "なん", "誰", "だれ"]
         .iter()
         .any(|e| end.ends_with(e))
         || [
-            "what ", "who ", "why ", "how ", "which ", "is ", "are ", "does ", "did ", "can ",
-            "could ",
+            "what ", "who ", "why ", "which ", "is ", "are ", "does ", "did ", "can ", "could ",
         ]
         .iter()
         .any(|w| t.starts_with(w))

@@ -1036,6 +1036,7 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
         "明治の精神って何",
         "Kは誰",
         "what is the spirit of Meiji",
+        "Is there an explanation of the title?",
     ] {
         for mood_asked in [true, false] {
             let h = Harness::new(ModelRouter::none()).await;
@@ -1065,6 +1066,9 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
         "友情って何だろうと考えさせられた",
         "K's letter is what I keep thinking about",
         "誰にでも勧めたい本です",
+        "What a meaningful ending",
+        "How meaningful this book is",
+        "Who is more lonely than Sensei!",
     ] {
         let h = Harness::new(ModelRouter::none()).await;
         h.say("/reading start kokoro").await;
@@ -1122,6 +1126,17 @@ async fn the_reason_for_a_book_is_kept_as_the_readers_goal() {
             "both are notes: {title}"
         );
     }
+    // a command in between: the greeting's question is no longer the one answered
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    h.say("/status reading").await;
+    h.say("I want to understand Meiji Japan").await;
+    let entries = h
+        .store
+        .profile_entries(Platform::Telegram, "reader")
+        .await
+        .expect("entries");
+    assert!(entries.is_empty(), "{entries:?}");
 }
 
 #[tokio::test]

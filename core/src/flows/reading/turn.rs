@@ -227,6 +227,8 @@ impl ReadingFlow {
         args: &str,
     ) -> Result<(), FlowError> {
         let lang = ctx.language().to_string();
+        // what was asked before the command is not what the next text answers
+        st.reason_asked = false;
         match name {
             "status" => match ReadingStatus::parse(args.trim()) {
                 Some(status) if st.title.is_some() => self.set_status(ctx, st, status, out).await?,
