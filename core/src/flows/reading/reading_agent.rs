@@ -89,13 +89,13 @@ pub fn detect_status(text: &str) -> Option<ReadingStatus> {
     }
 }
 
-/// Whether a message asks for expert background (concepts, history, intent, old language):
-/// a question about one of them — a question mark, or
-/// the form of a question without one (「明治の精神って何」, "who is K really") — or a
-/// request to explain (seed 004: 「相対性理論のこの部分がよくわからない」). What a reader
-/// tells of the book ("the meaning of friendship moved me", 「友情って何だろうと考えさせられた」)
-/// is not one, nor a reader's own question of the story ("Why does Sensei keep his
-/// distance?"), which is kept as a question note.
+/// Whether a message asks for expert background (concepts, history, the author's intent,
+/// old language): a question about one of them — with a question mark, or in a question's
+/// form without one (「明治の精神って何」, "who is K really") — or a request to explain
+/// (seed 004: 「相対性理論のこの部分がよくわからない」). What a reader tells of the book ("the
+/// meaning of friendship moved me", 「友情って何だろうと考えさせられた」) is not one, nor a
+/// reader's own question of the story ("Why does Sensei keep his distance?"), which is kept
+/// as a question note.
 pub fn is_expert_question(text: &str) -> bool {
     // (a space after it: "explain" ends a word where the text ends)
     let t = format!("{} ", text.to_lowercase());
@@ -132,6 +132,7 @@ pub fn is_expert_question(text: &str) -> bool {
         "explanation",
         "background",
         "history",
+        "author",
     ]
     .iter()
     .any(|w| words.contains(w));
@@ -141,7 +142,6 @@ pub fn is_expert_question(text: &str) -> bool {
             "what's",
             "who is",
             "who was",
-            "author's intent",
             "意味",
             "背景",
             "時代",

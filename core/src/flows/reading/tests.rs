@@ -1037,6 +1037,7 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
         "Kは誰",
         "what is the spirit of Meiji",
         "Is there an explanation of the title?",
+        "Why did the author write it as letters?",
     ] {
         for mood_asked in [true, false] {
             let h = Harness::new(ModelRouter::none()).await;
