@@ -64,6 +64,14 @@ impl Harness {
             .expect("records")
             .remove(0)
     }
+
+    /// The reader's profile entries, oldest first.
+    async fn profile(&self) -> Vec<crate::store::reading::ProfileEntry> {
+        self.store
+            .profile_entries(Platform::Telegram, "reader")
+            .await
+            .expect("profile")
+    }
 }
 
 fn last(texts: &[String]) -> String {
@@ -496,11 +504,7 @@ async fn onboarding_asks_goal_interest_and_wish_and_saves_the_answers() {
     h.say("nothing in particular").await;
     let done = h.say("The Tale of Genji").await;
     assert!(done[0].starts_with("Thank you! Your profile is saved."));
-    let entries = h
-        .store
-        .profile_entries(Platform::Telegram, "reader")
-        .await
-        .expect("profile");
+    let entries = h.profile().await;
     assert_eq!(
         entries
             .iter()
@@ -544,11 +548,7 @@ async fn the_mentor_and_onboarding_agents_use_their_tools_with_a_model() {
             .await,
         ["Lovely! Which classic first?"]
     );
-    let entries = h
-        .store
-        .profile_entries(Platform::Telegram, "reader")
-        .await
-        .expect("profile");
+    let entries = h.profile().await;
     assert_eq!(entries.len(), 2);
 
     let review = h.say("/review monthly").await;
@@ -1106,11 +1106,7 @@ async fn the_reason_for_a_book_is_kept_as_the_readers_goal() {
         assert!(reply.iter().any(|t| t.contains(noted)), "{reply:?}");
         assert!(h.outbox.last_options().is_some(), "the mood is asked again");
         h.say(then).await;
-        let entries = h
-            .store
-            .profile_entries(Platform::Telegram, "reader")
-            .await
-            .expect("entries");
+        let entries = h.profile().await;
         assert_eq!(
             entries
                 .iter()
@@ -1132,11 +1128,7 @@ async fn the_reason_for_a_book_is_kept_as_the_readers_goal() {
     h.say("/reading start Kokoro").await;
     h.say("/status reading").await;
     h.say("I want to understand Meiji Japan").await;
-    let entries = h
-        .store
-        .profile_entries(Platform::Telegram, "reader")
-        .await
-        .expect("entries");
+    let entries = h.profile().await;
     assert!(entries.is_empty(), "{entries:?}");
 }
 
