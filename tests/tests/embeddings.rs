@@ -446,6 +446,13 @@ impl Bot {
         }
     }
 
+    /// `user` asks `question` in the help-desk's forum topic `topic`: the first reply.
+    async fn ask(&self, topic: i64, user: i64, question: &str) -> String {
+        let desk = Chat::topic(-100_700, topic);
+        self.telegram.send_text(desk, user, question);
+        self.telegram.wait_texts(desk, 1).await.remove(0)
+    }
+
     async fn stop(self) {
         let _ = self.stop.send(());
         tokio::time::timeout(Duration::from_secs(20), self.bot)
@@ -455,25 +462,23 @@ impl Bot {
     }
 }
 
+/// `[llm]` keys whose chat model never answers: the help-desk's floor answers.
+const NO_CHAT_MODEL: &str = "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"";
+
 /// No chat model: the help-desk's floor answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_help_desk_answers_a_paraphrase_from_the_passage_it_means() {
     let s = setup().await;
     s.store.close().await;
     let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
-    let llm = "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"";
-    let bot = Bot::start(&s, &fake, llm, Some(ModelRouter::none())).await;
-    let desk = Chat::topic(-100_700, 3);
-    bot.telegram.send_text(desk, 701, FEVER);
-    let reply = bot.telegram.wait_texts(desk, 1).await;
+    let bot = Bot::start(&s, &fake, NO_CHAT_MODEL, Some(ModelRouter::none())).await;
+    let reply = bot.ask(3, 701, FEVER).await;
     assert!(
-        reply[0].contains("Sick leave") && reply[0].contains("en/leave.md#Sick leave"),
+        reply.contains("Sick leave") && reply.contains("en/leave.md#Sick leave"),
         "{reply:?}"
     );
-    let desk_ja = Chat::topic(-100_700, 4);
-    bot.telegram.send_text(desk_ja, 702, FEVER_JA);
-    let reply = bot.telegram.wait_texts(desk_ja, 1).await;
-    assert!(reply[0].contains("ja/leave.md#病気休暇"), "{reply:?}");
+    let reply = bot.ask(4, 702, FEVER_JA).await;
+    assert!(reply.contains("ja/leave.md#病気休暇"), "{reply:?}");
     assert!(
         fake.inputs().iter().any(|t| t == FEVER_JA),
         "the question went to the embeddings model"
@@ -489,14 +494,13 @@ async fn the_configured_prefixes_go_before_questions_and_passages() {
     let s = setup().await;
     s.store.close().await;
     let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
-    let llm = "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n\
-               embeddings_query_prefix = \"search_query: \"\n\
-               embeddings_passage_prefix = \"search_document: \"";
-    let bot = Bot::start(&s, &fake, llm, Some(ModelRouter::none())).await;
-    let desk = Chat::topic(-100_700, 3);
-    bot.telegram.send_text(desk, 701, FEVER);
-    let reply = bot.telegram.wait_texts(desk, 1).await;
-    assert!(reply[0].contains("en/leave.md#Sick leave"), "{reply:?}");
+    let llm = format!(
+        "{NO_CHAT_MODEL}\nembeddings_query_prefix = \"search_query: \"\n\
+         embeddings_passage_prefix = \"search_document: \""
+    );
+    let bot = Bot::start(&s, &fake, &llm, Some(ModelRouter::none())).await;
+    let reply = bot.ask(3, 701, FEVER).await;
+    assert!(reply.contains("en/leave.md#Sick leave"), "{reply:?}");
     let inputs = fake.inputs();
     let question = format!("search_query: {FEVER}");
     assert!(inputs.contains(&question), "the question: {inputs:?}");
@@ -536,12 +540,10 @@ async fn a_model_too_slow_for_the_turn_leaves_the_floor_its_search_by_meaning() 
         chat.base_url()
     );
     let bot = Bot::start(&s, &fake, &llm, None).await;
-    let desk = Chat::topic(-100_700, 3);
     let asked = Instant::now();
-    bot.telegram.send_text(desk, 701, FEVER);
-    let reply = bot.telegram.wait_texts(desk, 1).await;
+    let reply = bot.ask(3, 701, FEVER).await;
     assert!(
-        reply[0].contains("en/leave.md#Sick leave"),
+        reply.contains("en/leave.md#Sick leave"),
         "the floor found the passage by meaning: {reply:?}"
     );
     assert!(
