@@ -324,6 +324,25 @@ fn passage_document(
     Ok((doc, words))
 }
 
+/// In how many of `sections` each kanji appears (heading, title and text).
+fn kanji_passages(sections: &[Section]) -> std::collections::HashMap<char, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for s in sections {
+        let mut kanji: Vec<char> = [Some(&s.heading), s.title.as_ref(), Some(&s.text)]
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t.chars())
+            .filter(|c| is_kanji(*c))
+            .collect();
+        kanji.sort_unstable();
+        kanji.dedup();
+        for c in kanji {
+            *counts.entry(c).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbError> {
     let mut schema = Schema::builder();
     let indexed = |tokenizer: &str| {
@@ -421,20 +440,6 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         documents.insert(rel, content);
     }
     listing.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut kanji_passages = std::collections::HashMap::new();
-    for s in &sections {
-        let mut kanji: Vec<char> = [Some(&s.heading), s.title.as_ref(), Some(&s.text)]
-            .into_iter()
-            .flatten()
-            .flat_map(|t| t.chars())
-            .filter(|c| is_kanji(*c))
-            .collect();
-        kanji.sort_unstable();
-        kanji.dedup();
-        for c in kanji {
-            *kanji_passages.entry(c).or_insert(0) += 1;
-        }
-    }
     writer.commit()?;
     let reader = index.reader()?;
     reader.reload()?;
@@ -445,7 +450,7 @@ fn build(root: &Path, morphology: Option<&Morphology>) -> Result<Indexed, KbErro
         fingerprint: fingerprint(&paths),
         listing,
         built_at: chrono::Utc::now(),
-        kanji_passages,
+        kanji_passages: kanji_passages(&sections),
         documents,
         sections,
     })
@@ -586,15 +591,30 @@ impl KnowledgeBase {
 mod tests {
     use super::*;
 
-    fn kb() -> (tempfile::TempDir, KnowledgeBase) {
+    /// A folder holding `files` (relative path, content).
+    fn folder(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("ja")).expect("dir");
-        std::fs::write(
-            dir.path().join("guide.md"),
-            "# Guide\nIntro.\n## Resetting your password\nOpen Settings, choose Security and press Reset password.\n## Exporting data\nRun kaiwa export with the form id.\n",
-        )
-        .expect("write");
-        std::fs::write(dir.path().join("ja/guide.md"), "# ガイド\n## パスワードの再設定\n設定画面のセキュリティからパスワードを再設定します。\n").expect("write");
+        for (path, content) in files {
+            let path = dir.path().join(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).expect("dir");
+            }
+            std::fs::write(path, content).expect("write");
+        }
+        dir
+    }
+
+    fn kb() -> (tempfile::TempDir, KnowledgeBase) {
+        let dir = folder(&[
+            (
+                "guide.md",
+                "# Guide\nIntro.\n## Resetting your password\nOpen Settings, choose Security and press Reset password.\n## Exporting data\nRun kaiwa export with the form id.\n",
+            ),
+            (
+                "ja/guide.md",
+                "# ガイド\n## パスワードの再設定\n設定画面のセキュリティからパスワードを再設定します。\n",
+            ),
+        ]);
         let kb = KnowledgeBase::open(dir.path()).expect("index");
         (dir, kb)
     }
@@ -618,8 +638,7 @@ mod tests {
     /// names comes first, in both languages; the passage itself is shown as written.
     #[test]
     fn a_section_is_found_by_its_documents_title_too() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (file, content) in [
+        let dir = folder(&[
             (
                 "phones.md",
                 "# Phones\n## Battery problems\nA company handset gets a new battery after two years.\n",
@@ -636,29 +655,26 @@ mod tests {
                 "ja-laptops.md",
                 "# ノートPC\n## バッテリーの不具合\n2時間もたない場合はサービスデスクへ持参してください。\n",
             ),
-        ] {
-            std::fs::write(dir.path().join(file), content).expect("write");
-        }
+        ]);
         let morphology = Morphology::from_mecab_dir(Path::new(japanese::DEBIAN_IPADIC)).ok();
         for morphology in [None, morphology.map(std::sync::Arc::new)] {
             let kb = KnowledgeBase::open_with(dir.path(), morphology).expect("index");
-            let found = kb
-                .search("battery problems with my laptop", 3)
-                .expect("search");
-            assert_eq!(
-                found[0].citation(),
-                "laptops.md#Battery problems",
-                "{found:?}"
-            );
-            assert!(!found[0].text.contains("Laptops"), "shown as written");
-            let found = kb
-                .search("携帯電話のバッテリーの不具合", 3)
-                .expect("search");
-            assert_eq!(
-                found[0].citation(),
-                "ja-phones.md#バッテリーの不具合",
-                "{found:?}"
-            );
+            for (question, citation, title) in [
+                (
+                    "battery problems with my laptop",
+                    "laptops.md#Battery problems",
+                    "Laptops",
+                ),
+                (
+                    "携帯電話のバッテリーの不具合",
+                    "ja-phones.md#バッテリーの不具合",
+                    "携帯電話",
+                ),
+            ] {
+                let found = kb.search(question, 3).expect("search");
+                assert_eq!(found[0].citation(), citation, "{found:?}");
+                assert!(!found[0].text.contains(title), "shown as written");
+            }
         }
     }
 
@@ -667,12 +683,10 @@ mod tests {
     /// shares the document's title.
     #[test]
     fn a_rare_kanji_in_common_counts_for_half_a_word() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            dir.path().join("laptop.md"),
+        let dir = folder(&[(
+            "laptop.md",
             "# ノートPC\n## ハードウェアの破損\nディスプレイのひび割れ、水濡れはポータルから報告してください。\n## 貸出用PC\n修理の間はノートPCを借りられます。\n",
-        )
-        .expect("write");
+        )]);
         let morphology = Morphology::from_mecab_dir(Path::new(japanese::DEBIAN_IPADIC))
             .unwrap_or_else(|e| panic!("{e} (install Debian's mecab-ipadic; .ci/run does)"));
         let kb = KnowledgeBase::open_with(dir.path(), Some(std::sync::Arc::new(morphology)))

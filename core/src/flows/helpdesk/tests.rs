@@ -424,20 +424,23 @@ async fn a_follow_up_keeps_its_context_when_the_model_fails() {
             Arc::new(crate::llm::scripted::ScriptedModel::new([]));
         ModelRouter::new(Some(model))
     };
-    let h = Harness::new(failing(), sample_kb()).await;
-    h.ask("How do I stop a conversation?").await;
-    let more = h.ask("and in Telegram?").await;
-    assert!(
-        more[0].contains("[1] en/user-guide.md#Stopping a conversation"),
-        "{more:?}"
-    );
-    let h = Harness::new(failing(), sample_kb()).await;
-    h.ask("会話を終えるには？").await;
-    let more = h.ask("それは Telegram でも同じですか？").await;
-    assert!(
-        more[0].contains("ja/user-guide.md#会話を終える"),
-        "{more:?}"
-    );
+    for (question, follow_up, cited) in [
+        (
+            "How do I stop a conversation?",
+            "and in Telegram?",
+            "[1] en/user-guide.md#Stopping a conversation",
+        ),
+        (
+            "会話を終えるには？",
+            "それは Telegram でも同じですか？",
+            "ja/user-guide.md#会話を終える",
+        ),
+    ] {
+        let h = Harness::new(failing(), sample_kb()).await;
+        h.ask(question).await;
+        let more = h.ask(follow_up).await;
+        assert!(more[0].contains(cited), "{more:?}");
+    }
 }
 
 #[test]
