@@ -33,6 +33,10 @@ async fn main() -> ExitCode {
 
 /// Runs the command `cli` names, with the configuration and database it names.
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // `init` writes a configuration: it reads none (nor warns that none is there)
+    if let Command::Init { dir } = &cli.command {
+        return commands::init(dir);
+    }
     let (settings, defaults) = cli.options.settings()?;
     let database_url = cli.options.database_url(&settings);
     match cli.command {
@@ -63,7 +67,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Stats { json } => commands::stats(&database_url, json).await?,
         Command::Migrate => commands::migrate(&database_url).await?,
-        Command::Init { dir } => commands::init(&dir)?,
+        // (written above, before any configuration is read)
+        Command::Init { .. } => {}
         Command::Check { online } => {
             let path = cli
                 .options

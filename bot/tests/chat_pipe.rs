@@ -1469,6 +1469,9 @@ async fn init_writes_a_starting_point_that_checks_and_talks_and_never_overwrites
         stdout.contains("chat assistant"),
         "the next command: {stdout}"
     );
+    // init reads no configuration: no warning that none is there
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("no configuration file"), "{stderr}");
     let config = target.join("kaiwa.toml").display().to_string();
     // the written configuration checks and talks, from any folder
     let check = init(vec!["--config".into(), config.clone(), "check".into()])
@@ -1512,6 +1515,19 @@ async fn init_writes_a_starting_point_that_checks_and_talks_and_never_overwrites
         std::fs::read_to_string(target.join("kaiwa.toml")).expect("config"),
         before
     );
+    // nor does a broken configuration where it is run stop it
+    std::fs::create_dir_all(dir.path().join("config")).expect("config folder");
+    std::fs::write(dir.path().join("config/kaiwa.toml"), "not = [toml").expect("broken");
+    let other = dir.path().join("other-bot");
+    let beside_broken = init(vec!["init".into(), other.display().to_string()])
+        .await
+        .expect("runs");
+    assert!(
+        beside_broken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&beside_broken.stderr)
+    );
+    assert!(other.join("kaiwa.toml").exists());
 }
 
 /// `kaiwa kb search` searches as the help-desk does: with `[llm] embeddings_model`, a
