@@ -60,6 +60,7 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
             guide = guide.with_web(web.clone());
         }
         let guide = Arc::new(guide);
+        let onboarding = reading::onboarding::OnboardingFlow::new().with_guide(guide.clone());
         let mut reading = reading::ReadingFlow::new(catalogue.clone(), guide);
         let mut recommend = reading::recommendation::RecommendFlow::new(catalogue.clone());
         if let Some(api) = &config.books_api {
@@ -67,7 +68,7 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
             recommend = recommend.with_books(api.clone());
         }
         flows.push(Arc::new(reading));
-        flows.push(Arc::new(reading::onboarding::OnboardingFlow));
+        flows.push(Arc::new(onboarding));
         flows.push(Arc::new(reading::mentor::MentorFlow));
         flows.push(Arc::new(recommend));
     }

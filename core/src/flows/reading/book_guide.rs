@@ -209,6 +209,15 @@ impl BookGuide {
         self
     }
 
+    /// How the guide names the book `title` to its sources: its title where the catalogue
+    /// has it, else with its `author` (as the books API gave it).
+    pub fn subject(&self, title: &str, author: Option<&str>) -> String {
+        match (self.catalogue.find(title), author) {
+            (None, Some(author)) => format!("{title} by {author}"),
+            _ => title.to_string(),
+        }
+    }
+
     pub fn new(catalogue: Arc<Catalogue>, kb: Option<Arc<KnowledgeBase>>) -> Self {
         let (floor_catalogue, floor_kb) = (catalogue.clone(), kb.clone());
         let library = Library::new(

@@ -389,15 +389,15 @@ impl ReadingFlow {
         let lang = ctx.language().to_string();
         let title = st.title.clone().unwrap_or_default();
         // a book the catalogue lacks is named with the author the books API gave
-        let about = match self.catalogue.find(&title) {
-            Some(_) => title.clone(),
-            None => match Self::record_of(ctx, &title).await {
-                Ok(Some(record)) => record
-                    .author
-                    .map_or(title.clone(), |author| format!("{title} by {author}")),
-                _ => title.clone(),
-            },
+        let author = match self.catalogue.find(&title) {
+            Some(_) => None,
+            None => Self::record_of(ctx, &title)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|r| r.author),
         };
+        let about = self.guide.subject(&title, author.as_deref());
         let answer = self
             .guide
             .answer(text, Some(&about), ctx.models, ctx.ledger, &lang)

@@ -1,18 +1,23 @@
 //! Onboarding (seed 004): builds the user's first profile by conversation — goals, interests,
 //! books they wish to read — with `get_current_entries` and `save_profile_entry` (the same
 //! schema the Reading agent uses). Rerunnable: `/onboarding` or `/profile` shows what is
-//! known and asks again. Without a model it asks the three questions in turn.
+//! known and asks again. Without a model it asks the three questions in turn. An expert
+//! question in between goes to the BookGuide, as from any step of the reading flow.
 
-use super::reading_agent::{ReadingWork, SaveProfileEntry};
+use super::book_guide::BookGuide;
+use super::reading_agent::{self, ReadingWork, SaveProfileEntry};
 use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::llm::ChatMessage;
 use crate::store::StateChange;
-use crate::store::reading::{InteractionMode, ProfileKind, ReadingChange, ReadingStatus};
+use crate::store::reading::{
+    InsightKind, InteractionMode, ProfileKind, ReadingChange, ReadingStatus,
+};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 pub const ID: &str = "onboarding";
 pub const AGENT: &str = "onboarding";
@@ -68,7 +73,70 @@ impl TypedTool<ReadingWork> for GetCurrentEntries {
     }
 }
 
-pub struct OnboardingFlow;
+/// The onboarding conversation; with the [`BookGuide`], an expert question asked in the
+/// middle of it is answered (seed 004: from any step) and the question asked again.
+#[derive(Default)]
+pub struct OnboardingFlow {
+    guide: Option<Arc<BookGuide>>,
+}
+
+impl OnboardingFlow {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends an expert question asked in the middle of onboarding to `guide`.
+    pub fn with_guide(mut self, guide: Arc<BookGuide>) -> Self {
+        self.guide = Some(guide);
+        self
+    }
+
+    /// `text` as an expert question: answered by the BookGuide about the book the user
+    /// read last (kept as a question note on it), and the profile's question asked again.
+    /// `false` when it is not one, or there is no guide.
+    async fn ask_guide(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &OnboardingState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) -> Result<bool, FlowError> {
+        let Some(guide) = self
+            .guide
+            .as_ref()
+            .filter(|_| reading_agent::is_expert_question(text))
+        else {
+            return Ok(false);
+        };
+        let lang = ctx.language().to_string();
+        let key = &ctx.session.key;
+        let book = ctx
+            .store
+            .reading_records(key.platform, &key.user)
+            .await?
+            .into_iter()
+            .next();
+        let about = book
+            .as_ref()
+            .map(|b| guide.subject(&b.title, b.author.as_deref()));
+        let answer = guide
+            .answer(text, about.as_deref(), ctx.models, ctx.ledger, &lang)
+            .await;
+        if let Some(book) = book {
+            out.change(StateChange::Reading {
+                change: ReadingChange::AddInsight {
+                    title: book.title,
+                    kind: InsightKind::Question,
+                    text: text.to_string(),
+                },
+            });
+        }
+        out.say(answer.text);
+        let kind = STEPS.get(st.step).copied().unwrap_or(ProfileKind::Other);
+        out.say(question(kind, &lang));
+        Ok(true)
+    }
+}
 
 #[async_trait]
 impl Flow for OnboardingFlow {
@@ -122,6 +190,10 @@ impl Flow for OnboardingFlow {
                 out.say(question(STEPS[0], &lang));
             }
             TurnInput::Text(text) => {
+                if self.ask_guide(&ctx, &st, &text, &mut out).await? {
+                    out.set_state(&st)?;
+                    return Ok(out);
+                }
                 if let Some(model) = ctx.models.for_agent(AGENT) {
                     let work = ReadingWork {
                         title: String::new(),

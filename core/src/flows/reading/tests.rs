@@ -37,8 +37,8 @@ impl Harness {
         );
         let guide = Arc::new(BookGuide::new(catalogue.clone(), None));
         let flows: Vec<Arc<dyn crate::flow::Flow>> = vec![
-            Arc::new(ReadingFlow::new(catalogue.clone(), guide)),
-            Arc::new(onboarding::OnboardingFlow),
+            Arc::new(ReadingFlow::new(catalogue.clone(), guide.clone())),
+            Arc::new(onboarding::OnboardingFlow::new().with_guide(guide)),
             Arc::new(mentor::MentorFlow),
             Arc::new(recommendation::RecommendFlow::new(catalogue)),
         ];
@@ -1008,24 +1008,89 @@ async fn an_expert_question_reaches_the_book_guide_while_a_mood_is_asked() {
     }
 }
 
+/// Whether `reply` has the BookGuide's answer: cited from the catalogue, or "no source".
+fn guide_answered(reply: &[String]) -> bool {
+    reply.iter().any(|t| {
+        [
+            "Sources:",
+            "出典:",
+            "I have no source",
+            "資料が手元にありません",
+        ]
+        .iter()
+        .any(|mark| t.contains(mark))
+    })
+}
+
+/// Seed 004: an expert question reaches the BookGuide from any step, a profile question
+/// (`/profile`, `/onboarding`) too: answered about the book read last and kept as a
+/// question note on it; the profile question is asked again, and the question is not
+/// saved as the reader's goal. Without a book, the guide answers all the same.
+#[tokio::test]
+async fn an_expert_question_between_the_profile_questions_reaches_the_book_guide() {
+    for (lang, asks, goal_question, goal) in [
+        (
+            "ja",
+            "第1章の「パラダイム」って何ですか？",
+            "読書を通じて達成したいこと",
+            "仕事の効率を上げたい",
+        ),
+        (
+            "en",
+            "What does 'paradigm' mean here?",
+            "What would you like reading to bring you",
+            "To read more classics",
+        ),
+    ] {
+        for command in ["/profile", "/onboarding"] {
+            let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+            h.say("/reading start kokoro").await;
+            h.say(command).await;
+            let reply = h.say(asks).await;
+            assert!(guide_answered(&reply), "{lang} {command}: {reply:?}");
+            assert!(
+                reply.last().is_some_and(|t| t.contains(goal_question)),
+                "{lang} {command}: the profile question again: {reply:?}"
+            );
+            let record = h.record().await;
+            let insights = h.store.insights(record.id).await.expect("insights");
+            assert!(
+                insights
+                    .iter()
+                    .any(|i| i.kind == InsightKind::Question && i.text == asks),
+                "{lang}: kept as a question note on the book: {insights:?}"
+            );
+            // the answer that follows is the goal; the question never was
+            h.say(goal).await;
+            let profile: Vec<(ProfileKind, String)> = h
+                .profile()
+                .await
+                .into_iter()
+                .filter(|e| e.kind != ProfileKind::Language)
+                .map(|e| (e.kind, e.text))
+                .collect();
+            assert_eq!(
+                profile,
+                vec![(ProfileKind::Goal, goal.to_string())],
+                "{lang}"
+            );
+        }
+        // no book yet: the guide answers all the same (from the catalogue, here that it
+        // found nothing) and the same question is asked again
+        let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+        h.say("/profile").await;
+        let reply = h.say(asks).await;
+        assert_eq!(reply.len(), 2, "{lang} without a book: {reply:?}");
+        assert!(reply[1].contains(goal_question), "{reply:?}");
+        assert!(h.profile().await.iter().all(|e| e.text != asks));
+    }
+}
+
 /// Seed 004's own use cases of the BookGuide, not all of them with a question mark ("I
 /// don't get this part of relativity"), reach it while the mood is asked and in the
 /// conversation (no model: the rules); what a reader tells of the book stays a note.
 #[tokio::test]
 async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_question_mark() {
-    // the guide's answer: cited from the catalogue, or "no source"
-    let guide_answered = |reply: &[String]| {
-        reply.iter().any(|t| {
-            [
-                "Sources:",
-                "出典:",
-                "I have no source",
-                "資料が手元にありません",
-            ]
-            .iter()
-            .any(|mark| t.contains(mark))
-        })
-    };
     for asks in [
         "相対性理論のこの部分がよくわからない",
         "この古典の言い回しはどういう意味",
