@@ -700,6 +700,58 @@ mod tests {
         assert!(found[0].coverage > found[1].coverage, "{found:?}");
     }
 
+    /// With embeddings, "I have a fever, not coming into the office" shares only "office"
+    /// with *Last working day* (the best BM25 score of the lot) and nothing with *Sick
+    /// leave*, whose meaning stands out: being the best of a weak lexical lot does not
+    /// outweigh meaning; the words decide where a passage meets the question.
+    #[test]
+    fn the_best_bm25_score_of_a_weak_lot_does_not_outweigh_meaning() {
+        let mut page = String::from("# Handbook\n");
+        page.push_str("## Sick leave\nIf you are ill, tell your manager before nine.\n");
+        page.push_str(
+            "## Last working day\nOn your last day at the office, hand back your badge.\n",
+        );
+        for (n, topic) in [
+            "Parking", "Canteen", "Lockers", "Printing", "Lifts", "Plants",
+        ]
+        .iter()
+        .enumerate()
+        {
+            page.push_str(&format!("## {topic}\nRule {n} about {topic} applies.\n"));
+        }
+        let dir = folder(&[("handbook.md", &page)]);
+        let kb = KnowledgeBase::open(dir.path()).expect("index");
+        let (built_at, passages) = kb.passages_to_embed();
+        let similarity = |close: &[(&str, f32)]| -> Vec<f32> {
+            passages
+                .iter()
+                .map(|(heading, _)| {
+                    close
+                        .iter()
+                        .find(|(h, _)| h == heading)
+                        .map_or(0.3, |(_, s)| *s)
+                })
+                .collect()
+        };
+        let fever = "I have a fever, not coming into the office";
+        let meaning = similarity(&[("Sick leave", 0.85), ("Last working day", 0.62)]);
+        let found = kb
+            .search_by_meaning(fever, 3, built_at, &meaning, 0.95)
+            .expect("search");
+        assert_eq!(found[0].citation(), "handbook.md#Sick leave", "{found:?}");
+        // where the words meet the question, they still lead
+        let badge = "Where do I hand back my badge on my last day?";
+        let meaning = similarity(&[("Sick leave", 0.7), ("Last working day", 0.6)]);
+        let found = kb
+            .search_by_meaning(badge, 3, built_at, &meaning, 0.95)
+            .expect("search");
+        assert_eq!(
+            found[0].citation(),
+            "handbook.md#Last working day",
+            "{found:?}"
+        );
+    }
+
     #[test]
     fn documents_are_served_only_from_the_index_and_changes_are_picked_up() {
         let (dir, kb) = kb();

@@ -292,8 +292,8 @@ const MEANING_FULL: f32 = 3.0;
 ///
 /// Only passages in one language take part: the question's, unless the other's meet more
 /// of its words (as [`best_in_language`] decides), or the base has none in it. Words count
-/// as the share of the question a passage meets (its coverage, with BM25's score relative
-/// to the best as a tie-break); meaning as the passage's similarity in standard deviations
+/// as the share of the question a passage meets (its coverage, a fifth of it by BM25's
+/// score relative to the best: a tie-break among passages that meet as much); meaning as the passage's similarity in standard deviations
 /// above the mean of all passages ([`MEANING_FULL`] and more: full marks), so a question nothing
 /// answers, close to every passage alike, finds nothing by meaning. A passage that shares
 /// no word with the question is kept only when its meaning stands out ([`MEANING_ALONE`])
@@ -358,7 +358,10 @@ pub(super) fn fuse(
             } else {
                 0.0
             };
-            let words = 0.8 * p.coverage + 0.2 * bm25;
+            // BM25 tells apart passages that meet as much of the question: a share of
+            // what they meet, so a passage meeting one common word of the question gains
+            // little from being the best of a weak lexical lot
+            let words = p.coverage * (0.8 + 0.2 * bm25);
             let mut meaning = (stands_out(o) / MEANING_FULL).clamp(0.0, 1.0);
             // an overview is close to every question about its document: a section first
             if i.sections[o].overview {
