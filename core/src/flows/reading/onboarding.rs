@@ -85,7 +85,7 @@ impl OnboardingFlow {
         Self::default()
     }
 
-    /// Sends an expert question asked in the middle of onboarding to `guide`.
+    /// Sends an expert question put in the middle of onboarding to `guide`.
     pub fn with_guide(mut self, guide: Arc<BookGuide>) -> Self {
         self.guide = Some(guide);
         self
@@ -104,7 +104,7 @@ impl OnboardingFlow {
         let Some(guide) = self
             .guide
             .as_ref()
-            .filter(|_| reading_agent::is_expert_question(text))
+            .filter(|_| reading_agent::is_expert_question_put(text))
         else {
             return Ok(false);
         };

@@ -159,6 +159,18 @@ pub fn is_expert_question(text: &str) -> bool {
     asks_to_explain || (names_a_topic && is_asked(text))
 }
 
+/// [`is_expert_question`] put to the bot: asked (a question mark or a question's form) or
+/// a request to explain — not a statement that something is beyond the reader, which in an
+/// answer about themselves is a goal (「経済のことがよくわからないので学びたい」).
+pub fn is_expert_question_put(text: &str) -> bool {
+    let t = format!("{} ", text.to_lowercase());
+    is_expert_question(text)
+        && (is_asked(text)
+            || ["explain ", "explain?", "説明して", "解説して"]
+                .iter()
+                .any(|w| t.contains(w)))
+}
+
 /// Whether `text` is put as a question: a question mark, 「教えて」, or a question's form
 /// without the mark (English opening with a question word, Japanese ending with か, 何 or
 /// 誰), not an exclamation.

@@ -1031,6 +1031,12 @@ async fn an_expert_question_between_the_profile_questions_reaches_the_book_guide
     for (lang, asks, goal_question, goal) in [
         (
             "ja",
+            "先生の気持ちを説明して",
+            "読書を通じて達成したいこと",
+            "仕事の効率を上げたい",
+        ),
+        (
+            "ja",
             "第1章の「パラダイム」って何ですか？",
             "読書を通じて達成したいこと",
             "仕事の効率を上げたい",
@@ -1075,6 +1081,24 @@ async fn an_expert_question_between_the_profile_questions_reaches_the_book_guide
                 "{lang}"
             );
         }
+        // a goal that says what is beyond the reader is the goal, not a question
+        let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+        h.say("/reading start kokoro").await;
+        h.say("/profile").await;
+        let beyond = if lang == "ja" {
+            "経済のことがよくわからないので学びたい"
+        } else {
+            "I don't understand economics and want to learn"
+        };
+        let reply = h.say(beyond).await;
+        assert!(!guide_answered(&reply), "{lang}: {reply:?}");
+        assert!(
+            h.profile()
+                .await
+                .iter()
+                .any(|e| e.kind == ProfileKind::Goal && e.text == beyond),
+            "{lang}: kept as the goal"
+        );
         // no book yet: the guide answers all the same (from the catalogue, here that it
         // found nothing) and the same question is asked again
         let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
