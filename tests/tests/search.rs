@@ -36,7 +36,7 @@ async fn ask(guide: &BookGuide, question: &str, lang: &str) -> String {
     guide
         .answer(
             question,
-            Some(BOOK),
+            (Some(BOOK), false),
             &ModelRouter::none(),
             &LlmLedger::new(),
             lang,

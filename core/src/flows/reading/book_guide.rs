@@ -245,18 +245,22 @@ impl BookGuide {
 
     /// Answers an expert question, optionally about the book being read; with a web
     /// search configured, the web fills what the library lacks (cited as web pages), and an
-    /// answer written while the web search failed says so.
+    /// answer written while the web search failed says so. `noted`: the caller keeps the
+    /// question as a note on the book, so a reply without a source says so instead of
+    /// suggesting it.
     pub async fn answer(
         &self,
         question: &str,
-        book: Option<&str>,
+        (book, noted): (Option<&str>, bool),
         models: &ModelRouter,
         ledger: &LlmLedger,
         lang: &str,
     ) -> ResearchAnswer {
         OUTSIDE_FAILED
             .scope(std::cell::Cell::new(false), async {
-                let mut answer = self.answer_from_library(question, book, models, ledger, lang).await;
+                let mut answer = self
+                    .answer_from_library(question, (book, noted), models, ledger, lang)
+                    .await;
                 let floor = models.for_agent(&self.library.answerer).is_none();
                 if floor && let Some(web) = &self.web {
                     let asked = match book {
@@ -283,7 +287,7 @@ impl BookGuide {
     async fn answer_from_library(
         &self,
         question: &str,
-        book: Option<&str>,
+        (book, noted): (Option<&str>, bool),
         models: &ModelRouter,
         ledger: &LlmLedger,
         lang: &str,
@@ -319,15 +323,26 @@ impl BookGuide {
         }
         if let (Some(title), true) = (book, answer.sources.is_empty()) {
             let shown = self.catalogue.title_in(title, lang);
-            answer.text = crate::i18n::pick(
-                lang,
-                &format!(
-                    "I have no source that answers this for «{shown}», so I won't guess. You could note it as a question and look for it as you read."
+            answer.text = match noted {
+                true => crate::i18n::pick(
+                    lang,
+                    &format!(
+                        "I have no source that answers this for «{shown}», so I won't guess. I've kept it as a question note: look for it as you read."
+                    ),
+                    &format!(
+                        "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録しました。読み進めながら探してみてください。"
+                    ),
                 ),
-                &format!(
-                    "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録して、読み進めながら探してみてください。"
+                false => crate::i18n::pick(
+                    lang,
+                    &format!(
+                        "I have no source that answers this for «{shown}», so I won't guess. You could note it as a question and look for it as you read."
+                    ),
+                    &format!(
+                        "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録して、読み進めながら探してみてください。"
+                    ),
                 ),
-            );
+            };
         }
         answer
     }
@@ -436,7 +451,7 @@ mod tests {
         let answer = guide()
             .answer(
                 "Who is K in Kokoro, and what is the Meiji era background?",
-                None,
+                (None, false),
                 &ModelRouter::none(),
                 &LlmLedger::new(),
                 "en",
@@ -466,7 +481,13 @@ mod tests {
         let models = ModelRouter::new(Some(Arc::new(model.clone())));
         let ledger = LlmLedger::new();
         let answer = guide()
-            .answer("What is mujo in Hojoki?", None, &models, &ledger, "en")
+            .answer(
+                "What is mujo in Hojoki?",
+                (None, false),
+                &models,
+                &ledger,
+                "en",
+            )
             .await;
         assert!(answer.text.starts_with(
             "In Hojoki, Kamo no Chomei reads disasters as signs of impermanence [1]."
@@ -543,7 +564,7 @@ mod tests {
         let answer = web_guide(url)
             .answer(
                 "Who wrote this book?",
-                None,
+                (None, false),
                 &models,
                 &LlmLedger::new(),
                 "en",
@@ -579,7 +600,7 @@ mod tests {
         let answer = web_guide("http://127.0.0.1:9".into())
             .answer(
                 "Who wrote this book?",
-                None,
+                (None, false),
                 &models,
                 &LlmLedger::new(),
                 "ja",

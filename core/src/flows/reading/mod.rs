@@ -400,7 +400,8 @@ impl ReadingFlow {
         let about = self.guide.subject(&title, author.as_deref());
         let answer = self
             .guide
-            .answer(text, Some(&about), ctx.models, ctx.ledger, &lang)
+            // (kept as a question note below)
+            .answer(text, (Some(&about), true), ctx.models, ctx.ledger, &lang)
             .await;
         Self::change(
             out,

@@ -120,7 +120,13 @@ impl OnboardingFlow {
             .as_ref()
             .map(|b| guide.subject(&b.title, b.author.as_deref()));
         let answer = guide
-            .answer(text, about.as_deref(), ctx.models, ctx.ledger, &lang)
+            .answer(
+                text,
+                (about.as_deref(), about.is_some()),
+                ctx.models,
+                ctx.ledger,
+                &lang,
+            )
             .await;
         if let Some(book) = book {
             out.change(StateChange::Reading {

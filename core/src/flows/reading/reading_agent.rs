@@ -387,7 +387,8 @@ impl TypedTool<ReadingWork> for AskBookGuide {
             .guide
             .answer(
                 &a.question,
-                Some(&w.title),
+                // (the agent decides what to keep)
+                (Some(&w.title), false),
                 &self.models,
                 &self.ledger,
                 &self.lang,
