@@ -69,7 +69,9 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
         }
         flows.push(Arc::new(reading));
         flows.push(Arc::new(onboarding));
-        flows.push(Arc::new(reading::mentor::MentorFlow));
+        flows.push(Arc::new(
+            reading::mentor::MentorFlow::new().with_catalogue(catalogue.clone()),
+        ));
         flows.push(Arc::new(recommend));
     }
     flows

@@ -8,6 +8,7 @@
 //! saves one; what the member asks after that is answered from that review's data in the
 //! same session, and saves nothing.
 
+use super::catalogue::Catalogue;
 use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
@@ -20,6 +21,7 @@ use async_trait::async_trait;
 use chrono::{Duration, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 pub const ID: &str = "mentor";
 pub const AGENT: &str = "mentor";
@@ -36,6 +38,15 @@ pub struct MentorContext {
 }
 
 impl MentorContext {
+    /// The books named as a member reading in `lang` knows them (こころ for Kokoro).
+    pub fn titles_in(mut self, catalogue: &Catalogue, lang: &str) -> Self {
+        let known = |t: &mut String| *t = catalogue.title_in(t, lang);
+        self.books_finished.iter_mut().for_each(known);
+        self.books_reading.iter_mut().for_each(known);
+        self.insights.iter_mut().for_each(|(t, _)| known(t));
+        self
+    }
+
     pub fn render(&self) -> String {
         let mut s = format!(
             "Period: last {} days\nBooks finished: {} ({})\nBooks in progress: {}\nInsights: {}\n",
@@ -224,7 +235,39 @@ pub fn subscription_request(arg: &str) -> Option<bool> {
     }
 }
 
-pub struct MentorFlow;
+/// The mentor's conversation; with the club's catalogue, books are named as the member
+/// knows them.
+#[derive(Default)]
+pub struct MentorFlow {
+    catalogue: Option<Arc<Catalogue>>,
+}
+
+impl MentorFlow {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Names the books as `catalogue` gives them in the member's language.
+    pub fn with_catalogue(mut self, catalogue: Arc<Catalogue>) -> Self {
+        self.catalogue = Some(catalogue);
+        self
+    }
+
+    /// The member's reading of the last `days`, their books named in `lang`.
+    async fn context(
+        &self,
+        ctx: &TurnContext<'_>,
+        days: i64,
+        lang: &str,
+    ) -> Result<MentorContext, FlowError> {
+        let key = &ctx.session.key;
+        let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
+        Ok(match &self.catalogue {
+            Some(catalogue) => context.titles_in(catalogue, lang),
+            None => context,
+        })
+    }
+}
 
 #[async_trait]
 impl Flow for MentorFlow {
@@ -326,8 +369,7 @@ impl MentorFlow {
         } else {
             (FeedbackType::Weekly, 7)
         };
-        let key = &ctx.session.key;
-        let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
+        let context = self.context(ctx, days, &lang).await?;
         let review = model_review(ctx, &context, feedback_type, days, &lang).await;
         let review = review.unwrap_or_else(|| template_review(&context, &lang));
         out.change(StateChange::Reading {
@@ -360,8 +402,7 @@ impl MentorFlow {
             offer(lang, out);
             return Ok(());
         };
-        let key = &ctx.session.key;
-        let context = mentor_context(ctx.store, key.platform, &key.user, days).await?;
+        let context = self.context(ctx, days, lang).await?;
         if let Some(model) = ctx.models.for_agent(AGENT) {
             let system = format!(
                 "You are a kind reading mentor. You just gave the member a review of the last {days} days. Answer \
@@ -424,7 +465,14 @@ fn answer_from(ctx: &MentorContext, question: &str, lang: &str) -> String {
         .insights
         .iter()
         .take(5)
-        .map(|(book, i)| format!("- «{book}» ({}) {}", i.kind.as_str(), i.text))
+        .map(|(book, i)| {
+            let kind = super::kind_name(i.kind, lang);
+            pick(
+                lang,
+                &format!("- «{book}» ({kind}) {}", i.text),
+                &format!("- 『{book}』（{kind}）{}", i.text),
+            )
+        })
         .collect();
     let notes = pick(
         lang,

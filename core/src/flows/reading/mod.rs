@@ -532,6 +532,8 @@ impl ReadingFlow {
             Some(r) => ctx.store.insights(r.id).await?,
             None => Vec::new(),
         };
+        // the title the member knows (こころ for a Japanese reader of Kokoro)
+        let title = self.catalogue.title_in(&title, lang);
         if insights.is_empty() {
             return Ok(pick(
                 lang,

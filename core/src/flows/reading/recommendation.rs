@@ -459,7 +459,13 @@ impl RecommendFlow {
                     .and_then(|b| b.author.clone()),
             };
             let by = author.map(|a| format!(" — {a}")).unwrap_or_default();
-            text.push_str(&format!("- «{title}»{by}: {reason}\n"));
+            // the title the member knows: 『吾輩は猫である』 for a Japanese reader
+            let shown = self.catalogue.title_in(title, lang);
+            text.push_str(&pick(
+                lang,
+                &format!("- «{shown}»{by}: {reason}\n"),
+                &format!("- 『{shown}』{by}: {reason}\n"),
+            ));
             out.change(StateChange::Reading {
                 change: ReadingChange::AddRecommendation {
                     title: title.clone(),

@@ -39,7 +39,7 @@ impl Harness {
         let flows: Vec<Arc<dyn crate::flow::Flow>> = vec![
             Arc::new(ReadingFlow::new(catalogue.clone(), guide.clone())),
             Arc::new(onboarding::OnboardingFlow::new().with_guide(guide)),
-            Arc::new(mentor::MentorFlow),
+            Arc::new(mentor::MentorFlow::new().with_catalogue(catalogue.clone())),
             Arc::new(recommendation::RecommendFlow::new(catalogue)),
         ];
         let place = Place {
@@ -920,6 +920,64 @@ async fn a_member_who_writes_japanese_is_answered_in_japanese_everywhere() {
     let onboarding = h.say("/onboarding 歴史小説が好きです").await.join("\n");
     assert!(!onboarding.contains("Let's"), "{onboarding}");
     assert!(has_japanese(&onboarding), "{onboarding}");
+}
+
+/// A Japanese reader sees the catalogue's Japanese titles wherever a book is named: the
+/// insights, the mentor's review and its follow-up (the kinds of notes too), the
+/// recommendations; an English reader the English ones.
+#[tokio::test]
+async fn a_japanese_reader_sees_the_books_by_their_japanese_titles() {
+    for (lang, title, unwanted) in [
+        ("ja", "『こころ』", ["Kokoro", "I Am a Cat"]),
+        ("en", "«Kokoro»", ["こころ", "吾輩は猫である"]),
+    ] {
+        let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+        h.say("/reading start Kokoro").await;
+        h.choose(&["calm"]).await;
+        h.say(if lang == "ja" {
+            "先生の孤独が心に残った"
+        } else {
+            "Sensei's loneliness stays with me"
+        })
+        .await;
+        let insights = h.say("/insights").await.join("\n");
+        let review = h.say("/review weekly").await.join("\n");
+        let follow_up = h
+            .say(if lang == "ja" {
+                "どんな気づきがあった？"
+            } else {
+                "What did I note?"
+            })
+            .await
+            .join("\n");
+        let recommended = h.say("/recommend").await.join("\n");
+        let shown = title.trim_matches(['『', '』', '«', '»']);
+        assert!(insights.contains(shown), "{lang} insights: {insights}");
+        assert!(review.contains(title), "{lang} review: {review}");
+        assert!(follow_up.contains(title), "{lang} follow-up: {follow_up}");
+        let kind = if lang == "ja" {
+            "（感想）"
+        } else {
+            "(impression)"
+        };
+        assert!(follow_up.contains(kind), "{lang} follow-up: {follow_up}");
+        // each pick by the title the reader knows
+        let picks: Vec<&str> = recommended
+            .lines()
+            .filter(|l| l.starts_with("- "))
+            .collect();
+        assert!(!picks.is_empty(), "{recommended}");
+        for line in picks {
+            let title = line.split(['』', '»']).next().unwrap_or_default();
+            let japanese = line.starts_with("- 『") && has_japanese(title);
+            assert_eq!(japanese, lang == "ja", "{lang} recommendation: {line}");
+        }
+        for said in [&insights, &review, &follow_up, &recommended] {
+            for word in unwanted {
+                assert!(!said.contains(word), "{lang}: {word} in {said}");
+            }
+        }
+    }
 }
 
 #[tokio::test]
