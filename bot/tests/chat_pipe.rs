@@ -1186,6 +1186,17 @@ async fn without_a_model_the_assistant_says_what_works_and_takes_text_there() {
         1,
         "asked once: {out}"
     );
+    // its hello in the language the applicant wrote, not in both
+    assert!(out.contains("Thank you for your interest"), "{out}");
+    assert!(!out.contains("へのご関心"), "{out}");
+    // Japanese: 「応募したいです」 at the language question, a Japanese interview
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(dir.path(), &forms_config(), &args, "応募したいです\n").await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    assert!(out.contains("へのご関心ありがとうございます"), "{out}");
+    assert!(out.contains("お住まいの国"), "{out}");
+    assert!(!out.contains("Thank you for your interest"), "{out}");
     // a book of the catalogue: the reading companion for it
     let dir = tempfile::tempdir().expect("tempdir");
     let run = kaiwa(dir.path(), &forms_config(), &args, "I'm reading Kokoro\n").await;

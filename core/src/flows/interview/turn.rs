@@ -171,13 +171,20 @@ impl InterviewFlow {
                 out.change(StateChange::SetCurrentAgent {
                     agent: greeter::AGENT.into(),
                 });
-                out.say(format!(
-                    "Hello {}! Thank you for your interest: {}. / {}さん、こんにちは。「{}」へのご関心ありがとうございます。",
-                    ctx.user.display_name,
-                    form.title.get("en"),
-                    ctx.user.display_name,
+                let name = &ctx.user.display_name;
+                let en = format!(
+                    "Hello {name}! Thank you for your interest: {}.",
+                    form.title.get("en")
+                );
+                let ja = format!(
+                    "{name}さん、こんにちは。「{}」へのご関心ありがとうございます。",
                     form.title.get("ja")
-                ));
+                );
+                // in both languages until the Greeter knows which (unless it is known)
+                out.say(match ctx.session.language.as_deref() {
+                    Some(lang) => pick(lang, &en, &ja),
+                    None => format!("{en} / {ja}"),
+                });
             }
             None => {
                 let known: Vec<&str> = self.forms.iter().map(|f| f.id.as_str()).collect();
