@@ -980,6 +980,46 @@ async fn a_japanese_reader_sees_the_books_by_their_japanese_titles() {
     }
 }
 
+/// `/status` alone (or with a status it does not know) says the book's status and how to
+/// change it, instead of asking to start a book that is open; a status is also taken by
+/// its name in the reader's language (「/status 読書中」).
+#[tokio::test]
+async fn the_status_command_says_the_books_status_and_takes_its_names() {
+    for (lang, now, by_name, set, later) in [
+        (
+            "ja",
+            "『こころ』のステータスは「読書前」です",
+            "/status 読書中",
+            "ステータスを「読書中」にしました",
+            "『こころ』のステータスは「読書中」です",
+        ),
+        (
+            "en",
+            "«Kokoro» is marked not started",
+            "/status Reading",
+            "Status set to reading",
+            "«Kokoro» is marked reading",
+        ),
+    ] {
+        let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+        // the companion asks which book: none to mark yet
+        h.say("/reading").await;
+        let none = h.say("/status").await.join("\n");
+        assert!(none.contains("/reading start"), "{lang} no book: {none}");
+        h.say("/reading start Kokoro").await;
+        h.choose(&["calm"]).await;
+        let shown = h.say("/status").await.join("\n");
+        assert!(shown.contains(now), "{lang}: {shown}");
+        assert!(shown.contains("completed"), "{lang}: how to change it: {shown}");
+        let changed = h.say(by_name).await.join("\n");
+        assert!(changed.contains(set), "{lang}: {changed}");
+        assert_eq!(h.record().await.status, ReadingStatus::Reading);
+        let unknown = h.say("/status someday").await.join("\n");
+        assert!(unknown.contains(later), "{lang}: {unknown}");
+        assert_eq!(h.record().await.status, ReadingStatus::Reading);
+    }
+}
+
 #[tokio::test]
 async fn the_app_language_telegram_reports_is_used_when_nothing_is_written_yet() {
     let catalogue = Arc::new(

@@ -3,13 +3,28 @@
 
 use super::{
     Awaiting, ID, ReadingFlow, ReadingState, is_bare_number, kind_name, mood_from_text,
-    reading_agent,
+    reading_agent, status_name,
 };
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::{has_japanese, is_greeting, pick};
 use crate::message::OptionsRequest;
 use crate::store::reading::{InsightKind, InteractionMode, ReadingChange, ReadingStatus};
 use async_trait::async_trait;
+
+/// The status `/status ARG` names: its code (`reading`) or its name in either language
+/// (「読了」, "not started").
+fn status_arg(args: &str) -> Option<ReadingStatus> {
+    let arg = args.trim().to_lowercase();
+    ReadingStatus::parse(&arg).or_else(|| {
+        [
+            ReadingStatus::NotStarted,
+            ReadingStatus::Reading,
+            ReadingStatus::Completed,
+        ]
+        .into_iter()
+        .find(|s| ["en", "ja"].iter().any(|l| status_name(*s, l) == arg))
+    })
+}
 
 /// The turn, one method per kind of input.
 impl ReadingFlow {
@@ -230,9 +245,25 @@ impl ReadingFlow {
         // what was asked before the command is not what the next text answers
         st.reason_asked = false;
         match name {
-            "status" => match ReadingStatus::parse(args.trim()) {
-                Some(status) if st.title.is_some() => self.set_status(ctx, st, status, out).await?,
-                _ => {
+            "status" => match (status_arg(args), st.title.clone()) {
+                (Some(status), Some(_)) => self.set_status(ctx, st, status, out).await?,
+                // no status named (or none known): the book's, and how to change it
+                (None, Some(title)) => {
+                    let now = match st.status {
+                        Some(status) => status,
+                        None => Self::record_of(ctx, &title)
+                            .await?
+                            .map_or(ReadingStatus::NotStarted, |r| r.status),
+                    };
+                    let shown = self.catalogue.title_in(&title, &lang);
+                    let now = status_name(now, &lang);
+                    out.say(pick(
+                        &lang,
+                        &format!("«{shown}» is marked {now}. Change it with /status not_started, /status reading or /status completed."),
+                        &format!("『{shown}』のステータスは「{now}」です。変えるには /status not_started（読書前）・reading（読書中）・completed（読了）を送ってください。"),
+                    ));
+                }
+                (_, None) => {
                     out.say(pick(&lang, "Use /status not_started, /status reading or /status completed after /reading start TITLE.", "/reading start 書名 のあとで /status not_started・reading・completed を使ってください。"));
                 }
             },
