@@ -48,6 +48,23 @@ fn app_language(incoming: &Incoming) -> Option<&'static str> {
     }
 }
 
+/// The language of a reply outside a flow's turn (`/help`, an unknown command, a stale
+/// button): the conversation's; without one, the one chosen with /lang (`chosen`), else
+/// Japanese the user writes, else the app's, else English.
+pub(super) fn reply_language<'a>(
+    active: Option<&'a SessionRecord>,
+    chosen: Option<&'a str>,
+    incoming: &Incoming,
+) -> &'a str {
+    if let Some(lang) = active.and_then(|s| s.language.as_deref()) {
+        return lang;
+    }
+    chosen
+        .or(language_of_words(&incoming.body).filter(|l| *l == "ja"))
+        .or(app_language(incoming))
+        .unwrap_or("en")
+}
+
 impl Orchestrator {
     /// Gives `session` a language if it has none yet. A conversation takes, in this order:
     /// the one it was handed with; Japanese the user writes (kana or kanji say it plainly);

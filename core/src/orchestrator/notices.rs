@@ -4,7 +4,7 @@
 
 use super::Orchestrator;
 use crate::flow::FlowError;
-use crate::message::{Body, SessionKey};
+use crate::message::SessionKey;
 use crate::store::SessionRecord;
 
 /// A user over the rate limit (no session is loaded yet: both languages).
@@ -44,16 +44,13 @@ pub(super) fn apology(session: &SessionRecord, error: &FlowError) -> String {
     )
 }
 
-pub(super) fn unknown_command(session: &SessionRecord, body: &Body) -> String {
-    let name = match body {
-        Body::Command { name, .. } => name.as_str(),
-        _ => "",
-    };
-    if session.language.as_deref() == Some("ja") {
-        format!("/{name} というコマンドはありません。/help で一覧を表示します。")
-    } else {
-        format!("Unknown command /{name}. Send /help to see what I can do.")
-    }
+/// The reply to a command no flow knows, in `lang`.
+pub(super) fn unknown_command(name: &str, lang: &str) -> String {
+    crate::i18n::pick(
+        lang,
+        &format!("Unknown command /{name}. Send /help to see what I can do."),
+        &format!("/{name} というコマンドはありません。/help で一覧を表示します。"),
+    )
 }
 
 impl Orchestrator {

@@ -5,8 +5,9 @@
 
 use super::Orchestrator;
 use super::OrchestratorError;
-use super::notices::{STALE_EN, pick};
+use super::notices::{STALE_EN, unknown_command};
 use crate::flow::TurnInput;
+use crate::i18n::pick;
 use crate::message::{Body, Incoming, OptionsRequest, SessionKey};
 use crate::store::SessionRecord;
 
@@ -37,11 +38,13 @@ impl Orchestrator {
         Ok(answered_options(session.as_ref(), request_id))
     }
 
-    /// Decides what an incoming message means for the session of its place.
+    /// Decides what an incoming message means for the session of its place. `lang`: the
+    /// language of a reply without a turn ([`super::language::reply_language`]).
     pub(super) fn plan(
         &self,
         incoming: &Incoming,
         active: Option<SessionRecord>,
+        lang: &str,
     ) -> Result<Plan, OrchestratorError> {
         let key = incoming.key();
         // the flow the place asks for (its configured flow), else the default one
@@ -53,13 +56,15 @@ impl Orchestrator {
             .to_string();
         Ok(match &incoming.body {
             Body::Open => plan_open(key, incoming.flow.as_deref(), &requested, active),
-            Body::Command { name, args } => self.plan_command(key, name, args, &requested, active),
+            Body::Command { name, args } => {
+                self.plan_command(key, (name, args), &requested, active, lang)
+            }
             Body::Text { text } => Plan::Turn {
                 session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
                 finish_session: None,
                 input: TurnInput::Text(text.clone()),
             },
-            Body::Choice { request_id, values } => plan_choice(request_id, values, active),
+            Body::Choice { request_id, values } => plan_choice(request_id, values, active, lang),
         })
     }
 
@@ -68,10 +73,10 @@ impl Orchestrator {
     fn plan_command(
         &self,
         key: SessionKey,
-        name: &str,
-        args: &str,
+        (name, args): (&str, &str),
         requested: &str,
         active: Option<SessionRecord>,
+        lang: &str,
     ) -> Plan {
         match name {
             "start" => {
@@ -79,7 +84,7 @@ impl Orchestrator {
                 fresh(key, flow, &active, TurnInput::Start)
             }
             "help" => Plan::Reply {
-                text: self.help_text(active.as_ref()),
+                text: self.help_text(active.as_ref(), lang),
                 session: active,
             },
             "end" | "cancel" => match active {
@@ -93,7 +98,11 @@ impl Orchestrator {
                 },
                 None => Plan::Reply {
                     session: None,
-                    text: "There is no conversation in progress. Send /start to begin one.".into(),
+                    text: pick(
+                        lang,
+                        "There is no conversation in progress. Send /start to begin one.",
+                        "進行中の会話はありません。/start で始められます。",
+                    ),
                 },
             },
             other => match (self.flows.by_start_command(other), active) {
@@ -108,7 +117,7 @@ impl Orchestrator {
                 },
                 (None, None) => Plan::Reply {
                     session: None,
-                    text: format!("Unknown command /{other}. Send /help to see what I can do."),
+                    text: unknown_command(other, lang),
                 },
             },
         }
@@ -152,21 +161,21 @@ fn plan_open(
 
 /// A press: a turn when it answers the pending options with values among them; a stale
 /// press (other options, or none pending) or a value not offered is answered instead.
-fn plan_choice(request_id: &str, values: &[String], active: Option<SessionRecord>) -> Plan {
+fn plan_choice(
+    request_id: &str,
+    values: &[String],
+    active: Option<SessionRecord>,
+    lang: &str,
+) -> Plan {
     let pending = answered_options(active.as_ref(), request_id);
     let (session, request) = match (active, pending) {
         (Some(session), Some(request)) => (session, request),
         (session, _) => {
             return Plan::Reply {
-                text: session.as_ref().map_or_else(
-                    || STALE_EN.to_string(),
-                    |s| {
-                        pick(
-                            s,
-                            STALE_EN,
-                            "このボタンはもう使えません。最新のメッセージに答えてください。",
-                        )
-                    },
+                text: pick(
+                    lang,
+                    STALE_EN,
+                    "このボタンはもう使えません。最新のメッセージに答えてください。",
                 ),
                 session,
             };
@@ -183,7 +192,7 @@ fn plan_choice(request_id: &str, values: &[String], active: Option<SessionRecord
     {
         return Plan::Reply {
             text: pick(
-                &session,
+                lang,
                 "That choice is not one of the options. Please pick again.",
                 "その選択肢はありません。もう一度お選びください。",
             ),

@@ -537,6 +537,102 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
     assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
 }
 
+/// Outside a conversation (none begun, or ended) `/help`, an unknown command, `/end` and a
+/// stale button answer in the user's language: the one chosen with /lang, else the app's
+/// as the platform reports it; English otherwise.
+#[tokio::test]
+async fn replies_outside_a_conversation_speak_the_users_language() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, _store) = setup(probe).await;
+    let outbox = Collect::default();
+    let stale = || Body::Choice {
+        request_id: "gone".into(),
+        values: vec!["x".into()],
+    };
+    let said = |report: TurnReport| match &report.outgoing[..] {
+        [Outgoing::Text { text }] => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    // a Japanese app (Telegram's language_code), nothing written yet
+    let japanese_app = |id: &str, body: Body| {
+        let mut incoming = msg("ja-app", id, body);
+        incoming.user.language = Some("ja".into());
+        incoming
+    };
+    let english_app = |id: &str, body: Body| {
+        let mut incoming = msg("en-app", id, body);
+        incoming.user.language = Some("en-GB".into());
+        incoming
+    };
+    for (place, expected) in [("ja", true), ("en", false)] {
+        let make = |id: &str, body: Body| match place {
+            "ja" => japanese_app(id, body),
+            _ => english_app(id, body),
+        };
+        let help = said(
+            orchestrator
+                .handle(make("h", Body::from_text("/help")), &outbox)
+                .await
+                .expect("help"),
+        );
+        assert_eq!(help.starts_with("使えるコマンド"), expected, "{help}");
+        let unknown = said(
+            orchestrator
+                .handle(make("u", Body::from_text("/status")), &outbox)
+                .await
+                .expect("unknown"),
+        );
+        assert_eq!(
+            unknown.contains("というコマンドはありません"),
+            expected,
+            "{unknown}"
+        );
+        let end = said(
+            orchestrator
+                .handle(make("e", Body::from_text("/end")), &outbox)
+                .await
+                .expect("end"),
+        );
+        assert_eq!(end.contains("進行中の会話はありません"), expected, "{end}");
+        let button = said(
+            orchestrator
+                .handle(make("b", stale()), &outbox)
+                .await
+                .expect("stale"),
+        );
+        assert_eq!(
+            button.contains("このボタンはもう使えません"),
+            expected,
+            "{button}"
+        );
+    }
+    // chosen with /lang on an English app: Japanese, also after the conversation ends
+    let console = |id: &str, body: Body| english_app(id, body);
+    for (id, body) in [
+        (
+            "l",
+            Body::Command {
+                name: "lang".into(),
+                args: "ja".into(),
+            },
+        ),
+        ("s", Body::from_text("/start")),
+        ("x", Body::from_text("/end")),
+    ] {
+        orchestrator
+            .handle(console(id, body), &outbox)
+            .await
+            .expect("handled");
+    }
+    let help = said(
+        orchestrator
+            .handle(console("h2", Body::from_text("/help")), &outbox)
+            .await
+            .expect("help"),
+    );
+    assert!(help.starts_with("使えるコマンド"), "{help}");
+}
+
 #[tokio::test]
 async fn a_japanese_speaker_is_told_to_slow_down_in_japanese_only() {
     let probe = Arc::new(Probe::new(None));

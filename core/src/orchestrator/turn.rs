@@ -73,7 +73,13 @@ impl Orchestrator {
             return self.relay_to_staff(&incoming, active, hold, outbox).await;
         }
         let history_of = active.as_ref().map(|s| s.id);
-        let (mut session, finish_session, input) = match self.plan(&incoming, active)? {
+        let lang = super::language::reply_language(
+            active.as_ref(),
+            starting.as_ref().and_then(|s| s.0.as_deref()),
+            &incoming,
+        )
+        .to_string();
+        let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
             Plan::Reply { session, text } => {
                 return self.reply_only(&incoming, session, text, outbox).await;
             }
@@ -353,10 +359,14 @@ impl Orchestrator {
                 text.push_str(&pick(session, " … (stopped)", " …（停止しました）"));
             }
         }
-        if is_command && output.unknown_command {
+        if is_command
+            && output.unknown_command
+            && let Body::Command { name, .. } = &incoming.body
+        {
+            let lang = session.language.as_deref().unwrap_or("en");
             output
                 .outgoing
-                .push(Outgoing::text(unknown_command(session, &incoming.body)));
+                .push(Outgoing::text(unknown_command(name, lang)));
         }
         if let Some(outage) = self.models.outage()
             && self.first_to_hear_of(outage, &session.key)

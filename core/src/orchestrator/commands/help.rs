@@ -5,8 +5,14 @@ use crate::orchestrator::Orchestrator;
 use crate::store::SessionRecord;
 
 impl Orchestrator {
-    pub(in crate::orchestrator) fn help_text(&self, active: Option<&SessionRecord>) -> String {
-        let ja = active.and_then(|s| s.language.as_deref()) == Some("ja");
+    /// The commands: the generic ones, each flow's start command and the active flow's,
+    /// described in `lang`.
+    pub(in crate::orchestrator) fn help_text(
+        &self,
+        active: Option<&SessionRecord>,
+        lang: &str,
+    ) -> String {
+        let ja = lang == "ja";
         let mut commands: Vec<CommandInfo> = crate::flow::GENERIC_COMMANDS.to_vec();
         for flow in self.flows.iter() {
             commands.extend(flow.start_commands());
