@@ -1010,7 +1010,10 @@ async fn the_status_command_says_the_books_status_and_takes_its_names() {
         h.choose(&["calm"]).await;
         let shown = h.say("/status").await.join("\n");
         assert!(shown.contains(now), "{lang}: {shown}");
-        assert!(shown.contains("completed"), "{lang}: how to change it: {shown}");
+        assert!(
+            shown.contains("completed"),
+            "{lang}: how to change it: {shown}"
+        );
         let changed = h.say(by_name).await.join("\n");
         assert!(changed.contains(set), "{lang}: {changed}");
         assert_eq!(h.record().await.status, ReadingStatus::Reading);
