@@ -3,6 +3,7 @@
 use super::*;
 use crate::admin::CollectingAdminSink;
 use crate::flow::{Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::i18n::has_japanese;
 use crate::message::{Body, OptionItem, Platform, UserRef};
 use crate::store::SessionStatus;
 use crate::store::sqlite::SqliteStore;
@@ -537,8 +538,8 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
     assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
 }
 
-/// Outside a conversation (none begun, or ended) `/help`, an unknown command, `/end` and a
-/// stale button answer in the user's language: the one chosen with /lang, else the app's
+/// Outside a conversation (none begun, or ended) `/help`, an unknown command, `/end`, a
+/// stale button, `/lang` without a language and `/mydata` answer in the user's language: the one chosen with /lang, else the app's
 /// as the platform reports it; English otherwise.
 #[tokio::test]
 async fn replies_outside_a_conversation_speak_the_users_language() {
@@ -605,6 +606,21 @@ async fn replies_outside_a_conversation_speak_the_users_language() {
             expected,
             "{button}"
         );
+        let lang = said(
+            orchestrator
+                .handle(make("l", Body::from_text("/lang klingon")), &outbox)
+                .await
+                .expect("lang"),
+        );
+        assert_eq!(lang.contains("日本語は /lang ja"), expected, "{lang}");
+        let data = said(
+            orchestrator
+                .handle(make("d", Body::from_text("/mydata")), &outbox)
+                .await
+                .expect("mydata"),
+        );
+        let heading = data.lines().next().unwrap_or_default();
+        assert_eq!(has_japanese(heading), expected, "{data}");
     }
     // chosen with /lang on an English app: Japanese, also after the conversation ends
     let console = |id: &str, body: Body| english_app(id, body);

@@ -61,7 +61,7 @@ impl Orchestrator {
             return Ok(self.skip_duplicate(&key, active.as_ref(), outbox).await);
         }
         if let Some(report) = self
-            .answer_personal_command(&incoming, &key, &active, outbox)
+            .answer_personal_command(&incoming, &key, &active, chosen_language.as_deref(), outbox)
             .await?
         {
             return Ok(report);
@@ -256,17 +256,22 @@ impl Orchestrator {
     }
 
     /// `/mydata`, `/forget` and `/lang`: answered by the orchestrator for every flow.
+    /// `chosen`: the language chosen with /lang, read when no conversation is active
+    /// (they answer in [`super::language::reply_language`]).
     async fn answer_personal_command(
         &self,
         incoming: &Incoming,
         key: &SessionKey,
         active: &Option<SessionRecord>,
+        chosen: Option<&str>,
         outbox: &dyn Outbox,
     ) -> Result<Option<TurnReport>, OrchestratorError> {
-        if let Some(report) = self.privacy(incoming, key, active, outbox).await? {
+        let lang = super::language::reply_language(active.as_ref(), chosen, incoming);
+        if let Some(report) = self.privacy(incoming, key, active, lang, outbox).await? {
             return Ok(Some(report));
         }
-        self.language_command(incoming, key, active, outbox).await
+        self.language_command(incoming, key, active, lang, outbox)
+            .await
     }
 
     /// Runs the flow's turn (or its end, for `/end`) with a sign of life for the user.

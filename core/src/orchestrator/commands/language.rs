@@ -21,12 +21,14 @@ fn language_of(arg: &str) -> Option<&'static str> {
 }
 
 impl Orchestrator {
-    /// `/lang`, before any flow runs; `None` for every other message.
+    /// `/lang`, before any flow runs; `None` for every other message. `current`: the
+    /// language its usage is told in.
     pub(in crate::orchestrator) async fn language_command(
         &self,
         incoming: &Incoming,
         key: &SessionKey,
         active: &Option<SessionRecord>,
+        current: &str,
         outbox: &dyn Outbox,
     ) -> Result<Option<TurnReport>, OrchestratorError> {
         let Body::Command { name, args } = &incoming.body else {
@@ -35,13 +37,9 @@ impl Orchestrator {
         if name != "lang" {
             return Ok(None);
         }
-        let current = active
-            .as_ref()
-            .and_then(|s| s.language.clone())
-            .unwrap_or_else(|| "en".into());
         let Some(lang) = language_of(args) else {
             let text = crate::i18n::pick(
-                &current,
+                current,
                 "Send /lang en for English or /lang ja for Japanese.",
                 "日本語は /lang ja、英語は /lang en と送ってください。",
             );

@@ -32,17 +32,15 @@ impl Orchestrator {
 
     /// `/mydata`, `/forget` and its confirmation: the same in every flow, never seen by one.
     /// `None` for every other message (the common case costs a match, no clone).
+    /// `lang`: the language of the replies.
     pub(in crate::orchestrator) async fn privacy(
         &self,
         incoming: &Incoming,
         key: &SessionKey,
         active: &Option<SessionRecord>,
+        lang: &str,
         outbox: &dyn Outbox,
     ) -> Result<Option<TurnReport>, OrchestratorError> {
-        let lang = active
-            .as_ref()
-            .and_then(|s| s.language.as_deref())
-            .unwrap_or("en");
         if incoming.shared
             && let Body::Command { name, .. } = &incoming.body
             && (name == "mydata" || name == "forget")
