@@ -13,6 +13,9 @@ pub struct Book {
     #[serde(default)]
     pub title_ja: Option<String>,
     pub author: String,
+    /// The author as a Japanese reader knows them (夏目漱石).
+    #[serde(default)]
+    pub author_ja: Option<String>,
     pub year: i32,
     pub genre: String,
     #[serde(default)]
@@ -27,6 +30,15 @@ impl Book {
         match (&self.title_ja, lang) {
             (Some(ja), "ja") => ja,
             _ => &self.title,
+        }
+    }
+
+    /// The author as a member reading in `lang` knows them: the Japanese name for `ja`
+    /// when there is one.
+    pub fn author_in(&self, lang: &str) -> &str {
+        match (&self.author_ja, lang) {
+            (Some(ja), "ja") => ja,
+            _ => &self.author,
         }
     }
 
@@ -47,8 +59,13 @@ impl Book {
             .as_deref()
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
+        let author_ja = self
+            .author_ja
+            .as_deref()
+            .map(|a| format!(" ({a})"))
+            .unwrap_or_default();
         format!(
-            "{}{ja} by {}, {} ({}). Themes: {}. {}",
+            "{}{ja} by {}{author_ja}, {} ({}). Themes: {}. {}",
             self.title,
             self.author,
             self.year,
@@ -153,10 +170,11 @@ impl Catalogue {
             .iter()
             .filter_map(|b| {
                 let head = terms(&format!(
-                    "{} {} {}",
+                    "{} {} {} {}",
                     b.title,
                     b.title_ja.as_deref().unwrap_or_default(),
-                    b.author
+                    b.author,
+                    b.author_ja.as_deref().unwrap_or_default()
                 ));
                 let body = terms(&format!("{} {} {}", b.genre, b.tags.join(" "), b.summary));
                 let score: f32 = wanted
@@ -195,6 +213,17 @@ mod tests {
         assert_eq!(c.find("kokoro").map(|b| b.year), Some(1914));
         assert_eq!(c.search("Soseki guilt", 1)[0].1.title, "Kokoro");
         assert_eq!(c.search("方丈記", 1)[0].1.title, "Hojoki");
+        // a Japanese reader's name for the author finds the book, and is what they see
+        assert_eq!(c.search("鴨長明", 1)[0].1.title, "Hojoki");
+        let kokoro = c.find("kokoro").expect("Kokoro");
+        assert_eq!(
+            (kokoro.author_in("ja"), kokoro.author_in("en")),
+            ("夏目漱石", "Natsume Soseki")
+        );
+        assert!(
+            c.books().iter().all(|b| b.author_ja.is_some()),
+            "every shipped book has its author in Japanese"
+        );
         assert!(c.search("zzzz", 3).is_empty());
     }
 }

@@ -451,7 +451,7 @@ impl RecommendFlow {
         let mut text = pick(lang, "Books for you:\n", "あなたへのおすすめ:\n");
         for (title, reason) in &picks.picks {
             let author = match self.catalogue.find(title) {
-                Some(book) => Some(book.author.clone()),
+                Some(book) => Some(book.author_in(lang).to_string()),
                 None => picks
                     .found
                     .iter()

@@ -924,7 +924,7 @@ async fn a_member_who_writes_japanese_is_answered_in_japanese_everywhere() {
 
 /// A Japanese reader sees the catalogue's Japanese titles wherever a book is named: the
 /// insights, the mentor's review and its follow-up (the kinds of notes too), the
-/// recommendations; an English reader the English ones.
+/// recommendations (with the authors' Japanese names); an English reader the English ones.
 #[tokio::test]
 async fn a_japanese_reader_sees_the_books_by_their_japanese_titles() {
     for (lang, title, unwanted) in [
@@ -971,6 +971,13 @@ async fn a_japanese_reader_sees_the_books_by_their_japanese_titles() {
             let title = line.split(['』', '»']).next().unwrap_or_default();
             let japanese = line.starts_with("- 『") && has_japanese(title);
             assert_eq!(japanese, lang == "ja", "{lang} recommendation: {line}");
+            // and by its author's name as the reader knows it (夏目漱石)
+            let author = line
+                .split(" — ")
+                .nth(1)
+                .and_then(|rest| rest.split(':').next())
+                .unwrap_or_default();
+            assert_eq!(has_japanese(author), lang == "ja", "{lang} author: {line}");
         }
         for said in [&insights, &review, &follow_up, &recommended] {
             for word in unwanted {
