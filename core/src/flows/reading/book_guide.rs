@@ -323,26 +323,26 @@ impl BookGuide {
         }
         if let (Some(title), true) = (book, answer.sources.is_empty()) {
             let shown = self.catalogue.title_in(title, lang);
-            answer.text = match noted {
-                true => crate::i18n::pick(
-                    lang,
-                    &format!(
-                        "I have no source that answers this for «{shown}», so I won't guess. I've kept it as a question note: look for it as you read."
-                    ),
-                    &format!(
-                        "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録しました。読み進めながら探してみてください。"
-                    ),
+            // kept as a question note by the caller, or left to the reader
+            let (then_en, then_ja) = match noted {
+                true => (
+                    "I've kept it as a question note: look for it as you read.",
+                    "疑問として記録しました。読み進めながら探してみてください。",
                 ),
-                false => crate::i18n::pick(
-                    lang,
-                    &format!(
-                        "I have no source that answers this for «{shown}», so I won't guess. You could note it as a question and look for it as you read."
-                    ),
-                    &format!(
-                        "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。疑問として記録して、読み進めながら探してみてください。"
-                    ),
+                false => (
+                    "You could note it as a question and look for it as you read.",
+                    "疑問として記録して、読み進めながら探してみてください。",
                 ),
             };
+            answer.text = crate::i18n::pick(
+                lang,
+                &format!(
+                    "I have no source that answers this for «{shown}», so I won't guess. {then_en}"
+                ),
+                &format!(
+                    "『{shown}』について、この質問に答えられる資料が手元にありません。推測では答えません。{then_ja}"
+                ),
+            );
         }
         answer
     }
