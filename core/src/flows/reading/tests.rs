@@ -72,6 +72,18 @@ impl Harness {
             .await
             .expect("profile")
     }
+
+    /// Asserts that `asked` is kept as a question note on the reader's book.
+    async fn assert_question_note(&self, asked: &str) {
+        let record = self.record().await;
+        let insights = self.store.insights(record.id).await.expect("insights");
+        assert!(
+            insights
+                .iter()
+                .any(|i| i.kind == InsightKind::Question && i.text == asked),
+            "{asked}: kept as a question note on the book: {insights:?}"
+        );
+    }
 }
 
 fn last(texts: &[String]) -> String {
@@ -1110,14 +1122,7 @@ async fn an_expert_question_reaches_the_book_guide_while_a_mood_is_asked() {
             options.prompt.contains(mood) || options.prompt.contains("How do you feel"),
             "the mood is still asked: {options:?}"
         );
-        let record = h.record().await;
-        let insights = h.store.insights(record.id).await.expect("insights");
-        assert!(
-            insights
-                .iter()
-                .any(|i| i.kind == InsightKind::Question && i.text == question),
-            "{question}: kept as a question note: {insights:?}"
-        );
+        h.assert_question_note(question).await;
     }
 }
 
@@ -1171,14 +1176,7 @@ async fn an_expert_question_between_the_profile_questions_reaches_the_book_guide
                 reply.last().is_some_and(|t| t.contains(goal_question)),
                 "{lang} {command}: the profile question again: {reply:?}"
             );
-            let record = h.record().await;
-            let insights = h.store.insights(record.id).await.expect("insights");
-            assert!(
-                insights
-                    .iter()
-                    .any(|i| i.kind == InsightKind::Question && i.text == asks),
-                "{lang}: kept as a question note on the book: {insights:?}"
-            );
+            h.assert_question_note(asks).await;
             // the answer that follows is the goal; the question never was
             h.say(goal).await;
             let profile: Vec<(ProfileKind, String)> = h
@@ -1252,14 +1250,7 @@ async fn asking_for_an_explanation_reaches_the_book_guide_with_or_without_a_ques
                 guide_answered(&reply),
                 "{asks} (mood asked: {mood_asked}): the BookGuide answers: {reply:?}"
             );
-            let record = h.record().await;
-            let insights = h.store.insights(record.id).await.expect("insights");
-            assert!(
-                insights
-                    .iter()
-                    .any(|i| i.kind == InsightKind::Question && i.text == asks),
-                "{asks}: kept as a question note: {insights:?}"
-            );
+            h.assert_question_note(asks).await;
         }
     }
     for note in [
