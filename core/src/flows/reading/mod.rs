@@ -39,6 +39,17 @@ pub struct ReadingFlow {
     books: Option<Arc<crate::search::BooksApi>>,
 }
 
+/// The session user's reading records, most recently updated first.
+async fn records(ctx: &TurnContext<'_>) -> Result<Vec<ReadingRecord>, FlowError> {
+    let key = &ctx.session.key;
+    Ok(ctx.store.reading_records(key.platform, &key.user).await?)
+}
+
+/// The book the session user logged last, if any.
+async fn latest_record(ctx: &TurnContext<'_>) -> Result<Option<ReadingRecord>, FlowError> {
+    Ok(records(ctx).await?.into_iter().next())
+}
+
 impl ReadingFlow {
     pub fn new(catalogue: Arc<Catalogue>, guide: Arc<BookGuide>) -> Self {
         ReadingFlow {
@@ -101,13 +112,7 @@ impl ReadingFlow {
         ctx: &TurnContext<'_>,
         title: &str,
     ) -> Result<Option<ReadingRecord>, FlowError> {
-        let key = &ctx.session.key;
-        Ok(ctx
-            .store
-            .reading_records(key.platform, &key.user)
-            .await?
-            .into_iter()
-            .find(|r| r.title == title))
+        Ok(records(ctx).await?.into_iter().find(|r| r.title == title))
     }
 
     /// Opens (or reopens) the record of `title` and greets according to its status.

@@ -109,13 +109,7 @@ impl OnboardingFlow {
             return Ok(false);
         };
         let lang = ctx.language().to_string();
-        let key = &ctx.session.key;
-        let book = ctx
-            .store
-            .reading_records(key.platform, &key.user)
-            .await?
-            .into_iter()
-            .next();
+        let book = super::latest_record(ctx).await?;
         let about = book
             .as_ref()
             .map(|b| guide.subject(&b.title, b.author.as_deref()));

@@ -43,26 +43,17 @@ impl ReadingFlow {
             .filter(|a| !a.is_empty())
         {
             Some(title) => self.open(ctx, st, title, out).await?,
-            None => {
-                let key = &ctx.session.key;
-                let latest = ctx
-                    .store
-                    .reading_records(key.platform, &key.user)
-                    .await?
-                    .into_iter()
-                    .next();
-                match latest {
-                    Some(record) => self.open(ctx, st, &record.title, out).await?,
-                    None => {
-                        st.awaiting = Some(Awaiting::Title);
-                        out.say(pick(
-                            &lang,
-                            "Which book are you reading? Send its title.",
-                            "どの本を読みますか？書名を送ってください。",
-                        ));
-                    }
+            None => match super::latest_record(ctx).await? {
+                Some(record) => self.open(ctx, st, &record.title, out).await?,
+                None => {
+                    st.awaiting = Some(Awaiting::Title);
+                    out.say(pick(
+                        &lang,
+                        "Which book are you reading? Send its title.",
+                        "どの本を読みますか？書名を送ってください。",
+                    ));
                 }
-            }
+            },
         }
         Ok(())
     }
