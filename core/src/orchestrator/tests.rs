@@ -538,6 +538,9 @@ async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processe
     assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
 }
 
+/// A message (its id and body), and whether its reply is the Japanese one.
+type ReplyCase = (&'static str, Body, fn(&str) -> bool);
+
 /// Outside a conversation (none begun, or ended) `/help`, an unknown command, `/end`, a
 /// stale button, `/lang` without a language and `/mydata` answer in the user's language: the one chosen with /lang, else the app's
 /// as the platform reports it; English otherwise.
@@ -546,84 +549,59 @@ async fn replies_outside_a_conversation_speak_the_users_language() {
     let probe = Arc::new(Probe::new(None));
     let (orchestrator, _store) = setup(probe).await;
     let outbox = Collect::default();
-    let stale = || Body::Choice {
-        request_id: "gone".into(),
-        values: vec!["x".into()],
+    // the one text a message is answered with
+    let reply = |incoming: Incoming| {
+        let (orchestrator, outbox) = (&orchestrator, &outbox);
+        async move {
+            let report = orchestrator
+                .handle(incoming, outbox)
+                .await
+                .expect("handled");
+            match &report.outgoing[..] {
+                [Outgoing::Text { text }] => text.clone(),
+                other => panic!("{other:?}"),
+            }
+        }
     };
-    let said = |report: TurnReport| match &report.outgoing[..] {
-        [Outgoing::Text { text }] => text.clone(),
-        other => panic!("{other:?}"),
-    };
-    // a Japanese app (Telegram's language_code), nothing written yet
-    let japanese_app = |id: &str, body: Body| {
-        let mut incoming = msg("ja-app", id, body);
-        incoming.user.language = Some("ja".into());
+    // an app in `language` (Telegram's language_code), nothing written yet
+    let app = |language: &str, id: &str, body: Body| {
+        let mut incoming = msg(&format!("{language}-app"), id, body);
+        incoming.user.language = Some(language.into());
         incoming
     };
-    let english_app = |id: &str, body: Body| {
-        let mut incoming = msg("en-app", id, body);
-        incoming.user.language = Some("en-GB".into());
-        incoming
-    };
-    for (place, expected) in [("ja", true), ("en", false)] {
-        let make = |id: &str, body: Body| match place {
-            "ja" => japanese_app(id, body),
-            _ => english_app(id, body),
-        };
-        let help = said(
-            orchestrator
-                .handle(make("h", Body::from_text("/help")), &outbox)
-                .await
-                .expect("help"),
-        );
-        assert_eq!(help.starts_with("使えるコマンド"), expected, "{help}");
-        let unknown = said(
-            orchestrator
-                .handle(make("u", Body::from_text("/status")), &outbox)
-                .await
-                .expect("unknown"),
-        );
-        assert_eq!(
-            unknown.contains("というコマンドはありません"),
-            expected,
-            "{unknown}"
-        );
-        let end = said(
-            orchestrator
-                .handle(make("e", Body::from_text("/end")), &outbox)
-                .await
-                .expect("end"),
-        );
-        assert_eq!(end.contains("進行中の会話はありません"), expected, "{end}");
-        let button = said(
-            orchestrator
-                .handle(make("b", stale()), &outbox)
-                .await
-                .expect("stale"),
-        );
-        assert_eq!(
-            button.contains("このボタンはもう使えません"),
-            expected,
-            "{button}"
-        );
-        let lang = said(
-            orchestrator
-                .handle(make("l", Body::from_text("/lang klingon")), &outbox)
-                .await
-                .expect("lang"),
-        );
-        assert_eq!(lang.contains("日本語は /lang ja"), expected, "{lang}");
-        let data = said(
-            orchestrator
-                .handle(make("d", Body::from_text("/mydata")), &outbox)
-                .await
-                .expect("mydata"),
-        );
-        let heading = data.lines().next().unwrap_or_default();
-        assert_eq!(has_japanese(heading), expected, "{data}");
+    for (language, expected) in [("ja", true), ("en-GB", false)] {
+        // each reply, and whether it is the Japanese one
+        let cases: [ReplyCase; 6] = [
+            ("h", Body::from_text("/help"), |t| {
+                t.starts_with("使えるコマンド")
+            }),
+            ("u", Body::from_text("/status"), |t| {
+                t.contains("というコマンドはありません")
+            }),
+            ("e", Body::from_text("/end"), |t| {
+                t.contains("進行中の会話はありません")
+            }),
+            (
+                "b",
+                Body::Choice {
+                    request_id: "gone".into(),
+                    values: vec!["x".into()],
+                },
+                |t| t.contains("このボタンはもう使えません"),
+            ),
+            ("l", Body::from_text("/lang klingon"), |t| {
+                t.contains("日本語は /lang ja")
+            }),
+            ("d", Body::from_text("/mydata"), |t| {
+                has_japanese(t.lines().next().unwrap_or_default())
+            }),
+        ];
+        for (id, body, japanese) in cases {
+            let said = reply(app(language, id, body)).await;
+            assert_eq!(japanese(&said), expected, "{language} {id}: {said}");
+        }
     }
     // chosen with /lang on an English app: Japanese, also after the conversation ends
-    let console = |id: &str, body: Body| english_app(id, body);
     for (id, body) in [
         (
             "l",
@@ -636,16 +614,11 @@ async fn replies_outside_a_conversation_speak_the_users_language() {
         ("x", Body::from_text("/end")),
     ] {
         orchestrator
-            .handle(console(id, body), &outbox)
+            .handle(app("en-GB", id, body), &outbox)
             .await
             .expect("handled");
     }
-    let help = said(
-        orchestrator
-            .handle(console("h2", Body::from_text("/help")), &outbox)
-            .await
-            .expect("help"),
-    );
+    let help = reply(app("en-GB", "h2", Body::from_text("/help"))).await;
     assert!(help.starts_with("使えるコマンド"), "{help}");
 }
 

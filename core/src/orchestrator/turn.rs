@@ -60,8 +60,12 @@ impl Orchestrator {
         if duplicate {
             return Ok(self.skip_duplicate(&key, active.as_ref(), outbox).await);
         }
+        // the language of a reply outside a flow's turn
+        let lang =
+            super::language::reply_language(active.as_ref(), chosen_language.as_deref(), &incoming)
+                .to_string();
         if let Some(report) = self
-            .answer_personal_command(&incoming, &key, &active, chosen_language.as_deref(), outbox)
+            .answer_personal_command(&incoming, &key, &active, &lang, outbox)
             .await?
         {
             return Ok(report);
@@ -73,12 +77,6 @@ impl Orchestrator {
             return self.relay_to_staff(&incoming, active, hold, outbox).await;
         }
         let history_of = active.as_ref().map(|s| s.id);
-        let lang = super::language::reply_language(
-            active.as_ref(),
-            starting.as_ref().and_then(|s| s.0.as_deref()),
-            &incoming,
-        )
-        .to_string();
         let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
             Plan::Reply { session, text } => {
                 return self.reply_only(&incoming, session, text, outbox).await;
@@ -255,18 +253,16 @@ impl Orchestrator {
         }
     }
 
-    /// `/mydata`, `/forget` and `/lang`: answered by the orchestrator for every flow.
-    /// `chosen`: the language chosen with /lang, read when no conversation is active
-    /// (they answer in [`super::language::reply_language`]).
+    /// `/mydata`, `/forget` and `/lang`: answered by the orchestrator for every flow, in
+    /// `lang` ([`super::language::reply_language`]).
     async fn answer_personal_command(
         &self,
         incoming: &Incoming,
         key: &SessionKey,
         active: &Option<SessionRecord>,
-        chosen: Option<&str>,
+        lang: &str,
         outbox: &dyn Outbox,
     ) -> Result<Option<TurnReport>, OrchestratorError> {
-        let lang = super::language::reply_language(active.as_ref(), chosen, incoming);
         if let Some(report) = self.privacy(incoming, key, active, lang, outbox).await? {
             return Ok(Some(report));
         }
