@@ -74,7 +74,7 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 pub async fn check(settings: &Settings, path: &Path, defaults: bool) -> anyhow::Result<()> {
     if defaults {
         say!(
-            "configuration: none at {} (built-in defaults; run kaiwa where config/ is, or pass --config)",
+            "configuration: none at {} (built-in defaults; run kaiwa where config/kaiwa.toml or kaiwa.toml is, or pass --config)",
             path.display()
         );
     } else {

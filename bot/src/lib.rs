@@ -73,11 +73,15 @@ const REVIEW_CHECK: Duration = Duration::from_secs(60);
 /// Where the configuration file is when none is named.
 pub const DEFAULT_CONFIG: &str = "config/kaiwa.toml";
 
+/// Where the configuration file is when none is named and [`DEFAULT_CONFIG`] is not there:
+/// in the current folder, as `kaiwa init` writes it.
+pub const INIT_CONFIG: &str = "kaiwa.toml";
+
 /// Where Kaiwa's configuration comes from: the options `kaiwa` itself takes, for a host
 /// bot's command line (flatten it into the host's `clap` parser, or parse it alone).
 #[derive(Debug, Clone, Default, clap::Parser)]
 pub struct Options {
-    /// Configuration file (default: config/kaiwa.toml, if there).
+    /// Configuration file (default: config/kaiwa.toml, else kaiwa.toml, if there).
     #[arg(long, global = true, env = "KAIWA_CONFIG")]
     pub config: Option<PathBuf>,
     /// Database URL (overrides the configuration).
@@ -86,14 +90,25 @@ pub struct Options {
 }
 
 impl Options {
-    /// The settings these options name: the file given (which must exist), else
-    /// [`DEFAULT_CONFIG`] if it exists, else the built-in defaults; and whether the
-    /// defaults were used because no file was there.
+    /// The configuration file these options name: the file given, else [`DEFAULT_CONFIG`]
+    /// if it exists, else [`INIT_CONFIG`] if it exists, else [`DEFAULT_CONFIG`] (which is
+    /// not there: the built-in defaults).
+    pub fn config_path(&self) -> PathBuf {
+        if let Some(path) = &self.config {
+            return path.clone();
+        }
+        [DEFAULT_CONFIG, INIT_CONFIG]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
+    }
+
+    /// The settings these options name ([`Self::config_path`]; a file given must exist),
+    /// else the built-in defaults; and whether the defaults were used because no file was
+    /// there.
     pub fn settings(&self) -> Result<(Settings, bool), Error> {
-        let (path, required) = match &self.config {
-            Some(p) => (p.clone(), true),
-            None => (PathBuf::from(DEFAULT_CONFIG), false),
-        };
+        let (path, required) = (self.config_path(), self.config.is_some());
         let settings = Settings::load(&path, required).map_err(Error::config)?;
         // (the default file may be missing: the built-in defaults apply, but say so, since
         // a bot started from the wrong folder would otherwise run without its forms)

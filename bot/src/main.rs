@@ -9,7 +9,6 @@ use clap::Parser;
 use cli::{Cli, Command};
 use kaiwa::Kaiwa;
 use kaiwa_adapters::console::{ConsoleOptions, StderrAdminSink};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -70,11 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         // (written above, before any configuration is read)
         Command::Init { .. } => {}
         Command::Check { online } => {
-            let path = cli
-                .options
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(kaiwa::DEFAULT_CONFIG));
+            let path = cli.options.config_path();
             let offline = commands::check(&settings, &path, defaults).await;
             // online, every line is said even when the files had a problem
             let online = match online {

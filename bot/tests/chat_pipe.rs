@@ -1493,6 +1493,25 @@ async fn init_writes_a_starting_point_that_checks_and_talks_and_never_overwrites
         "{}",
         String::from_utf8_lossy(&check.stdout)
     );
+    // and in its folder without --config: `kaiwa.toml` there is the configuration
+    let inside = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .arg("check")
+        .current_dir(&target)
+        .env_remove("KAIWA_CONFIG")
+        .env_remove("KAIWA_DATABASE_URL")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&inside.stdout),
+        String::from_utf8_lossy(&inside.stderr),
+    );
+    assert!(inside.status.success(), "{out}{err}");
+    assert!(
+        out.contains("kaiwa.toml") && !err.contains("no configuration file"),
+        "{out}{err}"
+    );
     let mut chat = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
         .args(["--config", &config, "chat", "assistant"])
         .current_dir(dir.path())
