@@ -620,6 +620,25 @@ async fn an_unknown_country_is_asked_again_with_suggestions_and_a_zone_is_never_
     let out = &run.stdout;
     assert!(out.contains("Which time zone are you in?"), "{out}");
     assert!(out.contains("May I have your full name"), "{out}");
+    // what is no place's name (an address, a number) is never taken: asked again
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["chat", "interview", "--form", "engineer", "--user", "kai"],
+        "1\nAtlantis\nalice@example.com\n2024\nGermany\n/mydata\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let out = &run.stdout;
+    for typed in ["alice@example.com", "2024"] {
+        assert!(
+            out.contains(&format!("I don't know the country «{typed}»")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("\"country\": \"DE\""), "{out}");
+    assert!(out.contains("May I have your full name"), "{out}");
 }
 
 #[tokio::test]

@@ -259,6 +259,21 @@ pub fn resolve_country(input: &str) -> Option<&'static str> {
         .map(|c| c.0)
 }
 
+/// Whether `input` could name a place we do not know ("New Atlantis", 「ナウル共和国」): a few
+/// words of letters, never an address, a number or a link ("alice@example.com", "2024").
+pub fn could_be_a_place(input: &str) -> bool {
+    let t = input.trim();
+    let letters = t.chars().filter(|c| c.is_alphabetic()).count();
+    letters >= 2
+        && t.chars().count() <= 60
+        && t.split_whitespace().count() <= 6
+        && t.chars().all(|c| {
+            c.is_alphabetic()
+                || c.is_whitespace()
+                || matches!(c, '-' | '\'' | '’' | '.' | ',' | '(' | ')' | '・' | '。')
+        })
+}
+
 fn contains_word(hay: &str, word: &str) -> bool {
     hay.match_indices(word).any(|(i, _)| {
         let before = hay[..i].chars().next_back();
@@ -505,6 +520,10 @@ mod tests {
         assert_eq!(zones_of("EC"), ["America/Guayaquil", "Pacific/Galapagos"]);
         assert_eq!(country_name("EC", "ja"), "Ecuador");
         assert_eq!(resolve_country("Atlantis"), None);
+        assert!(could_be_a_place("New Atlantis") && could_be_a_place("ナウル共和国"));
+        for not_a_place in ["alice@example.com", "2024", "https://x.y", "?", "a"] {
+            assert!(!could_be_a_place(not_a_place), "{not_a_place}");
+        }
         // the curated list still answers first
         assert_eq!(resolve_country("日本"), Some("JP"));
         assert_eq!(zones_of("JP"), ["Asia/Tokyo"]);

@@ -204,8 +204,9 @@ impl InterviewFlow {
         match section {
             Section::Country => match greeter::resolve_country(text) {
                 Some(code) => self.set_country(st, out, code),
-                None if !st.country_asked_again => {
-                    // not stored as typed: asked again, with suggestions
+                None if !st.country_asked_again || !greeter::could_be_a_place(text) => {
+                    // not stored as typed: asked again, with suggestions (again and again
+                    // for what is no place: an address, a number)
                     st.country_asked_again = true;
                     let lang = lang_of(st);
                     out.options(
@@ -227,7 +228,8 @@ impl InterviewFlow {
                         false,
                     );
                 }
-                // a second try we do not know either: taken as typed (its zone is asked)
+                // a second try we do not know either, but a place's name: taken as typed
+                // (its zone is asked)
                 None => self.set_country(st, out, text.trim()),
             },
             Section::Timezone => {

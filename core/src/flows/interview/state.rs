@@ -95,7 +95,8 @@ pub struct InterviewState {
     /// Time zones offered when the country has several.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zone_choices: Vec<String>,
-    /// A country we did not know was asked for again (a second one is taken as typed).
+    /// A country we did not know was asked for again (a second one is taken as typed, if
+    /// it could be a place's name).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub country_asked_again: bool,
     /// The time zone was asked for (a country with no zone we know): the fallback zone
