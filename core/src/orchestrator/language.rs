@@ -48,6 +48,28 @@ fn app_language(incoming: &Incoming) -> Option<&'static str> {
     }
 }
 
+impl Orchestrator {
+    /// The language of a notice before a turn (an oversized message, a user over the rate
+    /// limit: no session is loaded for them): the active conversation's, else the one
+    /// chosen with /lang, else Japanese the user writes, else the app's; `None` when
+    /// nothing says (the notice then speaks both).
+    pub(super) async fn notice_language(&self, incoming: &Incoming) -> Option<String> {
+        let key = incoming.key();
+        if let Ok(Some(session)) = self.store.active_session(&key).await
+            && session.language.is_some()
+        {
+            return session.language;
+        }
+        if let Some(chosen) = self.profile_language(&key).await {
+            return Some(chosen);
+        }
+        language_of_words(&incoming.body)
+            .filter(|l| *l == "ja")
+            .or(app_language(incoming))
+            .map(str::to_string)
+    }
+}
+
 /// The language of a reply outside a flow's turn (`/help`, an unknown command, a stale
 /// button): the conversation's; without one, the one chosen with /lang (`chosen`), else
 /// Japanese the user writes, else the app's, else English.

@@ -289,13 +289,8 @@ impl Orchestrator {
         outbox: &dyn Outbox,
     ) -> Result<TurnReport, OrchestratorError> {
         if tell {
-            // in the user's language when it is known (the conversation's, else the one
-            // chosen with /lang); both otherwise
-            let key = incoming.key();
-            let lang = match self.store.active_session(&key).await {
-                Ok(Some(session)) if session.language.is_some() => session.language,
-                _ => self.profile_language(&key).await,
-            };
+            // in the user's language when it is known; both otherwise
+            let lang = self.notice_language(incoming).await;
             let text = notices::in_language(notice, lang.as_deref());
             return self.reply_only(incoming, None, text, outbox).await;
         }

@@ -7,7 +7,7 @@ use crate::flow::FlowError;
 use crate::message::SessionKey;
 use crate::store::SessionRecord;
 
-/// A user over the rate limit (no session is loaded yet: both languages).
+/// A user over the rate limit (in the user's language when known, else both).
 pub(super) const RATE_LIMITED: &str = "You are sending messages faster than I can take them. Please wait a moment, then send that again. / メッセージが速すぎます。少し待ってからもう一度送ってください。";
 
 /// A session whose queue of waiting messages is full.

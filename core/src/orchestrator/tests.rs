@@ -492,6 +492,54 @@ async fn an_oversized_message_gets_a_clear_reply_and_nothing_is_stored() {
     );
 }
 
+/// An oversized message is refused in the user's language where it is known: the
+/// conversation's, else the app's or Japanese the user writes; in both languages otherwise.
+#[tokio::test]
+async fn an_oversized_message_is_refused_in_the_users_language() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, _store) = setup(probe).await;
+    let orchestrator = orchestrator.with_max_message_chars(10);
+    let outbox = Collect::default();
+    let refusal = |incoming: Incoming| {
+        let (orchestrator, outbox) = (&orchestrator, &outbox);
+        async move {
+            let report = orchestrator
+                .handle(incoming, outbox)
+                .await
+                .expect("handled");
+            match &report.outgoing[..] {
+                [Outgoing::Text { text }] => text.clone(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let from = |chat: &str, app: Option<&str>, id: &str, said: &str| {
+        let mut incoming = text(chat, id, said);
+        incoming.user.language = app.map(str::to_string);
+        incoming
+    };
+    let japanese_only = |t: &str| t.contains("メッセージが長すぎます") && !t.contains("too long");
+    // a Japanese app, Latin letters
+    let said = refusal(from("a", Some("ja"), "a1", "this is far too long")).await;
+    assert!(japanese_only(&said), "{said}");
+    // no app language, Japanese words
+    let said = refusal(from("b", None, "b1", "これはとても長すぎるメッセージです")).await;
+    assert!(japanese_only(&said), "{said}");
+    // a conversation in Japanese, on an English app
+    orchestrator
+        .handle(from("c", Some("en-GB"), "c1", "こんにちは"), &outbox)
+        .await
+        .expect("a conversation");
+    let said = refusal(from("c", Some("en-GB"), "c2", "this is far too long")).await;
+    assert!(japanese_only(&said), "{said}");
+    // nothing says which: both
+    let said = refusal(from("d", None, "d1", "this is far too long")).await;
+    assert!(
+        said.contains("too long") && said.contains("メッセージが長すぎます"),
+        "{said}"
+    );
+}
+
 #[tokio::test]
 async fn a_user_over_the_rate_limit_is_told_to_slow_down_and_nothing_is_processed() {
     let probe = Arc::new(Probe::new(None));

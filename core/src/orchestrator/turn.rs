@@ -14,7 +14,7 @@
 
 use super::delivery::FinishedTurn;
 use super::language::Handed;
-use super::notices::{apology, pick, too_long, unknown_command};
+use super::notices::{apology, in_language, pick, too_long, unknown_command};
 use super::routing::Plan;
 use super::working::Streaming;
 use super::{HISTORY_LIMIT, Orchestrator, OrchestratorError, Outbox, TurnReport};
@@ -215,7 +215,9 @@ impl Orchestrator {
         if length > self.max_message_chars {
             tracing::info!(length, "oversized message refused");
             self.metrics.error(kind::OVERSIZED);
-            return Ok(Some(too_long(length, self.max_message_chars)));
+            let notice = too_long(length, self.max_message_chars);
+            let lang = self.notice_language(incoming).await;
+            return Ok(Some(in_language(&notice, lang.as_deref())));
         }
         if let Body::Command { name, args } = &incoming.body
             && self.is_admin_command(name)
