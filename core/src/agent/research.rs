@@ -293,6 +293,33 @@ fn excerpt(text: &str, max: usize) -> String {
 
 static CITATION: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\[(\d+)\]").ok());
 
+/// Whether a model's answer says something beyond its citations and a label ("A:",
+/// "Answer:", 「回答:」): five letters or digits at least, a CJK character counting two.
+/// "A: [1]\n[2]", which a small model writes, does not.
+fn says_something(text: &str) -> bool {
+    let bare = match CITATION.as_ref() {
+        Some(re) => re.replace_all(text, "").into_owned(),
+        None => text.to_string(),
+    };
+    let bare = bare.trim();
+    let lower = bare.to_lowercase();
+    let unlabelled = ["answer:", "a:", "回答:", "回答：", "答え:", "答え："]
+        .iter()
+        .find_map(|label| {
+            lower
+                .starts_with(label)
+                .then(|| bare.get(label.len()..))
+                .flatten()
+        })
+        .unwrap_or(bare);
+    let weight: usize = unlabelled
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .map(|c| if c.is_ascii() { 1 } else { 2 })
+        .sum();
+    weight >= 5
+}
+
 /// Removes `[n]` citations that name no source.
 pub fn check_citations(text: &str, sources: usize) -> String {
     let Some(re) = CITATION.as_ref() else {
@@ -695,7 +722,8 @@ impl PlanExecuteReflect for Research<'_> {
                     )
                     .await
                 {
-                    Ok(r) if !r.response_text.trim().is_empty() => {
+                    // (an answer of citations alone gives way to the passages themselves)
+                    Ok(r) if says_something(&r.response_text) => {
                         let checked = check_citations(r.response_text.trim(), sources.len());
                         let (text, cited) = keep_cited(&checked, std::mem::take(&mut sources));
                         sources = cited;
@@ -719,7 +747,7 @@ impl PlanExecuteReflect for Research<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Passage, check_citations, keep_cited};
+    use super::{Passage, check_citations, keep_cited, says_something};
 
     fn passage(heading: &str) -> Passage {
         Passage {
@@ -740,6 +768,16 @@ mod tests {
         // an answer that cites nothing keeps them all
         let (text, kept) = keep_cited("No citation here.", sources.clone());
         assert_eq!((text.as_str(), kept), ("No citation here.", sources));
+    }
+
+    #[test]
+    fn an_answer_of_citations_alone_says_nothing() {
+        for nothing in ["A: [1]\n[2]", "[1] [2]", "  ", "Answer: [1]", "はい[1]"] {
+            assert!(!says_something(nothing), "{nothing:?}");
+        }
+        for something in ["Send /end to stop [1].", "/end を送ります [1]", "Use /end."] {
+            assert!(says_something(something), "{something:?}");
+        }
     }
 
     #[test]

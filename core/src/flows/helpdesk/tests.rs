@@ -466,3 +466,44 @@ fn the_help_desk_searches_the_web_only_when_told_to() {
     let with_web = HelpdeskFlow::new(kb).with_web(Arc::new(web));
     assert!(tools(&with_web).contains(&"web_search".to_string()));
 }
+
+/// A small model's final answer of citations alone ("A: [1]\n[2]") gives way to the
+/// passages themselves: the user reads what the guide says, with its sources.
+#[tokio::test]
+async fn an_answer_of_citations_alone_gives_way_to_the_passages() {
+    let model = Arc::new(crate::llm::scripted::ScriptedModel::repeating(|req| {
+        let schema = schema_text(req);
+        if schema.contains("subtasks") {
+            return ChatResponse::tool_call(
+                "respond",
+                json!({"subtasks": ["stop a conversation"]}),
+            );
+        }
+        if schema.contains("is_sufficient") {
+            return ChatResponse::tool_call(
+                "respond",
+                json!({"is_sufficient": true, "feedback": "", "additional_queries": []}),
+            );
+        }
+        if req.tools.iter().any(|t| t.name == "search_kb") {
+            let searched = req
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::Tool { .. }));
+            return if searched {
+                ChatResponse::text("See [1].")
+            } else {
+                ChatResponse::tool_call("search_kb", json!({"query": "stop a conversation"}))
+            };
+        }
+        ChatResponse::text("A: [1]\n[2]")
+    }));
+    let h = Harness::new(ModelRouter::new(Some(model)), sample_kb()).await;
+    let answer = h.ask("How do I stop a conversation?").await;
+    assert!(answer[0].contains("/end"), "{answer:?}");
+    assert!(!answer[0].starts_with("A: [1]"), "{answer:?}");
+    assert!(
+        answer[0].contains("user-guide.md#Stopping a conversation"),
+        "{answer:?}"
+    );
+}
