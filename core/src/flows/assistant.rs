@@ -2,44 +2,64 @@
 //! that exercises the whole core (agent loop, options, language, history, floor).
 //!
 //! Opening greets the user and offers the language as options; what they type instead of
-//! pressing one chooses too (Japanese text: Japanese). Text goes to the model with the
-//! recent history. Rule-based floor, with no model: the assistant says in two lines what
-//! works and takes free text there — "interview" / 「応募」 to the interview, a book of the
-//! catalogue (or "I'm reading …") to the reading companion, anything else, as a question, to
-//! the help-desk's answer with citations ([`crate::flow::TurnOutput::hand_off`]). When
-//! the model fails the user gets a clear notice. `/end` ends it.
+//! pressing one chooses too (Japanese text: Japanese). The work the other flows do goes to
+//! them, with a model or without ([`crate::flow::TurnOutput::hand_off`]): "interview" /
+//! 「応募」 to the interview, a book of the catalogue (or "I'm reading …") to the reading
+//! companion, and a request for help the knowledge base answers well to the help-desk's
+//! answer with citations — decided by the code, so no model answers them from its own
+//! imagination. Other text goes to the model with the recent history and three tools
+//! (`start_interview`, `start_reading`, `ask_helpdesk`) for what the words missed. Rule-based
+//! floor, with no model: the assistant says in two lines what works, and takes any other
+//! text as a question for the help-desk. When the model fails the user gets a clear notice.
+//! `/end` ends it.
 
-use crate::agent::{Agent, AgentError};
+use crate::agent::{Agent, AgentError, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
+use crate::flows::reading::catalogue::Catalogue;
 use crate::i18n::pick;
+use crate::kb::KnowledgeBase;
 use crate::llm::ChatMessage;
 use crate::message::OptionItem;
 use crate::store::Role;
 use crate::store::StateChange;
 use async_trait::async_trait;
+use std::sync::Arc;
 
 pub const ID: &str = "assistant";
 
-/// What the assistant can hand a message to when it has no model.
+/// The share of a request's words a passage of the knowledge base must meet for the
+/// help-desk to take the request whatever the model (its coverage, [`crate::kb::Passage`]);
+/// and at least two of them ("What's your name?" meets a passage about a model's name).
+const KB_ANSWERS: f32 = 0.5;
+
+/// What the assistant hands messages to.
 #[derive(Default)]
 pub struct AssistantFlow {
     /// The interview flow has forms.
     interviews: bool,
-    /// The help-desk flow runs (a knowledge base is configured).
-    helpdesk: bool,
+    /// The help-desk's knowledge base (the help-desk flow runs).
+    kb: Option<Arc<KnowledgeBase>>,
     /// The reading companion's catalogue.
-    catalogue: Option<std::sync::Arc<crate::flows::reading::catalogue::Catalogue>>,
+    catalogue: Option<Arc<Catalogue>>,
+}
+
+/// Where the model sent a message with its tools.
+#[derive(Debug, Clone, PartialEq)]
+enum Route {
+    Interview,
+    Reading(Option<String>),
+    Helpdesk,
 }
 
 impl AssistantFlow {
     pub fn new(
         interviews: bool,
-        helpdesk: bool,
-        catalogue: Option<std::sync::Arc<crate::flows::reading::catalogue::Catalogue>>,
+        kb: Option<Arc<KnowledgeBase>>,
+        catalogue: Option<Arc<Catalogue>>,
     ) -> Self {
         AssistantFlow {
             interviews,
-            helpdesk,
+            kb,
             catalogue,
         }
     }
@@ -48,7 +68,7 @@ impl AssistantFlow {
     fn what_works(&self, lang: &str) -> String {
         let mut can_en = Vec::new();
         let mut can_ja = Vec::new();
-        if self.helpdesk {
+        if self.kb.is_some() {
             can_en.push("answer questions from the team's guide (just ask)");
             can_ja.push("ガイドにもとづく質問への回答（そのまま質問してください）");
         }
@@ -90,9 +110,25 @@ impl AssistantFlow {
             out.say(self.what_works(lang));
             return;
         }
+        if self.hand_off_by_words(text, lang, out) {
+            return;
+        }
+        if self.kb.is_some() {
+            out.hand_off("ask", text.trim());
+            return;
+        }
+        out.say(self.what_works(lang));
+    }
+
+    /// Hands `text` to the flow its words name, model or not: an application to the
+    /// interview, a book of the catalogue or "I'm reading" to the reading companion. True
+    /// when it did.
+    fn hand_off_by_words(&self, text: &str, lang: &str, out: &mut TurnOutput) -> bool {
+        let t = text.trim().to_lowercase();
+        let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
         if self.interviews && has(&["interview", "apply", "application", "応募", "面接"]) {
             out.hand_off("interview", "");
-            return;
+            return true;
         }
         if let Some(catalogue) = &self.catalogue {
             let book = catalogue.books().iter().find(|b| {
@@ -101,7 +137,7 @@ impl AssistantFlow {
             });
             if let Some(book) = book {
                 out.hand_off("reading", format!("start {}", book.title_in(lang)));
-                return;
+                return true;
             }
             if has(&[
                 "i'm reading",
@@ -111,14 +147,148 @@ impl AssistantFlow {
                 "読書",
             ]) {
                 out.hand_off("reading", "");
-                return;
+                return true;
             }
         }
-        if self.helpdesk {
-            out.hand_off("ask", text.trim());
-            return;
+        false
+    }
+
+    /// Whether `text` asks for help the knowledge base answers well: put as a question or
+    /// a problem, and a passage meets at least [`KB_ANSWERS`] of its words, two or more.
+    fn kb_answers(&self, text: &str) -> bool {
+        let Some(kb) = &self.kb else {
+            return false;
+        };
+        if !seeks_help(text) {
+            return false;
         }
-        out.say(self.what_works(lang));
+        let found = kb
+            .search(text, 1)
+            .and_then(|found| Ok((found, kb.question_size(text)?)));
+        match found {
+            Ok((found, size)) => found
+                .first()
+                .is_some_and(|p| p.coverage >= KB_ANSWERS && p.coverage * size as f32 >= 1.99),
+            Err(e) => {
+                tracing::warn!(error = %e, "the knowledge base could not be searched");
+                false
+            }
+        }
+    }
+}
+
+/// Whether `text` asks for something or tells of a problem: a question mark or a
+/// question's opening, a request ("help", 「教えて」), or what does not work ("can't",
+/// 「できない」).
+fn seeks_help(text: &str) -> bool {
+    let t = text.trim().to_lowercase();
+    if t.contains('?') || t.contains('？') {
+        return true;
+    }
+    let openings = [
+        "how ", "what ", "where ", "when ", "why ", "which ", "who ", "can ", "could ", "is ",
+        "are ", "do ", "does ", "should ", "may ",
+    ];
+    let words = [
+        "help",
+        "can't",
+        "cannot",
+        "won't",
+        "doesn't",
+        "don't know",
+        "not working",
+        "broken",
+        "教えて",
+        "できない",
+        "できません",
+        "ない",
+        "ません",
+        "困って",
+        "方法",
+        "には",
+    ];
+    openings.iter().any(|o| t.starts_with(o)) || words.iter().any(|w| t.contains(w))
+}
+
+/// What the model's tools decide: where the message goes.
+struct Routing {
+    route: Option<Route>,
+    /// The user's message is a greeting: never the help-desk's.
+    greeting: bool,
+}
+
+/// The arguments of a tool that takes none.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ReadingArgs {
+    /// The book's title, if the user named one.
+    #[serde(default)]
+    title: Option<String>,
+}
+
+/// `start_interview`: the user wants to apply for a job.
+struct StartInterview;
+
+impl TypedTool<Routing> for StartInterview {
+    type Args = NoArgs;
+    const NAME: &'static str = "start_interview";
+
+    fn description(&self) -> String {
+        "The user wants to apply for a job or be interviewed: start the application interview."
+            .into()
+    }
+
+    async fn run(&self, state: &mut Routing, _: NoArgs) -> Result<ToolOutput, ToolError> {
+        state.route = Some(Route::Interview);
+        Ok(ToolOutput::finish("the interview starts"))
+    }
+}
+
+/// `start_reading`: the user is reading a book and wants to log it.
+struct StartReading;
+
+impl TypedTool<Routing> for StartReading {
+    type Args = ReadingArgs;
+    const NAME: &'static str = "start_reading";
+
+    fn description(&self) -> String {
+        "The user is reading a book or wants to talk about one: start the reading companion.".into()
+    }
+
+    async fn run(&self, state: &mut Routing, args: ReadingArgs) -> Result<ToolOutput, ToolError> {
+        let title = args
+            .title
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        state.route = Some(Route::Reading(title));
+        Ok(ToolOutput::finish("the reading companion starts"))
+    }
+}
+
+/// `ask_helpdesk`: a question about the service or the organisation.
+struct AskHelpdesk;
+
+impl TypedTool<Routing> for AskHelpdesk {
+    type Args = NoArgs;
+    const NAME: &'static str = "ask_helpdesk";
+
+    fn description(&self) -> String {
+        "The user asks how to do something with this service or the organisation (accounts, \
+         devices, policies, how the bot works): the help-desk answers from the team's guide, \
+         with citations. Never for small talk or general knowledge."
+            .into()
+    }
+
+    async fn run(&self, state: &mut Routing, _: NoArgs) -> Result<ToolOutput, ToolError> {
+        if state.greeting {
+            return Err(ToolError::Rejected(
+                "this is a greeting, not a question for the help-desk: answer it yourself".into(),
+            ));
+        }
+        state.route = Some(Route::Helpdesk);
+        Ok(ToolOutput::finish("the help-desk answers"))
     }
 }
 
@@ -160,9 +330,36 @@ impl AssistantFlow {
             self.without_model(text, lang, out);
             return Ok(());
         };
+        // what the code knows goes where it belongs, whatever the model would say
+        if self.hand_off_by_words(text, lang, out) {
+            return Ok(());
+        }
+        if self.kb_answers(text) {
+            out.hand_off("ask", text.trim());
+            return Ok(());
+        }
+        let mut tools = Vec::new();
+        let mut can = Vec::new();
+        if self.interviews {
+            tools.push(typed(StartInterview));
+            can.push("start_interview when they want to apply for a job");
+        }
+        if self.catalogue.is_some() {
+            tools.push(typed(StartReading));
+            can.push("start_reading when they are reading a book");
+        }
+        if self.kb.is_some() {
+            tools.push(typed(AskHelpdesk));
+            can.push("ask_helpdesk for a question about this service or the organisation");
+        }
+        let tools_line = if can.is_empty() {
+            String::new()
+        } else {
+            format!(" Call {}; otherwise answer yourself.", can.join(", "))
+        };
         let system = format!(
             "You are Kaiwa, a helpful assistant in a chat app. Be concise and friendly. \
-             The user's name is {}. Answer in {}.",
+             The user's name is {}. Answer in {}.{tools_line}",
             ctx.user.display_name,
             if lang == "ja" { "Japanese" } else { "English" }
         );
@@ -175,8 +372,26 @@ impl AssistantFlow {
             });
         }
         messages.push(ChatMessage::user(text));
-        let agent: Agent<()> = Agent::new(ID, Vec::new()).streaming();
-        match agent.run(model.as_ref(), messages, (), ctx.ledger).await {
+        let agent: Agent<Routing> = Agent::new(ID, tools).streaming();
+        let routing = Routing {
+            route: None,
+            greeting: crate::i18n::is_greeting(text),
+        };
+        match agent
+            .run(model.as_ref(), messages, routing, ctx.ledger)
+            .await
+        {
+            Ok(result) if result.state.route.is_some() => {
+                match result.state.route {
+                    Some(Route::Interview) => out.hand_off("interview", ""),
+                    Some(Route::Reading(Some(title))) => {
+                        out.hand_off("reading", format!("start {title}"))
+                    }
+                    Some(Route::Reading(None)) => out.hand_off("reading", ""),
+                    // the user's own words, not the model's rewording of them
+                    Some(Route::Helpdesk) | None => out.hand_off("ask", text.trim()),
+                };
+            }
             Ok(result) if !result.response_text.trim().is_empty() => {
                 out.say(result.response_text);
             }
@@ -265,5 +480,157 @@ impl Flow for AssistantFlow {
             TurnInput::Command { .. } => out.unknown_command = true,
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The assistant with a model still hands work to the flows that do it: by the code for
+    //! what its words say, by the model's tools for the rest; small talk stays with the model.
+
+    use crate::flows::interview::form::Form;
+    use crate::flows::reading::catalogue::Catalogue;
+    use crate::flows::{FlowConfig, builtin};
+    use crate::kb::KnowledgeBase;
+    use crate::llm::scripted::ScriptedModel;
+    use crate::llm::{ChatRequest, ChatResponse, ModelRouter};
+    use crate::testing::{FlowHarness, Place};
+    use std::sync::Arc;
+
+    /// The assistant's own calls: the last user message of each.
+    fn asked(model: &ScriptedModel) -> Vec<String> {
+        model
+            .requests()
+            .iter()
+            .map(|r| r.last_user_text().to_string())
+            .collect()
+    }
+
+    /// A bot with every flow, the assistant's model answering `reply` (the other agents have
+    /// none: they run by their floors).
+    async fn bot(
+        reply: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static,
+    ) -> (FlowHarness, ScriptedModel) {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+        let config = FlowConfig {
+            forms: vec![
+                Form::parse(
+                    "engineer",
+                    include_str!("../../../config/forms/engineer.toml"),
+                )
+                .expect("form"),
+            ],
+            kb: Some(Arc::new(
+                KnowledgeBase::open(format!("{root}/kb")).expect("kb"),
+            )),
+            catalogue: Some(Arc::new(
+                Catalogue::parse(include_str!("../../../config/books.toml")).expect("books"),
+            )),
+            ..Default::default()
+        };
+        let model = ScriptedModel::repeating(reply);
+        let models = ModelRouter::new(None).with_agent(super::ID, Arc::new(model.clone()));
+        let harness = FlowHarness::new(
+            "sqlite::memory:",
+            builtin(&config),
+            models,
+            Place::console(super::ID),
+        )
+        .await;
+        harness.open().await;
+        harness.choose(&["en"]).await;
+        (harness, model)
+    }
+
+    /// What the user says, the flow that takes it, and whether the replies show it did.
+    type Case = (&'static str, &'static str, fn(&str) -> bool);
+
+    async fn flow_now(h: &FlowHarness) -> String {
+        h.active().await.map(|s| s.flow).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn what_the_words_say_goes_to_its_flow_without_the_model() {
+        let cases: [Case; 4] = [
+            ("I want to apply for the engineer job", "interview", |t| {
+                t.contains("Which country do you live in?")
+            }),
+            ("I'm reading Kokoro", "reading", |t| t.contains("Kokoro")),
+            // a request the knowledge base answers: cited, not imagined
+            ("How do I stop a conversation halfway?", "helpdesk", |t| {
+                t.contains("/end") && t.contains("user-guide.md")
+            }),
+            ("会話を途中でやめるには？", "helpdesk", |t| {
+                t.contains("/end") && t.contains("user-guide.md")
+            }),
+        ];
+        for (said, flow, shows) in cases {
+            let (h, model) = bot(|_| ChatResponse::text("MODEL CHATTER")).await;
+            let replies = h.say(said).await.join("\n");
+            assert!(shows(&replies), "{said}: {replies}");
+            assert!(!replies.contains("MODEL CHATTER"), "{said}: {replies}");
+            assert_eq!(flow_now(&h).await, flow, "{said}");
+            assert!(asked(&model).is_empty(), "{said}: the model was asked");
+        }
+    }
+
+    #[tokio::test]
+    async fn small_talk_stays_with_the_model_and_its_tools_route_the_rest() {
+        // small talk, and a question with one word of the guide in it ("name")
+        for said in ["Tell me a joke", "What's your name?"] {
+            let (h, model) = bot(|_| ChatResponse::text("I'm Kaiwa.")).await;
+            let replies = h.say(said).await.join("\n");
+            assert!(replies.contains("I'm Kaiwa."), "{said}: {replies}");
+            assert_eq!(flow_now(&h).await, super::ID, "{said}");
+            assert_eq!(asked(&model), [said]);
+            let tools: Vec<String> = model.requests()[0]
+                .tools
+                .iter()
+                .map(|t| t.name.clone())
+                .collect();
+            assert_eq!(tools, ["start_interview", "start_reading", "ask_helpdesk"]);
+        }
+        // what the words missed, the model's tools send on
+        let tool = |name: &'static str, args: serde_json::Value| {
+            move |r: &ChatRequest| {
+                if r.messages
+                    .iter()
+                    .any(|m| matches!(m, crate::llm::ChatMessage::Tool { .. }))
+                {
+                    ChatResponse::text("(after the tool)")
+                } else {
+                    ChatResponse::tool_call(name, args.clone())
+                }
+            }
+        };
+        let (h, _) = bot(tool("start_interview", serde_json::json!({}))).await;
+        let replies = h.say("I'd like to work for you").await.join("\n");
+        assert!(
+            replies.contains("Which country do you live in?"),
+            "{replies}"
+        );
+        assert_eq!(flow_now(&h).await, "interview");
+        let (h, _) = bot(tool(
+            "start_reading",
+            serde_json::json!({"title": "Kokoro"}),
+        ))
+        .await;
+        let replies = h.say("Natsume's novel about a teacher").await.join("\n");
+        assert!(replies.contains("Kokoro"), "{replies}");
+        assert_eq!(flow_now(&h).await, "reading");
+        let (h, _) = bot(tool("ask_helpdesk", serde_json::json!({}))).await;
+        let replies = h.say("Stopping a conversation halfway").await.join("\n");
+        assert!(replies.contains("user-guide.md"), "{replies}");
+        assert_eq!(flow_now(&h).await, "helpdesk");
+        // a greeting is never the help-desk's, whatever the model calls
+        let (h, model) = bot(tool("ask_helpdesk", serde_json::json!({}))).await;
+        let replies = h.say("Hello!").await.join("\n");
+        assert!(replies.contains("(after the tool)"), "{replies}");
+        assert_eq!(flow_now(&h).await, super::ID);
+        assert_eq!(
+            model.requests().len(),
+            2,
+            "the refusal went back to the model"
+        );
     }
 }

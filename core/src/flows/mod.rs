@@ -36,7 +36,7 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
     let mut flows: Vec<Arc<dyn Flow>> = vec![
         Arc::new(assistant::AssistantFlow::new(
             !config.forms.is_empty(),
-            config.kb.is_some(),
+            config.kb.clone(),
             config.catalogue.clone(),
         )),
         Arc::new(interview::InterviewFlow::new(

@@ -542,6 +542,14 @@ impl KnowledgeBase {
         ))
     }
 
+    /// How many units of meaning `query` has for the search (its English words, Japanese
+    /// words or runs of kanji and katakana, synonym groups): what a passage's
+    /// [`Passage::coverage`] is a share of.
+    pub fn question_size(&self, query: &str) -> Result<usize, KbError> {
+        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        Ok(question(&i, self.morphology.as_deref(), query)?.size())
+    }
+
     /// What [`Semantic`] embeds: each passage's heading and text, by its place in the index,
     /// and when the index was built (vectors of another build do not apply to it).
     pub fn passages_to_embed(&self) -> (chrono::DateTime<chrono::Utc>, Vec<(String, String)>) {

@@ -134,6 +134,13 @@ pub(super) struct Question<'q> {
     units: Vec<Unit>,
 }
 
+impl Question<'_> {
+    /// How many units of meaning it has.
+    pub(super) fn size(&self) -> usize {
+        self.units.len()
+    }
+}
+
 /// What a search needs to know of `query`: its tokens, the synonym groups it names, its
 /// base forms (with `morphology`) and its units of meaning.
 pub(super) fn question<'q>(
