@@ -210,6 +210,17 @@ fn seeks_help(text: &str) -> bool {
     openings.iter().any(|o| t.starts_with(o)) || words.iter().any(|w| t.contains(w))
 }
 
+/// Whether a model's text is a tool call it failed to make ("functions.ask_helpdesk:",
+/// `<tool_call>…`, "start_reading(…)"): never shown to a user.
+fn leaked_call(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with("functions.")
+        || t.starts_with("<tool_call>")
+        || ["start_interview", "start_reading", "ask_helpdesk"]
+            .iter()
+            .any(|name| t.starts_with(&format!("{name}:")) || t.starts_with(&format!("{name}(")))
+}
+
 /// What the model's tools decide: where the message goes.
 struct Routing {
     route: Option<Route>,
@@ -357,30 +368,53 @@ impl AssistantFlow {
         } else {
             format!(" Call {}; otherwise answer yourself.", can.join(", "))
         };
-        let system = format!(
-            "You are Kaiwa, a helpful assistant in a chat app. Be concise and friendly. \
-             The user's name is {}. Answer in {}.{tools_line}",
-            ctx.user.display_name,
-            if lang == "ja" { "Japanese" } else { "English" }
-        );
-        let mut messages = vec![ChatMessage::system(system)];
-        for m in ctx.history.iter().rev().take(20).rev() {
-            messages.push(match m.role {
-                Role::User => ChatMessage::user(m.text.clone()),
-                Role::Assistant => ChatMessage::assistant(m.text.clone()),
-                Role::System => ChatMessage::system(m.text.clone()),
-            });
-        }
-        messages.push(ChatMessage::user(text));
-        let agent: Agent<Routing> = Agent::new(ID, tools).streaming();
-        let routing = Routing {
+        // the system prompt (with the tools' line or without), the history and the message
+        let conversation = |tools_line: &str| {
+            let system = format!(
+                "You are Kaiwa, a helpful assistant in a chat app. Be concise and friendly. \
+                 The user's name is {}. Answer in {}.{tools_line}",
+                ctx.user.display_name,
+                if lang == "ja" { "Japanese" } else { "English" }
+            );
+            let mut messages = vec![ChatMessage::system(system)];
+            for m in ctx.history.iter().rev().take(20).rev() {
+                messages.push(match m.role {
+                    Role::User => ChatMessage::user(m.text.clone()),
+                    Role::Assistant => ChatMessage::assistant(m.text.clone()),
+                    Role::System => ChatMessage::system(m.text.clone()),
+                });
+            }
+            messages.push(ChatMessage::user(text));
+            messages
+        };
+        let routing = || Routing {
             route: None,
             greeting: crate::i18n::is_greeting(text),
         };
-        match agent
-            .run(model.as_ref(), messages, routing, ctx.ledger)
-            .await
+        let offered = !tools.is_empty();
+        let agent: Agent<Routing> = Agent::new(ID, tools).streaming();
+        let mut ran = agent
+            .run(
+                model.as_ref(),
+                conversation(&tools_line),
+                routing(),
+                ctx.ledger,
+            )
+            .await;
+        if offered
+            && let Ok(result) = &ran
+            && result.state.route.is_none()
+            && (result.response_text.trim().is_empty() || leaked_call(&result.response_text))
         {
+            // a model that cannot use tools may answer nothing with them, or a call written
+            // as text: asked again without them
+            tracing::info!("the model answered nothing with its tools; asked without them");
+            ran = Agent::new(ID, Vec::new())
+                .streaming()
+                .run(model.as_ref(), conversation(""), routing(), ctx.ledger)
+                .await;
+        }
+        match ran {
             Ok(result) if result.state.route.is_some() => {
                 match result.state.route {
                     Some(Route::Interview) => out.hand_off("interview", ""),
@@ -590,6 +624,27 @@ mod tests {
                 .collect();
             assert_eq!(tools, ["start_interview", "start_reading", "ask_helpdesk"]);
         }
+        // a model that answers nothing when offered tools is asked again without them
+        let (h, model) = bot(|r| match r.tools.is_empty() {
+            true => ChatResponse::text("Hi there!"),
+            false => ChatResponse::text(""),
+        })
+        .await;
+        let replies = h.say("Hello!").await.join("\n");
+        assert!(replies.contains("Hi there!"), "{replies}");
+        assert_eq!(model.requests().len(), 2);
+        // and one that writes its call as text (llama.cpp's function-calling format)
+        let (h, model) = bot(|r| match r.tools.is_empty() {
+            true => ChatResponse::text("Paris."),
+            false => ChatResponse::text("functions.ask_helpdesk:"),
+        })
+        .await;
+        let replies = h.say("What is the capital of France?").await.join("\n");
+        assert!(
+            replies.contains("Paris.") && !replies.contains("functions."),
+            "{replies}"
+        );
+        assert_eq!(model.requests().len(), 2);
         // what the words missed, the model's tools send on
         let tool = |name: &'static str, args: serde_json::Value| {
             move |r: &ChatRequest| {
