@@ -1032,6 +1032,51 @@ async fn start_streaming(
     (start(fake, db, "engineer", models).await, model)
 }
 
+/// A model that writes its tool call as text (llama.cpp's function-calling format with a
+/// small model) is asked again without tools: the call's text is never the reply (the
+/// live draft shows it while it is written), and the draft starts over with the second
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_written_as_text_is_asked_again_and_never_shown_as_the_reply() {
+    let fake = FakeTelegram::start(TOKEN).await;
+    let (_dir, db) = temp_db();
+    let (bot, model) = start_streaming(
+        &fake,
+        &db,
+        [
+            Reply::text("functions.ask_helpdesk:"),
+            Reply::text("Paris is the capital of France."),
+        ],
+        Duration::from_millis(300),
+    )
+    .await;
+    let chat = Chat::private(1211);
+    say(&fake, chat, 1211, "/chat").await;
+    let replies = say(&fake, chat, 1211, "What is the capital of France?").await;
+    assert_eq!(replies, ["Paris is the capital of France."]);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[0]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+    );
+    assert!(requests[1]["tools"].as_array().is_none_or(|t| t.is_empty()));
+    // the draft shows the second answer as it is written, not appended to the first
+    let drafts: Vec<String> = fake
+        .calls_of("sendMessageDraft")
+        .iter()
+        .map(|d| d.params["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        !drafts
+            .iter()
+            .any(|d| d.contains("functions.") && d.contains("Paris")),
+        "{drafts:?}"
+    );
+    bot.stop().await;
+}
+
 const ANSWER: &str = "To stop an interview halfway, send /end. What you answered is kept. \
      Come back later with /interview and it goes on where it stopped. See the guide [1].";
 
