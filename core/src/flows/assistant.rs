@@ -44,7 +44,7 @@ pub struct AssistantFlow {
 }
 
 /// Where the model sent a message with its tools.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 enum Route {
     Interview,
     Reading(Option<String>),
@@ -415,27 +415,31 @@ impl AssistantFlow {
                 .await;
         }
         match ran {
-            Ok(result) if result.state.route.is_some() => {
-                match result.state.route {
-                    Some(Route::Interview) => out.hand_off("interview", ""),
-                    Some(Route::Reading(Some(title))) => {
-                        out.hand_off("reading", format!("start {title}"))
-                    }
-                    Some(Route::Reading(None)) => out.hand_off("reading", ""),
-                    // the user's own words, not the model's rewording of them
-                    Some(Route::Helpdesk) | None => out.hand_off("ask", text.trim()),
-                };
-            }
-            Ok(result) if !result.response_text.trim().is_empty() => {
-                out.say(result.response_text);
-            }
-            Ok(_) => {
-                out.say(pick(
-                    lang,
-                    "(The model gave an empty answer. Please rephrase.)",
-                    "（モデルの応答が空でした。言い換えてください。）",
-                ));
-            }
+            Ok(result) => match result.state.route {
+                Some(Route::Interview) => {
+                    out.hand_off("interview", "");
+                }
+                Some(Route::Reading(Some(title))) => {
+                    out.hand_off("reading", format!("start {title}"));
+                }
+                Some(Route::Reading(None)) => {
+                    out.hand_off("reading", "");
+                }
+                // the user's own words, not the model's rewording of them
+                Some(Route::Helpdesk) => {
+                    out.hand_off("ask", text.trim());
+                }
+                None if !result.response_text.trim().is_empty() => {
+                    out.say(result.response_text);
+                }
+                None => {
+                    out.say(pick(
+                        lang,
+                        "(The model gave an empty answer. Please rephrase.)",
+                        "（モデルの応答が空でした。言い換えてください。）",
+                    ));
+                }
+            },
             Err(AgentError::Model { source, .. }) => {
                 tracing::warn!(error = %source, "model unavailable; using the floor");
                 out.say(pick(
