@@ -6,7 +6,10 @@
 //! context. Exposed as the `mentor` flow: a conversation. Opening it greets and offers a
 //! weekly or monthly review; `/review weekly|monthly` (or a pick of the offer) writes and
 //! saves one; what the member asks after that is answered from that review's data in the
-//! same session, and saves nothing.
+//! same session, and saves nothing — except what to read next, which goes to the
+//! recommendations. The mentor names only what it was given: a review or an answer that
+//! quotes a book or a note neither the member's data nor the catalogue holds is refused
+//! (the review, back to the model) or replaced by the data's answer.
 
 use super::catalogue::Catalogue;
 use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
@@ -173,7 +176,77 @@ pub fn template_review(ctx: &MentorContext, lang: &str) -> String {
 
 struct Work {
     context: MentorContext,
+    /// What a review may quote ([`known_text`]).
+    known: String,
     saved: Option<String>,
+}
+
+/// What the mentor may name or quote, lowercased: the member's books, notes and goals of
+/// the period, and the club's catalogue (titles and authors in both languages).
+fn known_text(context: &MentorContext, catalogue: Option<&Catalogue>) -> String {
+    let mut known = context.render();
+    for book in catalogue.map(|c| c.books()).unwrap_or_default() {
+        for name in [
+            Some(&book.title),
+            book.title_ja.as_ref(),
+            Some(&book.author),
+        ]
+        .into_iter()
+        .chain([book.author_ja.as_ref()])
+        .flatten()
+        {
+            known.push('\n');
+            known.push_str(name);
+        }
+    }
+    known.to_lowercase()
+}
+
+/// The first span `text` quotes as a title or a note («…», “…”, "…", 『…』) that `known`
+/// (lowercased) does not hold: a book or a note the mentor was not given, which the model
+/// made up ("The Nightingale" by an author who does not exist).
+fn unknown_quote(text: &str, known: &str) -> Option<String> {
+    const PAIRS: [(char, char); 4] = [('«', '»'), ('“', '”'), ('"', '"'), ('『', '』')];
+    for (open, close) in PAIRS {
+        let mut rest = text;
+        while let Some(start) = rest.find(open) {
+            let after = &rest[start + open.len_utf8()..];
+            let Some(end) = after.find(close) else {
+                break;
+            };
+            let quoted = after[..end]
+                .trim()
+                .trim_end_matches(['.', ',', '!', '?', '。', '、'])
+                .to_lowercase();
+            if !quoted.is_empty() && !known.contains(&quoted) {
+                return Some(after[..end].trim().to_string());
+            }
+            rest = &after[end + close.len_utf8()..];
+        }
+    }
+    None
+}
+
+/// Whether a question after a review asks what to read next: the recommendations' work,
+/// from the club's catalogue, never the mentor's.
+fn asks_for_a_book(question: &str) -> bool {
+    let q = question.to_lowercase();
+    [
+        "read next",
+        "next book",
+        "recommend",
+        "suggest a book",
+        "what should i read",
+        "which book should",
+        "おすすめ",
+        "オススメ",
+        "次に読む",
+        "次の本",
+        "次は何を読",
+        "何を読めば",
+    ]
+    .iter()
+    .any(|w| q.contains(w))
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -215,6 +288,11 @@ impl TypedTool<Work> for SaveMentorFeedback {
     async fn run(&self, w: &mut Work, a: FeedbackArgs) -> Result<ToolOutput, ToolError> {
         if a.content.trim().is_empty() {
             return Err(ToolError::InvalidArguments("the review is empty".into()));
+        }
+        if let Some(quoted) = unknown_quote(&a.content, &w.known) {
+            return Err(ToolError::Rejected(format!(
+                "{quoted:?} is none of the member's books or notes: quote only what get_mentor_context gave"
+            )));
         }
         w.saved = Some(a.content);
         Ok(ToolOutput::finish("saved"))
@@ -370,7 +448,8 @@ impl MentorFlow {
             (FeedbackType::Weekly, 7)
         };
         let context = self.context(ctx, days, &lang).await?;
-        let review = model_review(ctx, &context, feedback_type, days, &lang).await;
+        let known = known_text(&context, self.catalogue.as_deref());
+        let review = model_review(ctx, (&context, known), feedback_type, days, &lang).await;
         let review = review.unwrap_or_else(|| template_review(&context, &lang));
         out.change(StateChange::Reading {
             change: ReadingChange::AddMentorFeedback {
@@ -402,6 +481,10 @@ impl MentorFlow {
             offer(lang, out);
             return Ok(());
         };
+        if asks_for_a_book(question) {
+            out.hand_off("recommend", "");
+            return Ok(());
+        }
         let context = self.context(ctx, days, lang).await?;
         if let Some(model) = ctx.models.for_agent(AGENT) {
             let system = format!(
@@ -423,8 +506,17 @@ impl MentorFlow {
                 .await
             {
                 Ok(r) if !r.response_text.trim().is_empty() => {
-                    out.say(r.response_text);
-                    return Ok(());
+                    let known = known_text(&context, self.catalogue.as_deref());
+                    match unknown_quote(&r.response_text, &known) {
+                        None => {
+                            out.say(r.response_text);
+                            return Ok(());
+                        }
+                        Some(quoted) => tracing::warn!(
+                            quoted,
+                            "the Mentor named what the data does not hold; answering from the data"
+                        ),
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "the Mentor failed; answering from the data"),
@@ -553,7 +645,7 @@ fn subscribe(ctx: &TurnContext<'_>, arg: &str, enabled: bool, lang: &str, out: &
 /// The Mentor agent's review of the last `days` (none without a model, or when it failed).
 async fn model_review(
     ctx: &TurnContext<'_>,
-    context: &MentorContext,
+    (context, known): (&MentorContext, String),
     feedback_type: FeedbackType,
     days: i64,
     lang: &str,
@@ -579,6 +671,7 @@ async fn model_review(
     );
     let work = Work {
         context: context.clone(),
+        known,
         saved: None,
     };
     let messages = vec![

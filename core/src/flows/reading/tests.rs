@@ -1343,3 +1343,56 @@ async fn a_command_in_latin_letters_leaves_the_app_language() {
         assert_eq!(options.prompt, mood, "{app}");
     }
 }
+
+/// The mentor names only what it was given: a review or an answer that quotes a book or a
+/// note the member's data and the catalogue do not hold (a model's invention) is not used,
+/// and "What should I read next?" after a review goes to the recommendations, which pick
+/// from the catalogue.
+#[tokio::test]
+async fn the_mentor_never_names_a_book_it_was_not_given() {
+    let invented = "Try \"The Nightingale\" by Kristin Nolan next.";
+    let model = ScriptedModel::responses([
+        // the review: an invented book is refused, the second draft is saved
+        ChatResponse::tool_call("get_mentor_context", json!({"period_days": 7})),
+        ChatResponse::tool_call(
+            "save_mentor_feedback",
+            json!({"feedback_type": "weekly", "content": invented}),
+        ),
+        ChatResponse::tool_call(
+            "save_mentor_feedback",
+            json!({"feedback_type": "weekly", "content": "You noted “Sensei is lonely” about «Kokoro». Next step: 10 pages."}),
+        ),
+        // a follow-up answered with an invented book: the data answers instead
+        ChatResponse::text(invented),
+        // a follow-up that quotes the member's own note: used
+        ChatResponse::text("You wrote “Sensei is lonely”."),
+    ]);
+    let models = ModelRouter::new(None).with_agent(mentor::AGENT, Arc::new(model.clone()));
+    let h = Harness::new(models).await;
+    h.say("/reading start Kokoro").await;
+    h.choose(&["calm"]).await;
+    h.say("Sensei is lonely").await;
+    let review = h.say("/review weekly").await;
+    assert_eq!(
+        review[0],
+        "You noted “Sensei is lonely” about «Kokoro». Next step: 10 pages."
+    );
+    let refused = match model.requests()[2].messages.last() {
+        Some(ChatMessage::Tool { content, .. }) => content.clone(),
+        _ => String::new(),
+    };
+    assert!(refused.contains("The Nightingale"), "{refused}");
+    let answer = h.say("What else could I try?").await.join("\n");
+    assert!(!answer.contains("Nightingale"), "{answer}");
+    assert!(answer.contains("Kokoro"), "from the data: {answer}");
+    let quoted = h.say("What did I note?").await;
+    assert_eq!(quoted, ["You wrote “Sensei is lonely”."]);
+    // what to read next: the recommendations, from the catalogue (no model call)
+    let next = h.say("What should I read next?").await.join("\n");
+    assert!(next.starts_with("Books for you:"), "{next}");
+    assert_eq!(model.remaining(), 0);
+    assert_eq!(
+        h.active().await.map(|s| s.flow).as_deref(),
+        Some("recommend")
+    );
+}
