@@ -35,7 +35,7 @@ use vocabulary::{CJK_STOP_BIGRAMS, EN_STOP_WORDS};
 pub mod japanese;
 mod ranking;
 mod semantic;
-mod vocabulary;
+pub(crate) mod vocabulary;
 
 pub use japanese::Morphology;
 use ranking::{best_in_language, fuse, lexical, question};

@@ -4,7 +4,7 @@
 
 /// English words a question is made of that say nothing of its subject (tantivy's own list
 /// keeps "how", "do", "i", "my", "can" …, which then match every passage).
-pub(super) const EN_STOP_WORDS: &[&str] = &[
+pub(crate) const EN_STOP_WORDS: &[&str] = &[
     "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
     "been", "before", "being", "but", "by", "can", "cannot", "could", "did", "do", "does", "doing",
     "don't", "for", "from", "get", "got", "had", "has", "have", "having", "here", "how", "i",
@@ -18,7 +18,7 @@ pub(super) const EN_STOP_WORDS: &[&str] = &[
 ];
 
 /// Japanese bigrams of grammar alone (particles, endings, question forms).
-pub(super) const CJK_STOP_BIGRAMS: &[&str] = &[
+pub(crate) const CJK_STOP_BIGRAMS: &[&str] = &[
     "には",
     "です",
     "すか",

@@ -91,17 +91,23 @@ pub struct Catalogue {
 pub const PATH: &str = "books.toml";
 
 fn terms(text: &str) -> Vec<String> {
+    use crate::kb::vocabulary::{CJK_STOP_BIGRAMS, EN_STOP_WORDS};
     let lower = text.to_lowercase();
+    // words of grammar alone ("the", 「です」) match every summary and say nothing
     let mut out: Vec<String> = lower
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 3 && w.is_ascii())
+        .filter(|w| w.len() >= 3 && w.is_ascii() && !EN_STOP_WORDS.contains(w))
         .map(str::to_string)
         .collect();
     let cjk: Vec<char> = lower
         .chars()
         .filter(|c| !c.is_ascii() && c.is_alphanumeric())
         .collect();
-    out.extend(cjk.windows(2).map(|w| w.iter().collect::<String>()));
+    out.extend(
+        cjk.windows(2)
+            .map(|w| w.iter().collect::<String>())
+            .filter(|b| !CJK_STOP_BIGRAMS.contains(&b.as_str())),
+    );
     out.sort();
     out.dedup();
     out

@@ -457,6 +457,36 @@ async fn the_mentor_context_covers_7_or_30_days() {
     );
 }
 
+/// A note shares "the" with every summary: a recommendation's reason is a word that says
+/// something, or the book is offered as well-loved, never "it matches" by grammar alone.
+#[test]
+fn a_recommendation_matches_a_note_by_its_words_not_its_grammar() {
+    let catalogue =
+        Catalogue::parse(include_str!("../../../../config/books.toml")).expect("catalogue");
+    let grammar_only = recommendation::rank(
+        &catalogue,
+        &["It is the one that I was in".to_string()],
+        &[],
+        3,
+    );
+    assert!(
+        grammar_only.iter().all(|(_, why)| why.is_empty()),
+        "well-loved books, no reason: {grammar_only:?}"
+    );
+    let japanese = recommendation::rank(&catalogue, &["それはですます".to_string()], &[], 3);
+    assert!(
+        japanese.iter().all(|(_, why)| why.is_empty()),
+        "{japanese:?}"
+    );
+    // the words that say something still match
+    let lonely = recommendation::rank(&catalogue, &["the lonely boy".to_string()], &[], 3);
+    assert_eq!(
+        lonely.first().map(|(t, _)| t.as_str()),
+        Some("Night on the Galactic Railroad"),
+        "{lonely:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_recommendation_never_repeats_a_logged_book() {
     let catalogue =
