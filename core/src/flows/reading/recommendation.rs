@@ -21,7 +21,7 @@ pub const ID: &str = "recommend";
 pub const AGENT: &str = "recommendation";
 
 /// `(title, reason)` picks by the rules: profile and insight words against the catalogue,
-/// logged books excluded.
+/// logged books excluded; well-loved books, without a reason, make up the `k`.
 pub fn rank(
     catalogue: &Catalogue,
     profile: &[String],
@@ -41,21 +41,23 @@ pub fn rank(
         }
     }
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    if scored.is_empty() {
-        // nothing to go on: well-loved books the user has not logged
-        return catalogue
-            .books()
-            .iter()
-            .filter(|b| !logged.iter().any(|l| l.eq_ignore_ascii_case(&b.title)))
-            .take(k)
-            .map(|b| (b.title.clone(), String::new()))
-            .collect();
-    }
-    scored
+    let mut picks: Vec<(String, String)> = scored
         .into_iter()
         .take(k)
         .map(|(_, t, why)| (t, why))
-        .collect()
+        .collect();
+    // fewer that match than asked for (or none): well-loved books the user has not logged,
+    // without a reason
+    for book in catalogue.books() {
+        if picks.len() >= k {
+            break;
+        }
+        let logged = logged.iter().any(|l| l.eq_ignore_ascii_case(&book.title));
+        if !logged && !picks.iter().any(|(t, _)| *t == book.title) {
+            picks.push((book.title.clone(), String::new()));
+        }
+    }
+    picks
 }
 
 struct Work {

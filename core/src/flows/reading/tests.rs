@@ -485,6 +485,14 @@ fn a_recommendation_matches_a_note_by_its_words_not_its_grammar() {
         Some("Night on the Galactic Railroad"),
         "{lonely:?}"
     );
+    // one book that matches, and well-loved ones make up the three
+    let one = recommendation::rank(&catalogue, &["Giovanni".to_string()], &[], 3);
+    assert_eq!(one.len(), 3, "{one:?}");
+    assert_eq!(
+        one[0],
+        ("Night on the Galactic Railroad".into(), "Giovanni".into())
+    );
+    assert!(one[1..].iter().all(|(_, why)| why.is_empty()), "{one:?}");
 }
 
 #[tokio::test]
