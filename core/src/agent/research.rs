@@ -2,7 +2,9 @@
 //! seed 003's nodes `create_plan`, `select_tools` / `execute_tools` / `create_subtask_answer`
 //! (one agent loop over the library's tools), `reflect_subtask` and `create_answer`, each with
 //! its rule-based floor. The help-desk (knowledge base) and the reading flow's book guide
-//! (catalogue + knowledge base) are two libraries on this one implementation.
+//! (catalogue + knowledge base) are two libraries on this one implementation. A final answer
+//! that says nothing beyond its citations, or names two or more people or places its
+//! sources never mention, gives way to the floor's, which quotes the passages.
 
 use crate::agent::workflow::{
     PlanExecuteReflect, Reflection, ReflectionLike, TaskOutcome, structured,
@@ -318,6 +320,37 @@ fn says_something(text: &str) -> bool {
         .map(|c| if c.is_ascii() { 1 } else { 2 })
         .sum();
     weight >= 5
+}
+
+/// The names an answer uses that neither its sources nor the question hold: capitalised
+/// words (and hyphenated ones, "Kaito-no-Mae") not at the start of a sentence, each once.
+/// A model that invents a character or a place for a book names them; a grounded answer
+/// takes its names from the passages it cites.
+fn names_not_in(text: &str, sources: &[Passage], question: &str) -> Vec<String> {
+    let mut known = question.to_lowercase();
+    for p in sources {
+        for part in [&p.heading, &p.text, &p.path] {
+            known.push('\n');
+            known.push_str(&part.to_lowercase());
+        }
+    }
+    let mut unknown: Vec<String> = Vec::new();
+    let mut sentence_start = true;
+    for raw in text.split_whitespace() {
+        let word = raw.trim_matches(|c: char| !c.is_alphanumeric() && c != '-');
+        let starts = sentence_start;
+        // the next word starts a sentence after an end mark, a colon or a citation
+        sentence_start =
+            raw.ends_with(['.', '!', '?', ':', '。']) || raw.starts_with('[') && raw.ends_with(']');
+        if starts || word.chars().count() < 2 {
+            continue;
+        }
+        let named = word.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+        if named && !known.contains(&word.to_lowercase()) && !unknown.iter().any(|u| u == word) {
+            unknown.push(word.to_string());
+        }
+    }
+    unknown
 }
 
 /// Removes `[n]` citations that name no source.
@@ -722,8 +755,13 @@ impl PlanExecuteReflect for Research<'_> {
                     )
                     .await
                 {
-                    // (an answer of citations alone gives way to the passages themselves)
-                    Ok(r) if says_something(&r.response_text) => {
+                    // (an answer of citations alone, or one that names people and places
+                    // its sources never mention, gives way to the passages themselves)
+                    Ok(r)
+                        if says_something(&r.response_text)
+                            && names_not_in(&r.response_text, &sources, &self.question).len()
+                                < 2 =>
+                    {
                         let checked = check_citations(r.response_text.trim(), sources.len());
                         let (text, cited) = keep_cited(&checked, std::mem::take(&mut sources));
                         sources = cited;
@@ -747,7 +785,7 @@ impl PlanExecuteReflect for Research<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Passage, check_citations, keep_cited, says_something};
+    use super::{Passage, check_citations, keep_cited, names_not_in, says_something};
 
     fn passage(heading: &str) -> Passage {
         Passage {
@@ -768,6 +806,28 @@ mod tests {
         // an answer that cites nothing keeps them all
         let (text, kept) = keep_cited("No citation here.", sources.clone());
         assert_eq!((text.as_str(), kept), ("No citation here.", sources));
+    }
+
+    #[test]
+    fn names_an_answer_takes_from_nowhere_are_found() {
+        let mut kokoro = passage("Kokoro");
+        kokoro.text = "A student befriends an older man he calls Sensei, at the end of the \
+                       Meiji era. Natsume Soseki, 1914."
+            .into();
+        let invented = "The title \"Kokoro\" refers to a novel by Natsume Soseki. The story \
+                        features an older man named Kaito-no-Mae who admires a samurai named \
+                        Kage no Maru, in the Edo period.";
+        assert_eq!(
+            names_not_in(
+                invented,
+                std::slice::from_ref(&kokoro),
+                "What does the title mean?"
+            ),
+            ["Kaito-no-Mae", "Kage", "Maru", "Edo"]
+        );
+        let grounded = "Sensei is the older man the student befriends, late in the Meiji era \
+                        [1]. The Student calls him so.";
+        assert!(names_not_in(grounded, &[kokoro], "Who is Sensei?").is_empty());
     }
 
     #[test]

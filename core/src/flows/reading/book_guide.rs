@@ -507,6 +507,47 @@ mod tests {
         );
     }
 
+    /// A final answer that names people and places its source never mentions (a small
+    /// model's invention, cited all the same) gives way to the source itself.
+    #[tokio::test]
+    async fn an_answer_that_invents_names_gives_way_to_the_source() {
+        let invented = "The title \"Kokoro\" refers to a novel by Natsume Soseki. The story \
+                        features an older man named Kaito-no-Mae who admires a young samurai \
+                        named Kage no Maru, in the late Edo period [1].";
+        let model = ScriptedModel::responses([
+            ChatResponse::tool_call(
+                "respond",
+                json!({"subtasks": ["What does the title Kokoro mean?"]}),
+            ),
+            ChatResponse::tool_call("get_book_info", json!({"title": "Kokoro"})),
+            ChatResponse::text("It means heart [books.toml#Kokoro]."),
+            ChatResponse::tool_call("respond", json!({"is_sufficient": true, "feedback": ""})),
+            ChatResponse::text(invented),
+        ]);
+        let models = ModelRouter::new(Some(Arc::new(model.clone())));
+        let answer = guide()
+            .answer(
+                "What is the meaning of the title?",
+                (Some("Kokoro"), true),
+                &models,
+                &LlmLedger::new(),
+                "en",
+            )
+            .await;
+        assert!(!answer.text.contains("Kaito"), "{}", answer.text);
+        assert!(
+            answer.text.contains("Sensei"),
+            "the source's own words: {}",
+            answer.text
+        );
+        assert!(
+            answer.text.contains("[1] books.toml#Kokoro"),
+            "{}",
+            answer.text
+        );
+        assert_eq!(model.remaining(), 0);
+    }
+
     /// A SearxNG answering every request with `results` (a raw HTTP server: the real
     /// client is what is tested); returns its base URL.
     async fn searxng(results: serde_json::Value) -> String {
