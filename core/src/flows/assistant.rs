@@ -121,8 +121,8 @@ impl AssistantFlow {
     }
 
     /// Hands `text` to the flow its words name, model or not: an application to the
-    /// interview, a book of the catalogue or "I'm reading" to the reading companion. True
-    /// when it did.
+    /// interview, a book of the catalogue or "I'm reading" to the reading companion, a
+    /// request for a book to the recommendations. True when it did.
     fn hand_off_by_words(&self, text: &str, lang: &str, out: &mut TurnOutput) -> bool {
         let t = text.trim().to_lowercase();
         let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
@@ -137,6 +137,10 @@ impl AssistantFlow {
             });
             if let Some(book) = book {
                 out.hand_off("reading", format!("start {}", book.title_in(lang)));
+                return true;
+            }
+            if crate::flows::reading::recommendation::asks_for_a_book(text) {
+                out.hand_off("recommend", "");
                 return true;
             }
             if has(&[
@@ -589,11 +593,14 @@ mod tests {
 
     #[tokio::test]
     async fn what_the_words_say_goes_to_its_flow_without_the_model() {
-        let cases: [Case; 4] = [
+        let cases: [Case; 5] = [
             ("I want to apply for the engineer job", "interview", |t| {
                 t.contains("Which country do you live in?")
             }),
             ("I'm reading Kokoro", "reading", |t| t.contains("Kokoro")),
+            ("Can you recommend a good book?", "recommend", |t| {
+                t.starts_with("Books for you:")
+            }),
             // a request the knowledge base answers: cited, not imagined
             ("How do I stop a conversation halfway?", "helpdesk", |t| {
                 t.contains("/end") && t.contains("user-guide.md")

@@ -227,28 +227,6 @@ fn unknown_quote(text: &str, known: &str) -> Option<String> {
     None
 }
 
-/// Whether a question after a review asks what to read next: the recommendations' work,
-/// from the club's catalogue, never the mentor's.
-fn asks_for_a_book(question: &str) -> bool {
-    let q = question.to_lowercase();
-    [
-        "read next",
-        "next book",
-        "recommend",
-        "suggest a book",
-        "what should i read",
-        "which book should",
-        "おすすめ",
-        "オススメ",
-        "次に読む",
-        "次の本",
-        "次は何を読",
-        "何を読めば",
-    ]
-    .iter()
-    .any(|w| q.contains(w))
-}
-
 #[derive(Deserialize, JsonSchema)]
 pub struct PeriodArgs {
     /// 7 (weekly) or 30 (monthly).
@@ -481,7 +459,7 @@ impl MentorFlow {
             offer(lang, out);
             return Ok(());
         };
-        if asks_for_a_book(question) {
+        if super::recommendation::asks_for_a_book(question) {
             out.hand_off("recommend", "");
             return Ok(());
         }

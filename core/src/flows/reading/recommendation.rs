@@ -20,6 +20,48 @@ use std::sync::Arc;
 pub const ID: &str = "recommend";
 pub const AGENT: &str = "recommendation";
 
+/// Whether `question` asks what to read next: the recommendations' work, from the club's
+/// catalogue (never a model's invention), wherever it is asked. It names a next book or a
+/// recommendation and is put as a question or a request ("My friend recommended it" is
+/// neither).
+pub fn asks_for_a_book(question: &str) -> bool {
+    let q = question.trim().to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| q.contains(w));
+    // questions by their words alone
+    if has(&[
+        "what should i read",
+        "which book should i",
+        "次は何を読",
+        "何を読めば",
+    ]) {
+        return true;
+    }
+    let names_one = has(&[
+        "read next",
+        "next book",
+        "recommend",
+        "suggest",
+        "a good book",
+        "おすすめ",
+        "オススメ",
+        "次に読む",
+        "次の本",
+    ]);
+    let asked = has(&[
+        "?",
+        "？",
+        "教えて",
+        "ください",
+        "ありますか",
+        "can you",
+        "could you",
+        "please",
+    ]) || ["recommend", "suggest", "any "]
+        .iter()
+        .any(|w| q.starts_with(w));
+    names_one && asked
+}
+
 /// `(title, reason)` picks by the rules: profile and insight words against the catalogue,
 /// logged books excluded; well-loved books, without a reason, make up the `k`.
 pub fn rank(

@@ -1425,6 +1425,17 @@ async fn the_mentor_never_names_a_book_it_was_not_given() {
     assert!(answer.contains("Kokoro"), "from the data: {answer}");
     let quoted = h.say("What did I note?").await;
     assert_eq!(quoted, ["You wrote “Sensei is lonely”."]);
+    // a statement that names a recommendation is no request for one
+    for statement in ["My friend recommended it", "友達のおすすめで読みました"] {
+        assert!(!recommendation::asks_for_a_book(statement), "{statement}");
+    }
+    for request in [
+        "Any recommendations?",
+        "Recommend me a book",
+        "次は何を読めばいい",
+    ] {
+        assert!(recommendation::asks_for_a_book(request), "{request}");
+    }
     // what to read next: the recommendations, from the catalogue (no model call)
     let next = h.say("What should I read next?").await.join("\n");
     assert!(next.starts_with("Books for you:"), "{next}");
