@@ -18,7 +18,7 @@ use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutp
 use crate::flows::reading::catalogue::Catalogue;
 use crate::i18n::pick;
 use crate::kb::KnowledgeBase;
-use crate::llm::ChatMessage;
+use crate::llm::{ChatMessage, ModelError};
 use crate::message::OptionItem;
 use crate::store::Role;
 use crate::store::StateChange;
@@ -446,11 +446,20 @@ impl AssistantFlow {
             },
             Err(AgentError::Model { source, .. }) => {
                 tracing::warn!(error = %source, "model unavailable; using the floor");
-                out.say(pick(
-                    lang,
-                    "I can't reach the language model right now. Please try again in a moment.",
-                    "現在、言語モデルに接続できません。少し時間をおいてもう一度お試しください。",
-                ));
+                // a model that answers too slowly is reached all the same: said so
+                let slow = matches!(source, ModelError::Timeout(_) | ModelError::BudgetSpent);
+                out.say(match slow {
+                    true => pick(
+                        lang,
+                        "The language model is taking too long right now. Please try again in a moment, or ask something shorter.",
+                        "現在、言語モデルの応答に時間がかかりすぎています。少し時間をおいてもう一度お試しいただくか、短く質問してください。",
+                    ),
+                    false => pick(
+                        lang,
+                        "I can't reach the language model right now. Please try again in a moment.",
+                        "現在、言語モデルに接続できません。少し時間をおいてもう一度お試しください。",
+                    ),
+                });
             }
             Err(e) => return Err(e.into()),
         }
@@ -553,6 +562,11 @@ mod tests {
     async fn bot(
         reply: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static,
     ) -> (FlowHarness, ScriptedModel) {
+        bot_with(ScriptedModel::repeating(reply)).await
+    }
+
+    /// A bot with every flow, `model` the assistant's.
+    async fn bot_with(model: ScriptedModel) -> (FlowHarness, ScriptedModel) {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
         let config = FlowConfig {
             forms: vec![
@@ -570,7 +584,6 @@ mod tests {
             )),
             ..Default::default()
         };
-        let model = ScriptedModel::repeating(reply);
         let models = ModelRouter::new(None).with_agent(super::ID, Arc::new(model.clone()));
         let harness = FlowHarness::new(
             "sqlite::memory:",
@@ -616,6 +629,27 @@ mod tests {
             assert!(!replies.contains("MODEL CHATTER"), "{said}: {replies}");
             assert_eq!(flow_now(&h).await, flow, "{said}");
             assert!(asked(&model).is_empty(), "{said}: the model was asked");
+        }
+    }
+
+    /// A model too slow for the turn is said to be slow; one that cannot be reached, to be
+    /// out of reach.
+    #[tokio::test]
+    async fn a_slow_model_is_not_called_unreachable() {
+        use crate::llm::ModelError;
+        use crate::llm::scripted::Step;
+        let cases: [(fn() -> ModelError, &str); 3] = [
+            (|| ModelError::BudgetSpent, "taking too long"),
+            (
+                || ModelError::Timeout(std::time::Duration::from_secs(60)),
+                "taking too long",
+            ),
+            (|| ModelError::Connect("refused".into()), "can't reach"),
+        ];
+        for (error, said) in cases {
+            let (h, _) = bot_with(ScriptedModel::new([Step::Fail(error())])).await;
+            let replies = h.say("Tell me a joke").await.join("\n");
+            assert!(replies.contains(said), "{replies}");
         }
     }
 
