@@ -638,7 +638,9 @@ mod tests {
     async fn a_slow_model_is_not_called_unreachable() {
         use crate::llm::ModelError;
         use crate::llm::scripted::Step;
-        let cases: [(fn() -> ModelError, &str); 3] = [
+        // the model's failure, and what the reply says
+        type Failure = (fn() -> ModelError, &'static str);
+        let cases: [Failure; 3] = [
             (|| ModelError::BudgetSpent, "taking too long"),
             (
                 || ModelError::Timeout(std::time::Duration::from_secs(60)),
