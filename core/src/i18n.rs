@@ -35,6 +35,22 @@ pub fn is_greeting(text: &str) -> bool {
     )
 }
 
+/// Whether `text` thanks (“thanks!”, "Thank you, that worked", 「ありがとうございます」,
+/// 「助かりました」): a short message that says thanks and asks nothing.
+pub fn is_thanks(text: &str) -> bool {
+    let t = text.trim().to_lowercase();
+    if t.contains(['?', '？']) || t.chars().count() > 40 || t.split_whitespace().count() > 6 {
+        return false;
+    }
+    let words: Vec<&str> = t.split(|c: char| !c.is_alphanumeric()).collect();
+    ["thanks", "thank", "thx", "ty", "cheers"]
+        .iter()
+        .any(|w| words.contains(w))
+        || ["ありがと", "有難う", "助かりました", "助かります", "感謝"]
+            .iter()
+            .any(|w| t.contains(w))
+}
+
 /// Whether `text` is (partly) Japanese: kana or kanji.
 pub fn has_japanese(text: &str) -> bool {
     text.chars()

@@ -8,7 +8,8 @@
 //! `[n] path#heading`. Citations are checked in code: a number that names no passage is
 //! removed. Without a model the answer is the best passages with their citations, or a clear
 //! "nothing found" and an offer to reach a human. After each answer the user rates it
-//! (Solved / Not solved / Talk to a human); a handoff goes to the admin sink.
+//! (Solved / Not solved / Talk to a human), or says thanks, which rates it solved; a
+//! greeting is greeted, not searched; a handoff goes to the admin sink.
 
 use crate::admin::AdminNotice;
 use crate::agent::research::{Library, Research};
@@ -260,6 +261,24 @@ impl Flow for HelpdeskFlow {
                     &lang,
                     "Welcome back! Ask your next question.",
                     "おかえりなさい。次のご質問をどうぞ。",
+                ));
+            }
+            // thanks after an answer rates it solved; a greeting is no question to search
+            TurnInput::Text(text) if crate::i18n::is_thanks(&text) => match st.rating {
+                Some(_) => self.feedback(&ctx, &mut st, "solved", &mut out),
+                None => {
+                    out.say(pick(
+                        &lang,
+                        "You're welcome! Ask me anything else here.",
+                        "どういたしまして。ほかにも質問があればどうぞ。",
+                    ));
+                }
+            },
+            TurnInput::Text(text) if crate::i18n::is_greeting(&text) => {
+                out.say(pick(
+                    &lang,
+                    "Hello! What can I help you with? Ask your question.",
+                    "こんにちは。どのようなご用件でしょうか？ご質問をどうぞ。",
                 ));
             }
             TurnInput::Text(text) => self.answer(&ctx, &mut st, &text, &mut out).await,

@@ -507,3 +507,33 @@ async fn an_answer_of_citations_alone_gives_way_to_the_passages() {
         "{answer:?}"
     );
 }
+
+/// "thanks!" after an answer rates it solved and is no new question; a greeting is greeted,
+/// not searched ("I found nothing in the knowledge base about this"); thanks with a
+/// question is a question.
+#[tokio::test]
+async fn thanks_rate_the_answer_and_a_greeting_is_no_question() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("How do I stop a conversation?").await;
+    let thanks = h.ask("thanks!").await;
+    assert_eq!(thanks, ["Glad it helped! Ask me anything else here."]);
+    let again = h.ask("Thank you").await;
+    assert_eq!(again, ["You're welcome! Ask me anything else here."]);
+    let hello = h.ask("hello").await;
+    assert!(
+        hello[0].starts_with("Hello! What can I help you with?"),
+        "{hello:?}"
+    );
+    let tickets = h.tickets().await;
+    assert_eq!(tickets.len(), 1, "no ticket for thanks or a greeting");
+    assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
+    let asked = h.ask("Thanks, but how do I export submissions?").await;
+    assert!(asked[0].contains("Exporting"), "{asked:?}");
+    // in Japanese
+    h.ask("会話を途中でやめるには？").await;
+    let arigato = h.ask("ありがとうございます！").await;
+    assert_eq!(
+        arigato,
+        ["お役に立ててよかったです。ほかにも質問があればどうぞ。"]
+    );
+}
