@@ -145,6 +145,42 @@ impl HelpdeskFlow {
         }
     }
 
+    /// What the user wrote (or asked with `/ask`, or was handed with): thanks after an
+    /// answer rate it solved, a greeting is greeted, anything else is a question.
+    async fn text(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut DeskState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) {
+        let lang = if has_japanese(text) {
+            "ja"
+        } else {
+            ctx.language()
+        };
+        if crate::i18n::is_thanks(text) {
+            match st.rating {
+                Some(_) => self.feedback(ctx, st, "solved", out),
+                None => {
+                    out.say(pick(
+                        lang,
+                        "You're welcome! Ask me anything else here.",
+                        "どういたしまして。ほかにも質問があればどうぞ。",
+                    ));
+                }
+            }
+        } else if crate::i18n::is_greeting(text) {
+            out.say(pick(
+                lang,
+                "Hello! What can I help you with? Ask your question.",
+                "こんにちは。どのようなご用件でしょうか？ご質問をどうぞ。",
+            ));
+        } else {
+            self.answer(ctx, st, text, out).await;
+        }
+    }
+
     fn feedback(
         &self,
         ctx: &TurnContext<'_>,
@@ -247,7 +283,7 @@ impl Flow for HelpdeskFlow {
         let lang = ctx.language().to_string();
         match input {
             TurnInput::Start => match ctx.start_arg.filter(|a| !a.trim().is_empty()) {
-                Some(question) => self.answer(&ctx, &mut st, question, &mut out).await,
+                Some(text) => self.text(&ctx, &mut st, text, &mut out).await,
                 None => {
                     out.say(pick(
                         &lang,
@@ -263,25 +299,7 @@ impl Flow for HelpdeskFlow {
                     "おかえりなさい。次のご質問をどうぞ。",
                 ));
             }
-            // thanks after an answer rates it solved; a greeting is no question to search
-            TurnInput::Text(text) if crate::i18n::is_thanks(&text) => match st.rating {
-                Some(_) => self.feedback(&ctx, &mut st, "solved", &mut out),
-                None => {
-                    out.say(pick(
-                        &lang,
-                        "You're welcome! Ask me anything else here.",
-                        "どういたしまして。ほかにも質問があればどうぞ。",
-                    ));
-                }
-            },
-            TurnInput::Text(text) if crate::i18n::is_greeting(&text) => {
-                out.say(pick(
-                    &lang,
-                    "Hello! What can I help you with? Ask your question.",
-                    "こんにちは。どのようなご用件でしょうか？ご質問をどうぞ。",
-                ));
-            }
-            TurnInput::Text(text) => self.answer(&ctx, &mut st, &text, &mut out).await,
+            TurnInput::Text(text) => self.text(&ctx, &mut st, &text, &mut out).await,
             TurnInput::Choice { values, .. } => {
                 let value = values.first().cloned().unwrap_or_default();
                 self.feedback(&ctx, &mut st, &value, &mut out);

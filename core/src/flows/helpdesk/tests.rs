@@ -529,6 +529,14 @@ async fn thanks_rate_the_answer_and_a_greeting_is_no_question() {
     assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
     let asked = h.ask("Thanks, but how do I export submissions?").await;
     assert!(asked[0].contains("Exporting"), "{asked:?}");
+    // handed over as /ask: the same
+    let handed = h
+        .send(Body::Command {
+            name: "ask".into(),
+            args: "thanks".into(),
+        })
+        .await;
+    assert_eq!(handed, ["You're welcome! Ask me anything else here."]);
     // in Japanese
     h.ask("会話を途中でやめるには？").await;
     let arigato = h.ask("ありがとうございます！").await;
