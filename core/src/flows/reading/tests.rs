@@ -1445,3 +1445,32 @@ async fn the_mentor_never_names_a_book_it_was_not_given() {
         Some("recommend")
     );
 }
+
+/// Thanks or a greeting while reading is no note about the book: answered, nothing saved,
+/// and a mood still asked stays asked.
+#[tokio::test]
+async fn thanks_and_greetings_are_no_notes() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    // the mood is still asked
+    let hello = h.say("hello").await;
+    assert_eq!(hello[0], "Hello! How is «Kokoro» going?");
+    assert_eq!(h.outbox.last_options().map(|o| o.options.len()), Some(5));
+    h.choose(&["calm"]).await;
+    h.say("Who is K in this book?").await;
+    let thanks = h.say("thanks!").await;
+    assert_eq!(thanks, ["You're welcome! Tell me about «Kokoro» any time."]);
+    // (in the conversation's language)
+    let arigato = h.say("ありがとうございました").await;
+    assert_eq!(arigato, thanks);
+    let record = h.record().await;
+    let notes: Vec<String> = h
+        .store
+        .insights(record.id)
+        .await
+        .expect("insights")
+        .into_iter()
+        .map(|i| i.text)
+        .collect();
+    assert_eq!(notes, ["Who is K in this book?"], "only the question");
+}

@@ -118,6 +118,25 @@ impl ReadingFlow {
             // asked, a status just changed, options on screen. What was asked stays asked.
             self.ask_guide(ctx, st, &text, out).await;
             self.ask_again(ctx, st, &lang, out);
+        } else if crate::i18n::is_thanks(&text) || is_greeting(&text) {
+            // thanks or a greeting is no note about the book: answered, and what was asked
+            // stays asked
+            let title = self
+                .catalogue
+                .title_in(st.title.as_deref().unwrap_or_default(), &lang);
+            out.say(match crate::i18n::is_thanks(&text) {
+                true => pick(
+                    &lang,
+                    &format!("You're welcome! Tell me about «{title}» any time."),
+                    &format!("どういたしまして。『{title}』のことをいつでも聞かせてください。"),
+                ),
+                false => pick(
+                    &lang,
+                    &format!("Hello! How is «{title}» going?"),
+                    &format!("こんにちは！『{title}』はいかがですか？"),
+                ),
+            });
+            self.ask_again(ctx, st, &lang, out);
         } else if let Some(Awaiting::Mood { phase }) = st.awaiting {
             let title = st.title.clone().unwrap_or_default();
             match mood_from_text(&text) {
