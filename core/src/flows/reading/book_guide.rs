@@ -404,7 +404,8 @@ fn add_web_pages(answer: &mut ResearchAnswer, pages: &[WebResult], lang: &str) {
 }
 
 /// Whether `text` names at least half of what `question` asks about: its longer English
-/// words (question words aside) and its kanji / katakana words.
+/// words (question words aside) and its kanji / katakana words; or a short name in capitals
+/// it asks about ("Who is K?"), with all its longer words.
 fn names_what_is_asked(question: &str, text: &str) -> bool {
     const ASIDE: &[&str] = &[
         "what", "who", "whom", "why", "how", "when", "where", "which", "does", "did", "mean",
@@ -418,6 +419,26 @@ fn names_what_is_asked(question: &str, text: &str) -> bool {
         .filter(|w| w.len() >= 3 && !ASIDE.contains(w))
         .map(str::to_string)
         .collect();
+    // a short name in capitals ("K", the friend in Kokoro; "AI"), met as a whole word
+    let text_words: Vec<&str> = lower_text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .collect();
+    let short_names: Vec<String> = question
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| {
+            (1..3).contains(&w.len()) && w.chars().all(|c| c.is_ascii_uppercase()) && *w != "I"
+        })
+        .map(str::to_lowercase)
+        .collect();
+    if !short_names.is_empty() {
+        let met = short_names
+            .iter()
+            .filter(|n| text_words.contains(&n.as_str()))
+            .count();
+        if met * 2 >= short_names.len() && asked.iter().all(|w| lower_text.contains(w.as_str())) {
+            return true;
+        }
+    }
     asked.extend(
         crate::i18n::kanji_katakana_words(question)
             .into_iter()
@@ -460,6 +481,34 @@ mod tests {
         assert_eq!(answer.sources[0].citation(), "books.toml#Kokoro");
         assert!(answer.text.starts_with("**Kokoro**\n"), "{}", answer.text);
         assert!(answer.text.contains("[1] books.toml#Kokoro"));
+    }
+
+    /// "Who is K in this book?": the catalogue's entry names K (a friend, betrayed), so it
+    /// answers, though "K" is one letter.
+    #[tokio::test]
+    async fn a_one_letter_name_is_found_in_the_books_entry() {
+        let answer = guide()
+            .answer(
+                "Who is K in this book?",
+                (Some("Kokoro"), true),
+                &ModelRouter::none(),
+                &LlmLedger::new(),
+                "en",
+            )
+            .await;
+        assert!(answer.text.contains("a friend, K"), "{}", answer.text);
+        assert_eq!(answer.sources[0].citation(), "books.toml#Kokoro");
+        // a name the entry lacks is still no answer
+        let none = guide()
+            .answer(
+                "Who is Q in this book?",
+                (Some("Kokoro"), true),
+                &ModelRouter::none(),
+                &LlmLedger::new(),
+                "en",
+            )
+            .await;
+        assert!(none.text.starts_with("I have no source"), "{}", none.text);
     }
 
     #[tokio::test]
