@@ -186,15 +186,13 @@ struct Work {
 fn known_text(context: &MentorContext, catalogue: Option<&Catalogue>) -> String {
     let mut known = context.render();
     for book in catalogue.map(|c| c.books()).unwrap_or_default() {
-        for name in [
+        let names = [
             Some(&book.title),
             book.title_ja.as_ref(),
             Some(&book.author),
-        ]
-        .into_iter()
-        .chain([book.author_ja.as_ref()])
-        .flatten()
-        {
+            book.author_ja.as_ref(),
+        ];
+        for name in names.into_iter().flatten() {
             known.push('\n');
             known.push_str(name);
         }
