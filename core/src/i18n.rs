@@ -36,13 +36,33 @@ pub fn is_greeting(text: &str) -> bool {
 }
 
 /// Whether `text` thanks (“thanks!”, "Thank you, that worked", 「ありがとうございます」,
-/// 「助かりました」): a short message that says thanks and asks nothing.
+/// 「助かりました」): a short message that says thanks, asks nothing and takes nothing back
+/// ("Thanks, but it still doesn't work", 「ありがとう、でもできません」 are not).
 pub fn is_thanks(text: &str) -> bool {
     let t = text.trim().to_lowercase();
     if t.contains(['?', '？']) || t.chars().count() > 40 || t.split_whitespace().count() > 6 {
         return false;
     }
     let words: Vec<&str> = t.split(|c: char| !c.is_alphanumeric()).collect();
+    let takes_back = ["but", "not", "still", "however", "no"]
+        .iter()
+        .any(|w| words.contains(w))
+        || [
+            "n't",
+            "でも",
+            "けど",
+            "しかし",
+            "ない",
+            "ません",
+            "だめ",
+            "ダメ",
+            "まだ",
+        ]
+        .iter()
+        .any(|w| t.contains(w));
+    if takes_back {
+        return false;
+    }
     ["thanks", "thank", "thx", "ty", "cheers"]
         .iter()
         .any(|w| words.contains(w))

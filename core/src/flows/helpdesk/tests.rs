@@ -527,6 +527,13 @@ async fn thanks_rate_the_answer_and_a_greeting_is_no_question() {
     let tickets = h.tickets().await;
     assert_eq!(tickets.len(), 1, "no ticket for thanks or a greeting");
     assert_eq!(tickets[0].feedback.as_deref(), Some("solved"));
+    // thanks that take the answer back are no rating
+    for not_thanks in [
+        "Thanks, but it still doesn't work",
+        "ありがとう、でもまだできません",
+    ] {
+        assert!(!crate::i18n::is_thanks(not_thanks), "{not_thanks}");
+    }
     let asked = h.ask("Thanks, but how do I export submissions?").await;
     assert!(asked[0].contains("Exporting"), "{asked:?}");
     // handed over as /ask: the same
