@@ -132,6 +132,24 @@ fn text(chat: &str, id: &str, t: &str) -> Incoming {
     msg(chat, id, Body::Text { text: t.into() })
 }
 
+/// `incoming` from an app that reports `language` (Telegram's `language_code`), if any.
+fn from_app(mut incoming: Incoming, language: Option<&str>) -> Incoming {
+    incoming.user.language = language.map(str::to_string);
+    incoming
+}
+
+/// The one text `incoming` is answered with.
+async fn only_reply(orchestrator: &Orchestrator, incoming: Incoming, outbox: &Collect) -> String {
+    let report = orchestrator
+        .handle(incoming, outbox)
+        .await
+        .expect("handled");
+    match &report.outgoing[..] {
+        [Outgoing::Text { text }] => text.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_messages_to_one_session_run_one_at_a_time_in_order() {
     let probe = Arc::new(Probe::new(None));
@@ -500,24 +518,9 @@ async fn an_oversized_message_is_refused_in_the_users_language() {
     let (orchestrator, _store) = setup(probe).await;
     let orchestrator = orchestrator.with_max_message_chars(10);
     let outbox = Collect::default();
-    let refusal = |incoming: Incoming| {
-        let (orchestrator, outbox) = (&orchestrator, &outbox);
-        async move {
-            let report = orchestrator
-                .handle(incoming, outbox)
-                .await
-                .expect("handled");
-            match &report.outgoing[..] {
-                [Outgoing::Text { text }] => text.clone(),
-                other => panic!("{other:?}"),
-            }
-        }
-    };
-    let from = |chat: &str, app: Option<&str>, id: &str, said: &str| {
-        let mut incoming = text(chat, id, said);
-        incoming.user.language = app.map(str::to_string);
-        incoming
-    };
+    let refusal = |incoming: Incoming| only_reply(&orchestrator, incoming, &outbox);
+    let from =
+        |chat: &str, app: Option<&str>, id: &str, said: &str| from_app(text(chat, id, said), app);
     let japanese_only = |t: &str| t.contains("メッセージが長すぎます") && !t.contains("too long");
     // a Japanese app, Latin letters
     let said = refusal(from("a", Some("ja"), "a1", "this is far too long")).await;
@@ -597,25 +600,10 @@ async fn replies_outside_a_conversation_speak_the_users_language() {
     let probe = Arc::new(Probe::new(None));
     let (orchestrator, _store) = setup(probe).await;
     let outbox = Collect::default();
-    // the one text a message is answered with
-    let reply = |incoming: Incoming| {
-        let (orchestrator, outbox) = (&orchestrator, &outbox);
-        async move {
-            let report = orchestrator
-                .handle(incoming, outbox)
-                .await
-                .expect("handled");
-            match &report.outgoing[..] {
-                [Outgoing::Text { text }] => text.clone(),
-                other => panic!("{other:?}"),
-            }
-        }
-    };
+    let reply = |incoming: Incoming| only_reply(&orchestrator, incoming, &outbox);
     // an app in `language` (Telegram's language_code), nothing written yet
     let app = |language: &str, id: &str, body: Body| {
-        let mut incoming = msg(&format!("{language}-app"), id, body);
-        incoming.user.language = Some(language.into());
-        incoming
+        from_app(msg(&format!("{language}-app"), id, body), Some(language))
     };
     for (language, expected) in [("ja", true), ("en-GB", false)] {
         // each reply, and whether it is the Japanese one
