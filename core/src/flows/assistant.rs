@@ -13,12 +13,14 @@
 //! text as a question for the help-desk. When the model fails the user gets a clear notice.
 //! `/end` ends it.
 
-use crate::agent::{Agent, AgentError, ToolError, ToolOutput, TypedTool, typed};
+use crate::agent::{
+    Agent, AgentError, AgentLoopResult, Tool, ToolError, ToolOutput, TypedTool, typed,
+};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::flows::reading::catalogue::Catalogue;
 use crate::i18n::pick;
 use crate::kb::KnowledgeBase;
-use crate::llm::{ChatMessage, ModelError};
+use crate::llm::{ChatMessage, ChatModel, ModelError};
 use crate::message::OptionItem;
 use crate::store::Role;
 use crate::store::StateChange;
@@ -325,21 +327,7 @@ impl AssistantFlow {
         text: &str,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
-        // the language question still open: what they wrote chooses
-        let lang = match &ctx.session.language {
-            Some(lang) => lang.clone(),
-            None => {
-                let lang = if crate::i18n::has_japanese(text) {
-                    "ja"
-                } else {
-                    "en"
-                };
-                out.change(StateChange::SetLanguage {
-                    language: lang.to_string(),
-                });
-                lang.to_string()
-            }
-        };
+        let lang = settle_language(ctx, text, out);
         let lang = lang.as_str();
         let Some(model) = ctx.models.for_agent(ID) else {
             self.without_model(text, lang, out);
@@ -353,6 +341,13 @@ impl AssistantFlow {
             out.hand_off("ask", text.trim());
             return Ok(());
         }
+        let ran = self.ask_model(ctx, model.as_ref(), text, lang).await;
+        deliver(ran, text, lang, out)
+    }
+
+    /// The tools that hand a message to the flows that run, and the system prompt's line
+    /// that says when to call them.
+    fn routing_tools(&self) -> (Vec<Arc<dyn Tool<Routing>>>, String) {
         let mut tools = Vec::new();
         let mut can = Vec::new();
         if self.interviews {
@@ -367,104 +362,146 @@ impl AssistantFlow {
             tools.push(typed(AskHelpdesk));
             can.push("ask_helpdesk for a question about this service or the organisation");
         }
-        let tools_line = if can.is_empty() {
+        let line = if can.is_empty() {
             String::new()
         } else {
             format!(" Call {}; otherwise answer yourself.", can.join(", "))
         };
-        // the system prompt (with the tools' line or without), the history and the message
-        let conversation = |tools_line: &str| {
-            let system = format!(
-                "You are Kaiwa, a helpful assistant in a chat app. Be concise and friendly. \
-                 The user's name is {}. Answer in {}.{tools_line}",
-                ctx.user.display_name,
-                if lang == "ja" { "Japanese" } else { "English" }
-            );
-            let mut messages = vec![ChatMessage::system(system)];
-            for m in ctx.history.iter().rev().take(20).rev() {
-                messages.push(match m.role {
-                    Role::User => ChatMessage::user(m.text.clone()),
-                    Role::Assistant => ChatMessage::assistant(m.text.clone()),
-                    Role::System => ChatMessage::system(m.text.clone()),
-                });
-            }
-            messages.push(ChatMessage::user(text));
-            messages
-        };
+        (tools, line)
+    }
+
+    /// The model's turn, with the routing tools; a model that answers nothing with them,
+    /// or writes a call as text, is asked again without them.
+    async fn ask_model(
+        &self,
+        ctx: &TurnContext<'_>,
+        model: &dyn ChatModel,
+        text: &str,
+        lang: &str,
+    ) -> Result<AgentLoopResult<Routing>, AgentError> {
         let routing = || Routing {
             route: None,
             greeting: crate::i18n::is_greeting(text),
         };
+        let (tools, tools_line) = self.routing_tools();
         let offered = !tools.is_empty();
-        let agent: Agent<Routing> = Agent::new(ID, tools).streaming();
-        let mut ran = agent
-            .run(
-                model.as_ref(),
-                conversation(&tools_line),
-                routing(),
-                ctx.ledger,
-            )
+        let messages = conversation(ctx, text, lang, &tools_line);
+        let ran = Agent::new(ID, tools)
+            .streaming()
+            .run(model, messages, routing(), ctx.ledger)
             .await;
         if offered
             && let Ok(result) = &ran
             && result.state.route.is_none()
             && (result.response_text.trim().is_empty() || leaked_call(&result.response_text))
         {
-            // a model that cannot use tools may answer nothing with them, or a call written
-            // as text: asked again without them
             tracing::info!("the model answered nothing with its tools; asked without them");
-            ran = Agent::new(ID, Vec::new())
+            let messages = conversation(ctx, text, lang, "");
+            return Agent::new(ID, Vec::new())
                 .streaming()
-                .run(model.as_ref(), conversation(""), routing(), ctx.ledger)
+                .run(model, messages, routing(), ctx.ledger)
                 .await;
         }
-        match ran {
-            Ok(result) => match result.state.route {
-                Some(Route::Interview) => {
-                    out.hand_off("interview", "");
-                }
-                Some(Route::Reading(Some(title))) => {
-                    out.hand_off("reading", format!("start {title}"));
-                }
-                Some(Route::Reading(None)) => {
-                    out.hand_off("reading", "");
-                }
-                // the user's own words, not the model's rewording of them
-                Some(Route::Helpdesk) => {
-                    out.hand_off("ask", text.trim());
-                }
-                None if !result.response_text.trim().is_empty() => {
-                    out.say(result.response_text);
-                }
-                None => {
-                    out.say(pick(
-                        lang,
-                        "(The model gave an empty answer. Please rephrase.)",
-                        "（モデルの応答が空でした。言い換えてください。）",
-                    ));
-                }
-            },
-            Err(AgentError::Model { source, .. }) => {
-                tracing::warn!(error = %source, "model unavailable; using the floor");
-                // a model that answers too slowly is reached all the same: said so
-                let slow = matches!(source, ModelError::Timeout(_) | ModelError::BudgetSpent);
-                out.say(match slow {
-                    true => pick(
-                        lang,
-                        "The language model is taking too long right now. Please try again in a moment, or ask something shorter.",
-                        "現在、言語モデルの応答に時間がかかりすぎています。少し時間をおいてもう一度お試しいただくか、短く質問してください。",
-                    ),
-                    false => pick(
-                        lang,
-                        "I can't reach the language model right now. Please try again in a moment.",
-                        "現在、言語モデルに接続できません。少し時間をおいてもう一度お試しください。",
-                    ),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        }
-        Ok(())
+        ran
     }
+}
+
+/// The conversation's language: its own, or, with the language question still open, the
+/// one `text` is written in (Japanese text: Japanese), which is kept.
+fn settle_language(ctx: &TurnContext<'_>, text: &str, out: &mut TurnOutput) -> String {
+    if let Some(lang) = &ctx.session.language {
+        return lang.clone();
+    }
+    let lang = if crate::i18n::has_japanese(text) {
+        "ja"
+    } else {
+        "en"
+    };
+    out.change(StateChange::SetLanguage {
+        language: lang.to_string(),
+    });
+    lang.to_string()
+}
+
+/// The system prompt (with the tools' line, or an empty one), the recent history and the
+/// message.
+fn conversation(
+    ctx: &TurnContext<'_>,
+    text: &str,
+    lang: &str,
+    tools_line: &str,
+) -> Vec<ChatMessage> {
+    let system = format!(
+        "You are Kaiwa, a helpful assistant in a chat app. Be concise and friendly. \
+         The user's name is {}. Answer in {}.{tools_line}",
+        ctx.user.display_name,
+        if lang == "ja" { "Japanese" } else { "English" }
+    );
+    let mut messages = vec![ChatMessage::system(system)];
+    for m in ctx.history.iter().rev().take(20).rev() {
+        messages.push(match m.role {
+            Role::User => ChatMessage::user(m.text.clone()),
+            Role::Assistant => ChatMessage::assistant(m.text.clone()),
+            Role::System => ChatMessage::system(m.text.clone()),
+        });
+    }
+    messages.push(ChatMessage::user(text));
+    messages
+}
+
+/// What the model's turn comes to: a hand-off where its tools sent the message (with the
+/// user's own words, not the model's rewording of them), its answer, or a notice.
+fn deliver(
+    ran: Result<AgentLoopResult<Routing>, AgentError>,
+    text: &str,
+    lang: &str,
+    out: &mut TurnOutput,
+) -> Result<(), FlowError> {
+    match ran {
+        Ok(result) => match result.state.route {
+            Some(Route::Interview) => {
+                out.hand_off("interview", "");
+            }
+            Some(Route::Reading(Some(title))) => {
+                out.hand_off("reading", format!("start {title}"));
+            }
+            Some(Route::Reading(None)) => {
+                out.hand_off("reading", "");
+            }
+            Some(Route::Helpdesk) => {
+                out.hand_off("ask", text.trim());
+            }
+            None if !result.response_text.trim().is_empty() => {
+                out.say(result.response_text);
+            }
+            None => {
+                out.say(pick(
+                    lang,
+                    "(The model gave an empty answer. Please rephrase.)",
+                    "（モデルの応答が空でした。言い換えてください。）",
+                ));
+            }
+        },
+        Err(AgentError::Model { source, .. }) => {
+            tracing::warn!(error = %source, "model unavailable; using the floor");
+            // a model that answers too slowly is reached all the same: said so
+            let slow = matches!(source, ModelError::Timeout(_) | ModelError::BudgetSpent);
+            out.say(match slow {
+                true => pick(
+                    lang,
+                    "The language model is taking too long right now. Please try again in a moment, or ask something shorter.",
+                    "現在、言語モデルの応答に時間がかかりすぎています。少し時間をおいてもう一度お試しいただくか、短く質問してください。",
+                ),
+                false => pick(
+                    lang,
+                    "I can't reach the language model right now. Please try again in a moment.",
+                    "現在、言語モデルに接続できません。少し時間をおいてもう一度お試しください。",
+                ),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
 }
 
 #[async_trait]
