@@ -487,27 +487,13 @@ mod tests {
     /// answers, though "K" is one letter.
     #[tokio::test]
     async fn a_one_letter_name_is_found_in_the_books_entry() {
-        let answer = guide()
-            .answer(
-                "Who is K in this book?",
-                (Some("Kokoro"), true),
-                &ModelRouter::none(),
-                &LlmLedger::new(),
-                "en",
-            )
-            .await;
+        let (guide, models, ledger) = (guide(), ModelRouter::none(), LlmLedger::new());
+        let about_kokoro = |q| guide.answer(q, (Some("Kokoro"), true), &models, &ledger, "en");
+        let answer = about_kokoro("Who is K in this book?").await;
         assert!(answer.text.contains("a friend, K"), "{}", answer.text);
         assert_eq!(answer.sources[0].citation(), "books.toml#Kokoro");
         // a name the entry lacks is still no answer
-        let none = guide()
-            .answer(
-                "Who is Q in this book?",
-                (Some("Kokoro"), true),
-                &ModelRouter::none(),
-                &LlmLedger::new(),
-                "en",
-            )
-            .await;
+        let none = about_kokoro("Who is Q in this book?").await;
         assert!(none.text.starts_with("I have no source"), "{}", none.text);
     }
 
