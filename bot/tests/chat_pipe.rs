@@ -587,17 +587,21 @@ async fn optional_questions_are_skipped_with_a_word_or_the_skip_button() {
 
 #[tokio::test]
 async fn an_unknown_country_is_asked_again_with_suggestions_and_a_zone_is_never_assumed() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    // an interview from the start, in English, with `typed` after the language: its output
+    let interview = |typed: &'static str| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = kaiwa(
+            dir.path(),
+            &forms_config(),
+            &["chat", "interview", "--form", "engineer", "--user", "kai"],
+            format!("1\n{typed}"),
+        )
+        .await;
+        assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+        run.stdout
+    };
     // Atlantis, then a suggestion by its number
-    let run = kaiwa(
-        dir.path(),
-        &forms_config(),
-        &["chat", "interview", "--form", "engineer", "--user", "kai"],
-        "1\nAtlantis\n1\n",
-    )
-    .await;
-    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
-    let out = &run.stdout;
+    let out = &interview("Atlantis\n1\n").await;
     assert!(out.contains("I don't know the country «Atlantis»"), "{out}");
     assert!(
         out.contains("  1. Japan\n"),
@@ -608,29 +612,11 @@ async fn an_unknown_country_is_asked_again_with_suggestions_and_a_zone_is_never_
         "Japan taken: {out}"
     );
     // a second country we do not know is taken as typed, and its time zone is asked
-    let dir = tempfile::tempdir().expect("tempdir");
-    let run = kaiwa(
-        dir.path(),
-        &forms_config(),
-        &["chat", "interview", "--form", "engineer", "--user", "kai"],
-        "1\nAtlantis\nNew Atlantis\nEurope/Lisbon\n",
-    )
-    .await;
-    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
-    let out = &run.stdout;
+    let out = &interview("Atlantis\nNew Atlantis\nEurope/Lisbon\n").await;
     assert!(out.contains("Which time zone are you in?"), "{out}");
     assert!(out.contains("May I have your full name"), "{out}");
     // what is no place's name (an address, a number) is never taken: asked again
-    let dir = tempfile::tempdir().expect("tempdir");
-    let run = kaiwa(
-        dir.path(),
-        &forms_config(),
-        &["chat", "interview", "--form", "engineer", "--user", "kai"],
-        "1\nAtlantis\nalice@example.com\n2024\nGermany\n/mydata\n",
-    )
-    .await;
-    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
-    let out = &run.stdout;
+    let out = &interview("Atlantis\nalice@example.com\n2024\nGermany\n/mydata\n").await;
     for typed in ["alice@example.com", "2024"] {
         assert!(
             out.contains(&format!("I don't know the country «{typed}»")),
