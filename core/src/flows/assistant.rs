@@ -168,13 +168,15 @@ impl AssistantFlow {
         if !seeks_help(text) {
             return false;
         }
-        let found = kb
-            .search(text, 1)
-            .and_then(|found| Ok((found, kb.question_size(text)?)));
-        match found {
-            Ok((found, size)) => found
-                .first()
-                .is_some_and(|p| p.coverage >= KB_ANSWERS && p.coverage * size as f32 >= 1.99),
+        // (the question's size is read only for a passage that meets enough of it)
+        let answers = kb.search(text, 1).and_then(|found| match found.first() {
+            Some(p) if p.coverage >= KB_ANSWERS => {
+                Ok(p.coverage * kb.question_size(text)? as f32 >= 1.99)
+            }
+            _ => Ok(false),
+        });
+        match answers {
+            Ok(answers) => answers,
             Err(e) => {
                 tracing::warn!(error = %e, "the knowledge base could not be searched");
                 false
