@@ -5,7 +5,7 @@
 //! Screenshots of the main pages are written to `$KAIWA_SCREENSHOTS` when it names a
 //! folder (an absolute path; `docs/console/` holds the ones the README shows).
 
-mod common;
+use crate::common;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use kaiwa_core::store::console::token_hash;

@@ -4,11 +4,11 @@
 //! host's command menu and slash command survive Kaiwa's start.
 
 #[allow(dead_code)]
-#[path = "../examples/telegram_host.rs"]
+#[path = "../../examples/telegram_host.rs"]
 mod telegram_host;
 
 #[allow(dead_code)]
-#[path = "../examples/discord_host.rs"]
+#[path = "../../examples/discord_host.rs"]
 mod discord_host;
 
 use kaiwa::teloxide::prelude::*;

@@ -4,7 +4,7 @@
 //! stored once and in order, and a chat sees again at most the reply in flight at the
 //! kill. SQLite: a second `kaiwa run` on the same file is refused.
 
-mod common;
+use crate::common;
 
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! arguments) and otherwise plays the interview agents: every interview still completes,
 //! through the real HTTP client, orchestrator, flows and SQLite store.
 
-mod common;
+use crate::common;
 
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::llm::scripted::ScriptedModel;

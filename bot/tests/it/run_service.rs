@@ -1,7 +1,7 @@
 //! `kaiwa run` as a process: refuses to idle without a platform token, serves Telegram and
 //! Discord (the fakes on 127.0.0.1), `/healthz` and `/metrics`, and stops cleanly on SIGTERM.
 
-mod common;
+use crate::common;
 
 use kaiwa_tests::fake_discord::FakeDiscord;
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};

@@ -2,7 +2,7 @@
 //! fake Discord on 127.0.0.1, with the real orchestrator, flows and SQLite store, started as
 //! `kaiwa run` starts them (`kaiwa::Kaiwa`).
 
-mod common;
+use crate::common;
 
 use kaiwa_core::llm::ModelRouter;
 use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};

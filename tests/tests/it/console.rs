@@ -1,6 +1,6 @@
 //! The console adapter on a terminal (`live`): a spinner while the bot works, a reply
 //! printed as the model writes it and not printed again at the end. (Through a pipe neither
-//! happens: `bot/tests/chat_pipe.rs`.)
+//! happens: `bot/tests/it/chat_pipe.rs`.)
 
 use async_trait::async_trait;
 use kaiwa_adapters::console::{self, ConsoleOptions};

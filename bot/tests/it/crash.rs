@@ -5,7 +5,7 @@
 //! that was being sent when the process died (Telegram has no idempotent send: see the
 //! docs/guarantees.md).
 
-mod common;
+use crate::common;
 
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};

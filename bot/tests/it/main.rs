@@ -1,0 +1,10 @@
+//! The `kaiwa` binary's tests, one test program (one link, one binary on disk instead of
+//! one per file): each module drives the real binary or its library from the outside.
+
+mod chat_pipe;
+mod common;
+mod console;
+mod crash;
+mod instances;
+mod plugin;
+mod run_service;
