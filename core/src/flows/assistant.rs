@@ -128,7 +128,7 @@ impl AssistantFlow {
     fn hand_off_by_words(&self, text: &str, lang: &str, out: &mut TurnOutput) -> bool {
         let t = text.trim().to_lowercase();
         let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
-        if self.interviews && has(&["interview", "apply", "application", "応募", "面接"]) {
+        if self.interviews && crate::flows::interview::wants_to_apply(text) {
             out.hand_off("interview", "");
             return true;
         }
@@ -311,9 +311,11 @@ impl TypedTool<Routing> for AskHelpdesk {
     }
 }
 
+const LANGUAGE_QUESTION: &str = "Which language do you prefer? / ご希望の言語は？";
+
 fn language_options(out: &mut TurnOutput) {
     out.options(
-        "Which language do you prefer? / ご希望の言語は？",
+        LANGUAGE_QUESTION,
         vec![
             OptionItem::new("en", "English"),
             OptionItem::new("ja", "日本語"),
@@ -406,6 +408,76 @@ impl AssistantFlow {
         }
         ran
     }
+}
+
+/// The language chosen, set and said.
+fn chose_language(language: &str, out: &mut TurnOutput) {
+    out.change(StateChange::SetLanguage {
+        language: language.to_string(),
+    });
+    out.say(pick(
+        language,
+        "Great, let's talk in English. What's on your mind?",
+        "では日本語で話しましょう。何でもどうぞ。",
+    ));
+}
+
+/// The one language `text` asks for when it says only that ("Japanese", "In English,
+/// please", 「日本語でお願いします」, 「えいご」): a message that says more is a message.
+fn named_language(text: &str) -> Option<&'static str> {
+    const NAMES: [(&str, &str); 8] = [
+        ("english", "en"),
+        ("eng", "en"),
+        ("英語", "en"),
+        ("えいご", "en"),
+        ("japanese", "ja"),
+        ("nihongo", "ja"),
+        ("日本語", "ja"),
+        ("にほんご", "ja"),
+    ];
+    const WORDS: [&str; 14] = [
+        "in", "please", "i", "i'd", "would", "like", "prefer", "speak", "use", "let's", "talk",
+        "ok", "okay", "thanks",
+    ];
+    const ENDINGS: [&str; 12] = [
+        "で",
+        "でお願いします",
+        "でおねがいします",
+        "でお願い",
+        "がいい",
+        "がいいです",
+        "でいい",
+        "でいいです",
+        "です",
+        "で話したい",
+        "で話したいです",
+        "お願いします",
+    ];
+    let t = text.trim().to_lowercase();
+    let t = t.trim_end_matches(['.', '!', '。', '！', '、', ',']);
+    let mut found = None;
+    if crate::i18n::has_japanese(t) {
+        for (name, lang) in NAMES {
+            if let Some(rest) = t.strip_prefix(name) {
+                let rest = rest.trim();
+                if ENDINGS.contains(&rest) || rest.is_empty() {
+                    found = Some(lang);
+                }
+            }
+        }
+        return found;
+    }
+    for word in t.split(|c: char| c.is_whitespace() || c == ',') {
+        if word.is_empty() || WORDS.contains(&word) {
+            continue;
+        }
+        let lang = NAMES.iter().find(|(name, _)| *name == word)?.1;
+        if found.is_some_and(|f| f != lang) {
+            return None;
+        }
+        found = Some(lang);
+    }
+    found
 }
 
 /// The conversation's language: its own, or, with the language question still open, the
@@ -556,17 +628,18 @@ impl Flow for AssistantFlow {
             }
             TurnInput::Choice { values, .. } => {
                 let chosen = values.first().map(String::as_str).unwrap_or("en");
-                let language = if chosen == "ja" { "ja" } else { "en" };
-                out.change(StateChange::SetLanguage {
-                    language: language.to_string(),
-                });
-                out.say(pick(
-                    language,
-                    "Great, let's talk in English. What's on your mind?",
-                    "では日本語で話しましょう。何でもどうぞ。",
-                ));
+                chose_language(if chosen == "ja" { "ja" } else { "en" }, &mut out);
             }
-            TurnInput::Text(text) => self.answer(&ctx, &text, &mut out).await?,
+            TurnInput::Text(text) => match named_language(&text).filter(|_| {
+                ctx.session
+                    .pending_options
+                    .as_ref()
+                    .is_some_and(|p| p.prompt == LANGUAGE_QUESTION)
+            }) {
+                // the language question answered in words
+                Some(language) => chose_language(language, &mut out),
+                None => self.answer(&ctx, &text, &mut out).await?,
+            },
             TurnInput::Command { .. } => out.unknown_command = true,
         }
         Ok(out)
@@ -604,8 +677,15 @@ mod tests {
         bot_with(ScriptedModel::repeating(reply)).await
     }
 
-    /// A bot with every flow, `model` the assistant's.
+    /// A bot with every flow, `model` the assistant's, its language chosen.
     async fn bot_with(model: ScriptedModel) -> (FlowHarness, ScriptedModel) {
+        let (harness, model) = opened(model).await;
+        harness.choose(&["en"]).await;
+        (harness, model)
+    }
+
+    /// A bot with every flow, `model` the assistant's, its language question asked.
+    async fn opened(model: ScriptedModel) -> (FlowHarness, ScriptedModel) {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
         let config = FlowConfig {
             forms: vec![
@@ -632,7 +712,6 @@ mod tests {
         )
         .await;
         harness.open().await;
-        harness.choose(&["en"]).await;
         (harness, model)
     }
 
@@ -668,6 +747,72 @@ mod tests {
             assert!(!replies.contains("MODEL CHATTER"), "{said}: {replies}");
             assert_eq!(flow_now(&h).await, flow, "{said}");
             assert!(asked(&model).is_empty(), "{said}: the model was asked");
+        }
+    }
+
+    /// The language question answered by typing a language, not pressing it: the language
+    /// is set and said, nothing is searched, no model is asked.
+    #[tokio::test]
+    async fn the_language_is_chosen_by_typing_it() {
+        let cases = [
+            ("English", "let's talk in English"),
+            ("english", "let's talk in English"),
+            ("日本語", "では日本語で話しましょう"),
+            ("Japanese", "では日本語で話しましょう"),
+            ("英語", "let's talk in English"),
+            ("にほんご", "では日本語で話しましょう"),
+            ("日本語でお願いします", "では日本語で話しましょう"),
+            ("In English, please.", "let's talk in English"),
+        ];
+        for (said, answer) in cases {
+            let (h, model) = opened(ScriptedModel::repeating(|_| {
+                ChatResponse::text("MODEL CHATTER")
+            }))
+            .await;
+            let replies = h.say(said).await.join("\n");
+            assert!(replies.contains(answer), "{said}: {replies}");
+            assert_eq!(flow_now(&h).await, super::ID, "{said}");
+            assert!(asked(&model).is_empty(), "{said}: the model was asked");
+            let lang = if answer.contains("English") {
+                "en"
+            } else {
+                "ja"
+            };
+            let session = h.active().await.expect("a session");
+            assert_eq!(session.language.as_deref(), Some(lang), "{said}");
+        }
+        // a message that only mentions a language is a message
+        let (h, _) = opened(ScriptedModel::repeating(|_| ChatResponse::text("Sure."))).await;
+        let replies = h
+            .say("Can you translate this into English?")
+            .await
+            .join("\n");
+        assert!(replies.contains("Sure."), "{replies}");
+    }
+
+    /// Applying goes to the interview from the help-desk as from the assistant; an update
+    /// "applied" or an "application" that crashes is a question, never an application.
+    #[tokio::test]
+    async fn an_application_goes_to_the_interview_from_the_help_desk_too() {
+        let cases = [
+            ("I want to apply", true),
+            ("Can I apply for the engineer position?", true),
+            ("応募したいです", true),
+            ("How do I apply the update?", false),
+            ("The application crashes when I upload a file", false),
+        ];
+        for (said, applies) in cases {
+            let (h, _) = bot(|_| ChatResponse::text("MODEL CHATTER")).await;
+            h.say("How do I stop a conversation halfway?").await;
+            assert_eq!(flow_now(&h).await, "helpdesk");
+            let replies = h.say(said).await.join("\n");
+            let now = flow_now(&h).await;
+            assert_eq!(now == "interview", applies, "{said}: {now}: {replies}");
+            // the assistant itself reads the words the same way
+            let (h, _) = bot(|_| ChatResponse::text("MODEL CHATTER")).await;
+            let replies = h.say(said).await.join("\n");
+            let now = flow_now(&h).await;
+            assert_eq!(now == "interview", applies, "{said}: {now}: {replies}");
         }
     }
 

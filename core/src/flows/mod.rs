@@ -52,6 +52,9 @@ pub fn builtin(config: &FlowConfig) -> Vec<Arc<dyn Flow>> {
         if let (Some(web), true) = (&config.web, config.web_for_helpdesk) {
             helpdesk = helpdesk.with_web(web.clone());
         }
+        if !config.forms.is_empty() {
+            helpdesk = helpdesk.with_interviews();
+        }
         flows.push(Arc::new(helpdesk));
     }
     if let Some(catalogue) = &config.catalogue {

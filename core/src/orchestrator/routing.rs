@@ -59,11 +59,20 @@ impl Orchestrator {
             Body::Command { name, args } => {
                 self.plan_command(key, (name, args), &requested, active, lang)
             }
-            Body::Text { text } => Plan::Turn {
-                session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
-                finish_session: None,
-                input: TurnInput::Text(text.clone()),
-            },
+            Body::Text { text } => {
+                let input = match typed_option(active.as_ref(), text) {
+                    Some((request, value)) => TurnInput::Choice {
+                        request,
+                        values: vec![value],
+                    },
+                    None => TurnInput::Text(text.clone()),
+                };
+                Plan::Turn {
+                    session: active.unwrap_or_else(|| SessionRecord::draft(key, &requested)),
+                    finish_session: None,
+                    input,
+                }
+            }
             Body::Choice { request_id, values } => plan_choice(request_id, values, active, lang),
         })
     }
@@ -207,6 +216,28 @@ fn plan_choice(
             values: known,
         },
     }
+}
+
+/// The pending options and the value of the one whose label `text` is, as typed instead of
+/// pressed ("english", "Solved."): case, spaces and closing punctuation aside. One choice
+/// only: a typed label never submits a multiple choice.
+fn typed_option(session: Option<&SessionRecord>, text: &str) -> Option<(OptionsRequest, String)> {
+    let pending = session?.pending_options.as_ref()?;
+    if pending.allow_multiple {
+        return None;
+    }
+    let fold = |s: &str| {
+        s.trim()
+            .trim_end_matches(['.', '!', '。', '！', '．'])
+            .trim()
+            .to_lowercase()
+    };
+    let typed = fold(text);
+    if typed.is_empty() {
+        return None;
+    }
+    let option = pending.options.iter().find(|o| fold(&o.label) == typed)?;
+    Some((pending.clone(), option.value.clone()))
 }
 
 /// The session's pending options if a press carrying `request_id` answers them: the one

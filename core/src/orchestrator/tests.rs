@@ -228,6 +228,50 @@ async fn the_same_platform_message_twice_is_one_turn() {
 }
 
 #[tokio::test]
+async fn an_option_typed_instead_of_pressed_is_the_press() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let key = text("c", "", "").key();
+    orchestrator
+        .handle(text("c", "m1", "ask"), &outbox)
+        .await
+        .expect("ask");
+    // its label as typed on a keyboard: case, spaces and a full stop aside
+    let typed = orchestrator
+        .handle(text("c", "m2", "  b. "), &outbox)
+        .await
+        .expect("typed");
+    assert_eq!(typed.outgoing, vec![Outgoing::text("noted")]);
+    orchestrator
+        .handle(text("c", "m3", "ask"), &outbox)
+        .await
+        .expect("ask again");
+    // more than a label is a message of its own
+    orchestrator
+        .handle(text("c", "m4", "b or a"), &outbox)
+        .await
+        .expect("a message");
+    let seen: Seen = store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("exists")
+        .state
+        .parse()
+        .expect("state");
+    assert_eq!(seen.texts, ["chose b", "b or a"]);
+    let messages = store
+        .recent_messages(typed.session_id, 20)
+        .await
+        .expect("messages");
+    assert!(
+        messages.iter().any(|m| m.text == "  b. " || m.text == "b."),
+        "the user's own words are kept: {messages:?}"
+    );
+}
+
+#[tokio::test]
 async fn stale_and_foreign_button_presses_change_nothing() {
     let probe = Arc::new(Probe::new(None));
     let (orchestrator, store) = setup(probe.clone()).await;

@@ -33,6 +33,8 @@ pub const CONCURRENCY: usize = 4;
 pub struct HelpdeskFlow {
     kb: Arc<KnowledgeBase>,
     library: Library,
+    /// An interview flow runs beside it: a wish to apply goes there.
+    interviews: bool,
 }
 
 impl HelpdeskFlow {
@@ -41,7 +43,17 @@ impl HelpdeskFlow {
         let search = search.into();
         let kb = search.kb.clone();
         let library = Library::knowledge_base(ID, "a help-desk assistant for the team", search);
-        HelpdeskFlow { kb, library }
+        HelpdeskFlow {
+            kb,
+            library,
+            interviews: false,
+        }
+    }
+
+    /// Hands a wish to apply for a job to the interview flow that runs beside it.
+    pub fn with_interviews(mut self) -> Self {
+        self.interviews = true;
+        self
     }
 
     /// Searches the web too (`[search] helpdesk = true`): the model gets `web_search`.
@@ -176,6 +188,8 @@ impl HelpdeskFlow {
                 "Hello! What can I help you with? Ask your question.",
                 "こんにちは。どのようなご用件でしょうか？ご質問をどうぞ。",
             ));
+        } else if self.interviews && crate::flows::interview::wants_to_apply(text) {
+            out.hand_off("interview", "");
         } else {
             self.answer(ctx, st, text, out).await;
         }

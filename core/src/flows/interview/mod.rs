@@ -72,5 +72,45 @@ impl InterviewFlow {
     }
 }
 
+/// Whether `text` asks to apply for a job ("I want to apply", "Can I apply for the engineer
+/// position?", 「応募したいです」, "interview"), for the flows that hand such a message to
+/// the interview: an update applied, a discount applied or an application (software) that
+/// crashes is not one.
+pub(crate) fn wants_to_apply(text: &str) -> bool {
+    if text.contains("応募") || text.contains("面接") {
+        return true;
+    }
+    // what follows "apply" when something is applied, not applied for
+    const APPLIED: [&str; 22] = [
+        "the", "a", "an", "this", "that", "these", "those", "it", "them", "my", "your", "our",
+        "its", "changes", "patch", "patches", "update", "updates", "filter", "filters", "settings",
+        "discount",
+    ];
+    const JOB: [&str; 8] = [
+        "job", "jobs", "position", "role", "vacancy", "opening", "career", "hiring",
+    ];
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let about_a_job = words.iter().any(|w| JOB.contains(w));
+    words.iter().enumerate().any(|(i, w)| {
+        let next = words.get(i + 1).copied();
+        match *w {
+            "interview" | "interviews" => true,
+            "apply" | "applying" => next.is_none_or(|n| !APPLIED.contains(&n)),
+            "application" | "applications" => {
+                about_a_job
+                    || next == Some("for")
+                    || i.checked_sub(1)
+                        .and_then(|p| words.get(p))
+                        .is_some_and(|p| ["submit", "start", "continue", "job"].contains(p))
+            }
+            _ => false,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests;
