@@ -83,6 +83,9 @@ struct ReadingState {
     /// The greeting by the rules asked why this book: the next text is the answer.
     #[serde(default)]
     reason_asked: bool,
+    /// The mood, ignored once for a note, was asked again: the next note drops it.
+    #[serde(default)]
+    mood_asked_again: bool,
 }
 
 fn status_name(status: ReadingStatus, lang: &str) -> String {
@@ -281,6 +284,7 @@ impl ReadingFlow {
 
     fn ask_mood(&self, st: &mut ReadingState, phase: MoodPhase, lang: &str, out: &mut TurnOutput) {
         st.awaiting = Some(Awaiting::Mood { phase });
+        st.mood_asked_again = false;
         out.options(
             match phase {
                 MoodPhase::Before => pick(lang, "How do you feel right now?", "今の気分は？"),

@@ -853,6 +853,49 @@ async fn typing_at_the_mood_question_keeps_the_note_and_asks_the_mood_again() {
     );
 }
 
+/// The mood may be ignored (seed 004: tap an option, or ignore them and write): asked
+/// again once after a note, not after every note that follows.
+#[tokio::test]
+async fn a_mood_ignored_twice_is_not_asked_a_third_time() {
+    for (start, notes, question) in [
+        (
+            "/reading start Kokoro",
+            [
+                "I chose it for the letters",
+                "Sensei seems lonely",
+                "K is a puzzle",
+            ],
+            "How do you feel right now?",
+        ),
+        (
+            "/reading start こころ",
+            ["手紙の部分が気になって", "先生は孤独だ", "Kが謎めいている"],
+            "今の気分は？",
+        ),
+    ] {
+        let h = Harness::new(ModelRouter::none()).await;
+        h.say(start).await;
+        let first = h.say(notes[0]).await;
+        assert_eq!(last(&first), question, "asked again once: {first:?}");
+        for note in &notes[1..] {
+            let reply = h.say(note).await;
+            assert!(
+                !reply.iter().any(|t| t.contains(question)),
+                "{note}: asked again: {reply:?}"
+            );
+            assert!(
+                ["Noted as", "Saved as", "として記録しました"]
+                    .iter()
+                    .any(|s| reply[0].contains(s)),
+                "{reply:?}"
+            );
+        }
+        let record = h.record().await;
+        let kept = h.store.insights(record.id).await.expect("insights");
+        assert_eq!(kept.len(), 3, "every note kept: {kept:?}");
+    }
+}
+
 #[tokio::test]
 async fn expert_questions_reach_the_book_guide_which_cites_only_this_book() {
     let h = Harness::new(ModelRouter::none()).await;

@@ -147,7 +147,8 @@ impl ReadingFlow {
                     Self::record_mood(out, title, phase, &value, &lang);
                 }
                 // something else: kept as a note (the answer to the greeting's question
-                // also as the reader's goal), and the mood is asked again
+                // also as the reader's goal), and the mood is asked again, once: a reader
+                // may ignore it (seed 004)
                 None => {
                     let kind = reading_agent::floor_kind(&text);
                     if reason {
@@ -170,7 +171,13 @@ impl ReadingFlow {
                             &format!("{kind}として記録しました。"),
                         )
                     });
-                    self.ask_mood(st, phase, &lang, out);
+                    if st.mood_asked_again {
+                        st.awaiting = None;
+                        st.mood_asked_again = false;
+                    } else {
+                        self.ask_mood(st, phase, &lang, out);
+                        st.mood_asked_again = true;
+                    }
                 }
             }
         } else if is_bare_number(&text) {
