@@ -72,6 +72,12 @@ struct DeskState {
     last_answer: Option<String>,
     /// The ticket whose feedback buttons are showing.
     rating: Option<i64>,
+    /// The question and answer marked "Not solved": what the user writes next is about it.
+    #[serde(default)]
+    unsolved: Option<(String, String)>,
+    /// The answer that did not solve the last question (for the team, with a handoff).
+    #[serde(default)]
+    unsolved_answer: Option<String>,
 }
 
 /// The "Talk to a human" button alone.
@@ -125,12 +131,19 @@ impl HelpdeskFlow {
             sources_allowed: None,
         };
         let result = run_workflow(&desk, MAX_TRIES, CONCURRENCY).await;
+        // details after "Not solved" are about the question before: the team sees both
+        let earlier = st.unsolved.take();
+        let question = match &earlier {
+            Some((first, _)) => format!("{first}\n(not solved) {question}"),
+            None => question.to_string(),
+        };
+        st.unsolved_answer = earlier.map(|(_, answer)| answer);
         st.tickets += 1;
         let ticket_no = st.tickets;
         out.change(StateChange::SaveTicket {
             ticket: Ticket {
                 ticket_no,
-                question: question.to_string(),
+                question: question.clone(),
                 plan: result.plan.clone(),
                 sub_answers: result.sub_answers.clone(),
                 answer: result.text.clone(),
@@ -138,7 +151,7 @@ impl HelpdeskFlow {
                 feedback: None,
             },
         });
-        st.last_question = Some(question.to_string());
+        st.last_question = Some(question);
         st.last_answer = Some(result.text.clone());
         st.rating = Some(ticket_no);
         out.say(result.text);
@@ -210,6 +223,7 @@ impl HelpdeskFlow {
         let Some(ticket_no) = st.rating.take() else {
             return;
         };
+        st.unsolved = None;
         out.change(StateChange::SetTicketFeedback {
             ticket_no,
             feedback: value.to_string(),
@@ -228,6 +242,7 @@ impl HelpdeskFlow {
                     "Sorry about that. Tell me more about the problem, or choose to talk to a human.",
                     "申し訳ありません。状況をもう少し詳しく教えていただくか、担当者にご相談ください。",
                 ));
+                st.unsolved = st.last_question.clone().zip(st.last_answer.clone());
                 st.rating = Some(ticket_no);
                 offer_human(out, &lang);
             }
@@ -237,8 +252,12 @@ impl HelpdeskFlow {
                     kind: "handoff".into(),
                     title: format!("Help-desk handoff from {}", ctx.user.display_name),
                     body: format!(
-                        "Question:\n{}\n\nBot's answer:\n{}",
+                        "Question:\n{}\n\n{}Bot's answer:\n{}",
                         st.last_question.clone().unwrap_or_default(),
+                        st.unsolved_answer
+                            .as_ref()
+                            .map(|a| format!("First answer (not solved):\n{a}\n\n"))
+                            .unwrap_or_default(),
                         st.last_answer.clone().unwrap_or_default()
                     ),
                     fields: vec![

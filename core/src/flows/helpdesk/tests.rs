@@ -329,6 +329,34 @@ async fn feedback_is_stored_and_a_handoff_reaches_the_admins() {
     );
 }
 
+/// What a user adds after "Not solved" goes to the team with the question it is about and
+/// the answer that did not solve it, in the ticket and in the handoff.
+#[tokio::test]
+async fn details_after_not_solved_reach_the_team_with_their_question() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("How do I export submissions?").await;
+    h.choose(&["not_solved"]).await;
+    h.ask("it still fails with an error").await;
+    h.choose(&["human"]).await;
+    let notices = h.admin.notices();
+    assert_eq!(notices.len(), 1);
+    let body = &notices[0].body;
+    for said in [
+        "How do I export submissions?",
+        "it still fails with an error",
+        "kaiwa export",
+    ] {
+        assert!(body.contains(said), "{said} missing: {body}");
+    }
+    let tickets = h.tickets().await;
+    let last = tickets.last().expect("a ticket");
+    assert!(
+        last.question.contains("How do I export submissions?")
+            && last.question.contains("it still fails with an error"),
+        "{last:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_floor_tells_an_answer_from_the_closest_match_and_from_nothing() {
     let h = Harness::new(ModelRouter::none(), sample_kb()).await;
