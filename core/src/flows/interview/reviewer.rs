@@ -55,6 +55,75 @@ static PHONE: LazyLock<Option<Regex>> =
 static NUMBER: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"-?[0-9]+(?:\.[0-9]+)?").ok());
 
+/// The first number `text` writes in words: English ("five", "twenty-three") or Japanese
+/// numerals (「三」, 「十五」, 「二十」).
+fn number_in_words(text: &str) -> Option<u32> {
+    const UNITS: [&str; 20] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    const TENS: [&str; 8] = [
+        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    let lower = text.to_lowercase();
+    let mut found: Option<u32> = None;
+    for word in lower.split(|c: char| !c.is_ascii_alphabetic()) {
+        let unit = UNITS.iter().position(|u| *u == word);
+        let ten = TENS.iter().position(|t| *t == word);
+        match (found, unit, ten) {
+            // "twenty three": the unit after a ten
+            (Some(n), Some(u), None) if n >= 20 && n % 10 == 0 && u < 10 => {
+                return Some(n + u as u32);
+            }
+            (Some(n), _, _) if !word.is_empty() => return Some(n),
+            (None, Some(u), _) => found = Some(u as u32),
+            (None, None, Some(t)) => found = Some(20 + 10 * t as u32),
+            _ => {}
+        }
+    }
+    if found.is_some() {
+        return found;
+    }
+    // Japanese numerals, the first run of them
+    const DIGITS: &str = "〇一二三四五六七八九";
+    let (mut total, mut current, mut seen) = (0u32, 0u32, false);
+    for c in text.chars() {
+        if let Some(d) = DIGITS.chars().position(|d| d == c) {
+            current = d as u32;
+        } else if c == '十' {
+            total += current.max(1) * 10;
+            current = 0;
+        } else if c == '百' {
+            total += current.max(1) * 100;
+            current = 0;
+        } else if seen {
+            break;
+        } else {
+            continue;
+        }
+        seen = true;
+    }
+    seen.then_some(total + current)
+}
+
 fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
     re.as_ref()?.find(text).map(|m| m.as_str().to_string())
 }
@@ -168,13 +237,15 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
                 })
                 .collect::<String>()
                 .replace(',', "");
-            find(&NUMBER, &normalized).ok_or_else(|| {
-                pick(
-                    lang,
-                    "Please answer with a number.",
-                    "数字で答えてください。",
-                )
-            })?
+            find(&NUMBER, &normalized)
+                .or_else(|| number_in_words(&normalized).map(|n| n.to_string()))
+                .ok_or_else(|| {
+                    pick(
+                        lang,
+                        "Please answer with a number.",
+                        "数字で答えてください。",
+                    )
+                })?
         }
         FieldType::Date => parse_date(answer)
             .map(|d| d.format("%Y-%m-%d").to_string())
@@ -471,6 +542,36 @@ mod tests {
              [[fields.options]]\nvalue = \"office\"\nlabel = {{ en = \"Office\", ja = \"出社\" }}\n"
         );
         Form::parse("t", &text).expect("form").fields.remove(0)
+    }
+
+    /// A number written in words is the number ("five years", 「三年」, 「十五年」); words
+    /// that name none are asked again.
+    #[test]
+    fn a_number_written_in_words_is_the_number() {
+        let number = field("number");
+        for (said, value) in [
+            ("five", "5"),
+            ("about five years", "5"),
+            ("Twenty-three", "23"),
+            ("twenty three", "23"),
+            ("eleven", "11"),
+            ("none, zero", "0"),
+            ("三年", "3"),
+            ("十五年です", "15"),
+            ("二十年", "20"),
+            ("約七年", "7"),
+            ("５年", "5"),
+            ("7 years", "7"),
+        ] {
+            assert_eq!(
+                validate(&number, said, "en").as_deref(),
+                Ok(value),
+                "{said}"
+            );
+        }
+        for said in ["a few", "many", "いくつか", "someone"] {
+            assert!(validate(&number, said, "en").is_err(), "{said}");
+        }
     }
 
     #[test]

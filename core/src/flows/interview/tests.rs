@@ -467,7 +467,7 @@ async fn the_floor_runs_a_whole_application_and_uses_an_answer_that_covers_two_f
         h.state().await.field("email").value.as_deref(),
         Some("hanako@example.com")
     );
-    h.say("five").await; // not a number: a follow-up
+    h.say("a few").await; // not a number: a follow-up
     assert!(
         h.outbox
             .texts()
