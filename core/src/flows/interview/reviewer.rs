@@ -129,12 +129,116 @@ fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
 }
 
 fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
+    let today = chrono::Utc::now().date_naive();
+    parse_date_on(text, today)
+}
+
+/// [`parse_date`] on `today`: digits (2027-04-01, 2027/4/1, 2027年4月1日, a month
+/// alone: its 1st), a month's English name with or without day and year (its next
+/// occurrence), "as soon as possible" (today), "next month" (its 1st).
+fn parse_date_on(text: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
+    use chrono::{Datelike, NaiveDate};
     let cleaned: String = text
         .trim()
         .replace(['年', '月', '/', '.'], "-")
         .replace('日', "");
     let cleaned = cleaned.trim_end_matches('-');
-    chrono::NaiveDate::parse_from_str(cleaned, "%Y-%m-%d").ok()
+    if let Ok(date) = NaiveDate::parse_from_str(cleaned, "%Y-%m-%d") {
+        return Some(date);
+    }
+    // a year and a month: its first day
+    if let Some((year, month)) = cleaned.split_once('-')
+        && let (Ok(year), Ok(month)) = (year.trim().parse::<i32>(), month.trim().parse::<u32>())
+        && year > 1900
+    {
+        return NaiveDate::from_ymd_opt(year, month, 1);
+    }
+    let lower = text.trim().to_lowercase();
+    let lower = lower.trim_end_matches(['.', '!', '。', '！']);
+    const NOW: [&str; 10] = [
+        "asap",
+        "as soon as possible",
+        "immediately",
+        "right away",
+        "now",
+        "today",
+        "今すぐ",
+        "すぐ",
+        "即日",
+        "今日",
+    ];
+    if NOW
+        .iter()
+        .any(|w| lower == *w || (!w.is_ascii() && lower.starts_with(w)))
+    {
+        return Some(today);
+    }
+    if lower == "next month" || lower.starts_with("来月") {
+        return today
+            .checked_add_months(chrono::Months::new(1))
+            .and_then(|d| d.with_day(1));
+    }
+    // a month's English name, a day and a year around it in any order
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let months: Vec<u32> = words
+        .iter()
+        .filter_map(|w| {
+            let at = MONTHS.iter().position(|m| w.starts_with(m))?;
+            // "march" and "mar" but not "mark"
+            let full = [
+                "january",
+                "february",
+                "march",
+                "april",
+                "may",
+                "june",
+                "july",
+                "august",
+                "september",
+                "october",
+                "november",
+                "december",
+            ][at];
+            (w.len() == 3 || full.starts_with(w) || *w == "sept").then_some(at as u32 + 1)
+        })
+        .collect();
+    // "I may start in June": "may" the verb beside another month
+    let month = months
+        .iter()
+        .copied()
+        .find(|m| *m != 5)
+        .or(months.first().copied())?;
+    let mut day = None;
+    let mut year = None;
+    for w in &words {
+        let digits = w.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let Ok(n) = digits.parse::<i32>() else {
+            continue;
+        };
+        if digits.len() == 4 {
+            year = Some(n);
+        } else if (1..=31).contains(&n) && day.is_none() {
+            day = Some(n as u32);
+        }
+    }
+    let day = day.unwrap_or(1);
+    match year {
+        Some(year) => NaiveDate::from_ymd_opt(year, month, day),
+        None => {
+            let this = NaiveDate::from_ymd_opt(today.year(), month, day)?;
+            if this >= today {
+                Some(this)
+            } else {
+                NaiveDate::from_ymd_opt(today.year() + 1, month, day)
+            }
+        }
+    }
 }
 
 /// Checks and normalises `answer` for `field`; the error is a message for the applicant.
@@ -542,6 +646,52 @@ mod tests {
              [[fields.options]]\nvalue = \"office\"\nlabel = {{ en = \"Office\", ja = \"出社\" }}\n"
         );
         Form::parse("t", &text).expect("form").fields.remove(0)
+    }
+
+    /// A start date as applicants write it: a month's name, a month without its day, "as
+    /// soon as possible", "next month" (the day they are read counts for those).
+    #[test]
+    fn a_date_is_read_as_applicants_write_it() {
+        use chrono::{Datelike, NaiveDate};
+        let date = field("date");
+        let today = chrono::Utc::now().date_naive();
+        let iso = |d: NaiveDate| d.format("%Y-%m-%d").to_string();
+        let next_month = today
+            .checked_add_months(chrono::Months::new(1))
+            .and_then(|d| d.with_day(1))
+            .expect("a date");
+        for (said, value) in [
+            ("2027-04-01", "2027-04-01".to_string()),
+            ("2027/4/1", "2027-04-01".into()),
+            ("2027年4月1日", "2027-04-01".into()),
+            ("2027年4月", "2027-04-01".into()),
+            ("April 1, 2027", "2027-04-01".into()),
+            ("1st of April 2027", "2027-04-01".into()),
+            ("Apr 2027", "2027-04-01".into()),
+            ("I may start in June 2027", "2027-06-01".into()),
+            ("As soon as possible", iso(today)),
+            ("ASAP", iso(today)),
+            ("immediately", iso(today)),
+            ("すぐにでも", iso(today)),
+            ("next month", iso(next_month)),
+            ("来月から", iso(next_month)),
+        ] {
+            assert_eq!(
+                validate(&date, said, "en").as_deref(),
+                Ok(value.as_str()),
+                "{said}"
+            );
+        }
+        // a month without its year: its next 1st
+        let june = validate(&date, "June 1", "en").expect("a date");
+        let june = NaiveDate::parse_from_str(&june, "%Y-%m-%d").expect("iso");
+        assert!(
+            june >= today && june.month() == 6 && june.day() == 1,
+            "{june}"
+        );
+        for said in ["soon", "when I can", "2027-13-40", "maybe"] {
+            assert!(validate(&date, said, "en").is_err(), "{said}");
+        }
     }
 
     /// A number written in words is the number ("five years", 「三年」, 「十五年」); words
