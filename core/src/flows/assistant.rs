@@ -800,6 +800,9 @@ mod tests {
             ("応募したいです", true),
             ("How do I apply the update?", false),
             ("The application crashes when I upload a file", false),
+            ("How do I stop the interview halfway?", false),
+            ("How long is the interview?", false),
+            ("応募を途中でやめるには？", false),
         ];
         for (said, applies) in cases {
             let (h, _) = bot(|_| ChatResponse::text("MODEL CHATTER")).await;

@@ -74,9 +74,41 @@ impl InterviewFlow {
 
 /// Whether `text` asks to apply for a job ("I want to apply", "Can I apply for the engineer
 /// position?", 「応募したいです」, "interview"), for the flows that hand such a message to
-/// the interview: an update applied, a discount applied or an application (software) that
-/// crashes is not one.
+/// the interview. A question about the interview ("How do I stop the interview halfway?",
+/// "How long is the interview?", 「応募をキャンセルするには？」) is not one, nor is an update
+/// applied or an application (software) that crashes.
 pub(crate) fn wants_to_apply(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    // stopping, pausing or asking about an interview's properties: a question about it
+    const ABOUT_EN: [&str; 16] = [
+        "stop", "end", "cancel", "quit", "pause", "withdraw", "delete", "long", "many", "what",
+        "when", "where", "why", "who", "status", "result",
+    ];
+    const ABOUT_JA: [&str; 16] = [
+        "やめ",
+        "止め",
+        "中断",
+        "終了",
+        "終わ",
+        "キャンセル",
+        "取り消",
+        "辞退",
+        "いつ",
+        "何",
+        "どのくらい",
+        "どれくらい",
+        "なぜ",
+        "誰",
+        "どこ",
+        "結果",
+    ];
+    if words.iter().any(|w| ABOUT_EN.contains(w)) || ABOUT_JA.iter().any(|w| text.contains(w)) {
+        return false;
+    }
     if text.contains("応募") || text.contains("面接") {
         return true;
     }
@@ -89,11 +121,6 @@ pub(crate) fn wants_to_apply(text: &str) -> bool {
     const JOB: [&str; 8] = [
         "job", "jobs", "position", "role", "vacancy", "opening", "career", "hiring",
     ];
-    let lower = text.to_lowercase();
-    let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
     let about_a_job = words.iter().any(|w| JOB.contains(w));
     words.iter().enumerate().any(|(i, w)| {
         let next = words.get(i + 1).copied();
