@@ -303,7 +303,7 @@ pub fn is_web(passage: &Passage) -> bool {
     passage.path.starts_with("https://") || passage.path.starts_with("http://")
 }
 
-fn sources_block(sources: &[Passage], lang: &str) -> String {
+pub(crate) fn sources_block(sources: &[Passage], lang: &str) -> String {
     let mut out = if lang == "ja" {
         "出典:\n".to_string()
     } else {

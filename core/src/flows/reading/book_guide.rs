@@ -321,6 +321,20 @@ impl BookGuide {
                 .sources
                 .retain(|p| names_what_is_asked(question, &p.text));
         }
+        // who wrote it and when: the catalogue's entry says, cited
+        if answer.sources.is_empty()
+            && models.for_agent(&self.library.answerer).is_none()
+            && let Some(entry) = book.and_then(|t| self.catalogue.find(t))
+            && let Some(fact) = catalogue_fact(question, entry, lang)
+        {
+            let source = entry.passage(1.0);
+            answer.text = format!(
+                "{fact} [1]\n\n{}",
+                crate::agent::research::sources_block(std::slice::from_ref(&source), lang)
+            );
+            answer.sources = vec![source];
+            answer.confident = true;
+        }
         if let (Some(title), true) = (book, answer.sources.is_empty()) {
             let shown = self.catalogue.title_in(title, lang);
             // kept as a question note by the caller, or left to the reader
@@ -346,6 +360,46 @@ impl BookGuide {
         }
         answer
     }
+}
+
+/// The author or the year of `book` when `question` asks for it ("Who wrote this book?",
+/// "When was it published?", 「作者は誰？」, 「いつ出版されたの？」), from its entry.
+fn catalogue_fact(question: &str, book: &super::catalogue::Book, lang: &str) -> Option<String> {
+    let q = question.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| q.contains(w));
+    let title = book.title_in(lang);
+    let author = book.author_in(lang);
+    if has(&[
+        "who wrote",
+        "author",
+        "written by",
+        "作者",
+        "著者",
+        "書いた",
+        "誰が書",
+    ]) {
+        return Some(crate::i18n::pick(
+            lang,
+            &format!("«{title}» was written by {author} ({}).", book.year),
+            &format!("『{title}』の作者は{author}です（{}年）。", book.year),
+        ));
+    }
+    if has(&[
+        "when was",
+        "what year",
+        "published",
+        "いつ書",
+        "いつ出",
+        "出版",
+        "何年",
+    ]) {
+        return Some(crate::i18n::pick(
+            lang,
+            &format!("«{title}» by {author} was published in {}.", book.year),
+            &format!("『{title}』（{author}）は{}年の作品です。", book.year),
+        ));
+    }
+    None
 }
 
 /// The floor's use of web pages: the best three, quoted with their titles and cited by

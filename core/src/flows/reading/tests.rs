@@ -853,6 +853,31 @@ async fn typing_at_the_mood_question_keeps_the_note_and_asks_the_mood_again() {
     );
 }
 
+/// A question of fact about the book (who wrote it, when, where it is set, its
+/// characters) is the BookGuide's, asked at the mood question or later: answered from the
+/// catalogue, not only noted.
+#[tokio::test]
+async fn a_question_of_fact_about_the_book_reaches_the_book_guide() {
+    for (lang, asked, says) in [
+        ("en", "Who wrote this book?", Some("Natsume Soseki")),
+        ("en", "When was it published?", Some("1914")),
+        ("en", "Where is the story set?", None),
+        ("en", "Who are the main characters?", None),
+        ("ja", "この本を書いたのは誰ですか？", Some("夏目漱石")),
+        ("ja", "いつ出版されたの？", Some("1914")),
+        ("ja", "登場人物を教えて", None),
+    ] {
+        let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
+        h.say("/reading start kokoro").await;
+        let reply = h.say(asked).await;
+        assert!(guide_answered(&reply), "{asked}: {reply:?}");
+        if let Some(says) = says {
+            assert!(reply.iter().any(|t| t.contains(says)), "{asked}: {reply:?}");
+        }
+        h.assert_question_note(asked).await;
+    }
+}
+
 /// The mood may be ignored (seed 004: tap an option, or ignore them and write): asked
 /// again once after a note, not after every note that follows.
 #[tokio::test]
