@@ -465,8 +465,9 @@ pub fn extract_for_other_fields(
 /// digits only as a whole word, so "Go" is not found in "good").
 pub fn mentions_any(answer: &str, signals: &[String]) -> bool {
     let lower = answer.to_lowercase();
+    // (Latin words end at kana or kanji too: 「PythonとGo」)
     let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '+' || c == '#'))
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '#'))
         .filter(|w| !w.is_empty())
         .collect();
     signals.iter().any(|signal| {

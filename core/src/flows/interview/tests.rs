@@ -805,6 +805,10 @@ fn signals_are_whole_words() {
     assert!(reviewer::mentions_any("mostly C++", &signals));
     assert!(reviewer::mentions_any("visual basic at school", &signals));
     assert!(!reviewer::mentions_any("good cloud work", &signals));
+    // in Japanese, words written in Latin letters between kana: 「PythonとGo」
+    assert!(reviewer::mentions_any("主にGoとCを使っています", &signals));
+    assert!(reviewer::mentions_any("Visual Basicで開発", &signals));
+    assert!(!reviewer::mentions_any("Googleで働いています", &signals));
 }
 
 #[test]
