@@ -819,6 +819,32 @@ mod tests {
         }
     }
 
+    /// A flow started by its command goes on in the language of the conversation it
+    /// replaces: the interview does not ask for it again; Japanese in the command's words
+    /// still says Japanese.
+    #[tokio::test]
+    async fn a_flow_started_by_command_keeps_the_conversations_language() {
+        use crate::message::Body;
+        let command = |name: &str, args: &str| Body::Command {
+            name: name.into(),
+            args: args.into(),
+        };
+        let (h, _) = opened(ScriptedModel::repeating(|_| ChatResponse::text("…"))).await;
+        h.choose(&["ja"]).await;
+        let replies = h.send(command("interview", "")).await.join("\n");
+        assert!(
+            replies.contains("お住まいの国を教えてください"),
+            "{replies}"
+        );
+        assert!(!replies.contains("Which language"), "{replies}");
+        let (h, _) = opened(ScriptedModel::repeating(|_| ChatResponse::text("…"))).await;
+        h.choose(&["en"]).await;
+        let replies = h.send(command("reading", "start Kokoro")).await.join("\n");
+        assert!(replies.contains("«Kokoro»"), "{replies}");
+        let replies = h.send(command("reading", "start こころ")).await.join("\n");
+        assert!(replies.contains("『こころ』"), "{replies}");
+    }
+
     /// A model too slow for the turn is said to be slow; one that cannot be reached, to be
     /// out of reach.
     #[tokio::test]

@@ -29,7 +29,7 @@ pub(super) fn written_language(text: &str) -> Option<&'static str> {
 /// The language the user's own words in `body` are written in. A command's words and its
 /// arguments in Latin letters (`/reading start Kokoro`) say nothing about the user's
 /// language; Japanese in its arguments does.
-fn language_of_words(body: &Body) -> Option<&'static str> {
+pub(super) fn language_of_words(body: &Body) -> Option<&'static str> {
     match body {
         Body::Text { text } => written_language(text),
         Body::Command { args, .. } => written_language(args).filter(|l| *l == "ja"),

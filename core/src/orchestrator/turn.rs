@@ -77,6 +77,13 @@ impl Orchestrator {
             return self.relay_to_staff(&incoming, active, hold, outbox).await;
         }
         let history_of = active.as_ref().map(|s| s.id);
+        // a conversation a command replaces hands its language on, unless the command's
+        // own words say another
+        let replaced_language = active
+            .as_ref()
+            .and_then(|s| s.language.clone())
+            .filter(|_| matches!(incoming.body, Body::Command { .. }))
+            .filter(|_| super::language::language_of_words(&incoming.body).is_none());
         let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
             Plan::Reply { session, text } => {
                 return self.reply_only(&incoming, session, text, outbox).await;
@@ -96,7 +103,10 @@ impl Orchestrator {
                 &mut session,
                 flow.follows_written_language(),
                 &incoming,
-                (handed_language, starting.as_ref().map(|s| s.0.clone())),
+                (
+                    handed_language.or(replaced_language),
+                    starting.as_ref().map(|s| s.0.clone()),
+                ),
             )
             .await;
         let ended_before = starting.map(|s| s.1).filter(|_| session.is_new());
