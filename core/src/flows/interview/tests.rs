@@ -850,3 +850,26 @@ fn a_decision_is_told_in_the_applicants_language_from_the_form() {
         None
     );
 }
+
+/// `/lang` in the middle of an interview: the next question and every message after it
+/// come in the language asked for.
+#[tokio::test]
+async fn lang_in_the_middle_of_an_interview_changes_its_questions() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("ja").await;
+    let asked = h.say("日本").await;
+    assert!(last(&asked).contains("お名前"), "{asked:?}");
+    h.send(Body::Command {
+        name: "lang".into(),
+        args: "en".into(),
+    })
+    .await;
+    let next = h.say("Hanako Yamada").await;
+    assert_eq!(
+        last(&next),
+        "Which email address should we use to contact you?",
+        "{next:?}"
+    );
+    assert_eq!(h.state().await.language.as_deref(), Some("en"));
+}

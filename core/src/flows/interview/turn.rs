@@ -98,6 +98,12 @@ impl Flow for InterviewFlow {
         if st.form_id.is_empty() && self.open_form(&ctx, &mut st, &mut out).await? {
             return Ok(out);
         }
+        // the conversation's language once the Greeter set one: /lang changes it
+        if st.language.is_some()
+            && let Some(lang) = &ctx.session.language
+        {
+            st.language = Some(lang.clone());
+        }
         let Some(form) = self.form(&st.form_id).cloned() else {
             out.say(format!("The form {:?} of this interview is no longer configured. Send /interview to start again.", st.form_id));
             out.end();
