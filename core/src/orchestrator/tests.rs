@@ -271,6 +271,46 @@ async fn an_option_typed_instead_of_pressed_is_the_press() {
     );
 }
 
+/// A press is kept in the conversation as the label the user saw ("B"), not the value
+/// behind it: for /mydata, the console and the model's history.
+#[tokio::test]
+async fn a_press_is_kept_as_its_label() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let report = orchestrator
+        .handle(text("c", "m1", "ask"), &outbox)
+        .await
+        .expect("ask");
+    let Some(Outgoing::Options(request)) = report.outgoing.first().cloned() else {
+        panic!("options were sent");
+    };
+    let pressed = orchestrator
+        .handle(
+            msg(
+                "c",
+                "m2",
+                Body::Choice {
+                    request_id: request.request_id,
+                    values: vec!["b".into()],
+                },
+            ),
+            &outbox,
+        )
+        .await
+        .expect("pressed");
+    let messages = store
+        .recent_messages(pressed.session_id, 20)
+        .await
+        .expect("messages");
+    let users: Vec<&str> = messages
+        .iter()
+        .filter(|m| m.role == crate::store::Role::User)
+        .map(|m| m.text.as_str())
+        .collect();
+    assert_eq!(users, ["ask", "B"]);
+}
+
 #[tokio::test]
 async fn stale_and_foreign_button_presses_change_nothing() {
     let probe = Arc::new(Probe::new(None));

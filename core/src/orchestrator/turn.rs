@@ -116,6 +116,13 @@ impl Orchestrator {
             false => Vec::new(),
         };
         let is_command = matches!(input, TurnInput::Command { .. });
+        // a press is kept as the labels the user saw, not the values behind them
+        let said = said.or_else(|| match (&incoming.body, &input) {
+            (Body::Choice { .. }, TurnInput::Choice { request, values }) => {
+                Some(request.labels_of(values).join(", "))
+            }
+            _ => None,
+        });
         let Ran {
             result,
             streaming,
@@ -148,7 +155,9 @@ impl Orchestrator {
             streaming.finish().await;
             let handed = Handed {
                 language: language_after(&output, &session),
-                said: incoming.body.transcript_text(),
+                said: said
+                    .clone()
+                    .unwrap_or_else(|| incoming.body.transcript_text()),
             };
             return self
                 .as_command(incoming, (key, handoff, handed), outbox)
