@@ -729,7 +729,8 @@ mod tests {
                 t.contains("Which country do you live in?")
             }),
             ("I'm reading Kokoro", "reading", |t| t.contains("Kokoro")),
-            ("Can you recommend a good book?", "recommend", |t| {
+            // recommendations answer once: the assistant's conversation goes on
+            ("Can you recommend a good book?", super::ID, |t| {
                 t.starts_with("Books for you:")
             }),
             // a request the knowledge base answers: cited, not imagined
@@ -843,6 +844,44 @@ mod tests {
         assert!(replies.contains("«Kokoro»"), "{replies}");
         let replies = h.send(command("reading", "start こころ")).await.join("\n");
         assert!(replies.contains("『こころ』"), "{replies}");
+    }
+
+    /// Recommendations answer once: what the user says next goes where its words say, not
+    /// to the same list again.
+    #[tokio::test]
+    async fn after_recommendations_the_next_message_is_routed_again() {
+        for (lang, ask, then, shows) in [
+            (
+                "en",
+                "Can you recommend a good book?",
+                "I'm reading Kokoro",
+                "«Kokoro»",
+            ),
+            (
+                "ja",
+                "おすすめの本を教えて",
+                "吾輩は猫であるを読んでいます",
+                "『吾輩は猫である』",
+            ),
+        ] {
+            let (h, _) = opened(ScriptedModel::repeating(|_| {
+                ChatResponse::text("MODEL CHATTER")
+            }))
+            .await;
+            h.choose(&[lang]).await;
+            let listed = h.say(ask).await.join("\n");
+            assert!(
+                listed.contains("Books for you") || listed.contains("あなたへのおすすめ"),
+                "{listed}"
+            );
+            let replies = h.say(then).await.join("\n");
+            assert!(replies.contains(shows), "{then}: {replies}");
+            assert!(
+                !replies.contains("Books for you") && !replies.contains("あなたへのおすすめ"),
+                "{then}: {replies}"
+            );
+            assert_eq!(flow_now(&h).await, "reading", "{then}");
+        }
     }
 
     /// A model too slow for the turn is said to be slow; one that cannot be reached, to be

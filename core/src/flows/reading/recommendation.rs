@@ -346,6 +346,9 @@ impl Flow for RecommendFlow {
         }
         let text = self.render(&picks, &lang, &mut out);
         out.say(text);
+        // one answer: what the user says next goes where its words say (the list again
+        // only when they ask for it)
+        out.end();
         Ok(out)
     }
 }
