@@ -884,6 +884,42 @@ mod tests {
         }
     }
 
+    /// A command of another conversation (/insights, /mode outside a reading one) says
+    /// where it works instead of "unknown command".
+    #[tokio::test]
+    async fn a_command_of_another_conversation_says_where_it_works() {
+        use crate::message::Body;
+        for (lang, says) in [
+            ("en", "works inside a conversation started with /reading"),
+            ("ja", "/reading で始めた会話の中で使えます"),
+        ] {
+            let (h, _) = opened(ScriptedModel::repeating(|_| ChatResponse::text("…"))).await;
+            h.choose(&[lang]).await;
+            for name in ["insights", "mode"] {
+                let replies = h
+                    .send(Body::Command {
+                        name: name.into(),
+                        args: String::new(),
+                    })
+                    .await
+                    .join("\n");
+                assert!(replies.contains(says), "/{name}: {replies}");
+            }
+            // a command no flow knows is still unknown
+            let replies = h
+                .send(Body::Command {
+                    name: "frobnicate".into(),
+                    args: String::new(),
+                })
+                .await
+                .join("\n");
+            assert!(
+                replies.contains("Unknown command") || replies.contains("コマンドはありません"),
+                "{replies}"
+            );
+        }
+    }
+
     /// A model too slow for the turn is said to be slow; one that cannot be reached, to be
     /// out of reach.
     #[tokio::test]

@@ -54,6 +54,26 @@ pub(super) fn unknown_command(name: &str, lang: &str) -> String {
 }
 
 impl Orchestrator {
+    /// What `/name` unknown here is told: a command another flow answers in its own
+    /// conversation (/insights outside a reading one) says which one; any other is unknown.
+    pub(super) fn unknown_command_text(&self, name: &str, lang: &str) -> String {
+        let starts: Vec<String> = self
+            .flows
+            .iter()
+            .filter(|f| f.commands().iter().any(|c| c.name == name))
+            .filter_map(|f| f.start_commands().first().map(|c| format!("/{}", c.name)))
+            .collect();
+        if starts.is_empty() {
+            return unknown_command(name, lang);
+        }
+        let list = starts.join(" / ");
+        crate::i18n::pick(
+            lang,
+            &format!("/{name} works inside a conversation started with {list}: send that first."),
+            &format!("/{name} は {list} で始めた会話の中で使えます。先にそちらを送ってください。"),
+        )
+    }
+
     /// True the first time `key` hears of `outage` (later outages are told again).
     pub(super) fn first_to_hear_of(&self, outage: u64, key: &SessionKey) -> bool {
         let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());

@@ -5,7 +5,7 @@
 
 use super::Orchestrator;
 use super::OrchestratorError;
-use super::notices::{STALE_EN, unknown_command};
+use super::notices::STALE_EN;
 use crate::flow::TurnInput;
 use crate::i18n::pick;
 use crate::message::{Body, Incoming, OptionsRequest, SessionKey};
@@ -126,7 +126,7 @@ impl Orchestrator {
                 },
                 (None, None) => Plan::Reply {
                     session: None,
-                    text: unknown_command(other, lang),
+                    text: self.unknown_command_text(other, lang),
                 },
             },
         }

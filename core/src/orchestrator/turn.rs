@@ -14,7 +14,7 @@
 
 use super::delivery::FinishedTurn;
 use super::language::Handed;
-use super::notices::{apology, in_language, pick, too_long, unknown_command};
+use super::notices::{apology, in_language, pick, too_long};
 use super::routing::Plan;
 use super::working::Streaming;
 use super::{HISTORY_LIMIT, Orchestrator, OrchestratorError, Outbox, TurnReport};
@@ -388,7 +388,7 @@ impl Orchestrator {
             let lang = session.language.as_deref().unwrap_or("en");
             output
                 .outgoing
-                .push(Outgoing::text(unknown_command(name, lang)));
+                .push(Outgoing::text(self.unknown_command_text(name, lang)));
         }
         if let Some(outage) = self.models.outage()
             && self.first_to_hear_of(outage, &session.key)
