@@ -890,12 +890,12 @@ mod tests {
     async fn a_command_of_another_conversation_says_where_it_works() {
         use crate::message::Body;
         for (lang, says) in [
-            ("en", "works inside a conversation started with /reading"),
-            ("ja", "/reading で始めた会話の中で使えます"),
+            ("en", "works inside a conversation started with "),
+            ("ja", "で始めた会話の中で使えます"),
         ] {
             let (h, _) = opened(ScriptedModel::repeating(|_| ChatResponse::text("…"))).await;
             h.choose(&[lang]).await;
-            for name in ["insights", "mode"] {
+            for name in ["insights", "mode", "status"] {
                 let replies = h
                     .send(Body::Command {
                         name: name.into(),
@@ -903,7 +903,16 @@ mod tests {
                     })
                     .await
                     .join("\n");
-                assert!(replies.contains(says), "/{name}: {replies}");
+                assert!(
+                    replies.contains(says) && replies.contains("/reading"),
+                    "/{name}: {replies}"
+                );
+                // the interview's /status too
+                assert_eq!(
+                    replies.contains("/interview"),
+                    name == "status",
+                    "{replies}"
+                );
             }
             // a command no flow knows is still unknown
             let replies = h

@@ -66,11 +66,16 @@ impl Orchestrator {
         if starts.is_empty() {
             return unknown_command(name, lang);
         }
-        let list = starts.join(" / ");
         crate::i18n::pick(
             lang,
-            &format!("/{name} works inside a conversation started with {list}: send that first."),
-            &format!("/{name} は {list} で始めた会話の中で使えます。先にそちらを送ってください。"),
+            &format!(
+                "/{name} works inside a conversation started with {}: send that first.",
+                starts.join(" or ")
+            ),
+            &format!(
+                "/{name} は {} で始めた会話の中で使えます。先にそちらを送ってください。",
+                starts.join(" または ")
+            ),
         )
     }
 
