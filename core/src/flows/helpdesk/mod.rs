@@ -72,9 +72,10 @@ struct DeskState {
     last_answer: Option<String>,
     /// The ticket whose feedback buttons are showing.
     rating: Option<i64>,
-    /// The question and answer marked "Not solved": what the user writes next is about it.
+    /// The last question and answer were marked "Not solved": what the user writes next is
+    /// about them.
     #[serde(default)]
-    unsolved: Option<(String, String)>,
+    unsolved: bool,
     /// The answer that did not solve the last question (for the team, with a handoff).
     #[serde(default)]
     unsolved_answer: Option<String>,
@@ -132,7 +133,9 @@ impl HelpdeskFlow {
         };
         let result = run_workflow(&desk, MAX_TRIES, CONCURRENCY).await;
         // details after "Not solved" are about the question before: the team sees both
-        let earlier = st.unsolved.take();
+        let earlier = std::mem::take(&mut st.unsolved)
+            .then(|| st.last_question.clone().zip(st.last_answer.clone()))
+            .flatten();
         let question = match &earlier {
             Some((first, _)) => format!("{first}\n(not solved) {question}"),
             None => question.to_string(),
@@ -223,7 +226,7 @@ impl HelpdeskFlow {
         let Some(ticket_no) = st.rating.take() else {
             return;
         };
-        st.unsolved = None;
+        st.unsolved = false;
         out.change(StateChange::SetTicketFeedback {
             ticket_no,
             feedback: value.to_string(),
@@ -242,7 +245,7 @@ impl HelpdeskFlow {
                     "Sorry about that. Tell me more about the problem, or choose to talk to a human.",
                     "申し訳ありません。状況をもう少し詳しく教えていただくか、担当者にご相談ください。",
                 ));
-                st.unsolved = st.last_question.clone().zip(st.last_answer.clone());
+                st.unsolved = true;
                 st.rating = Some(ticket_no);
                 offer_human(out, &lang);
             }
