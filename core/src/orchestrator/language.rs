@@ -29,12 +29,24 @@ pub(super) fn written_language(text: &str) -> Option<&'static str> {
 /// The language the user's own words in `body` are written in. A command's words and its
 /// arguments in Latin letters (`/reading start Kokoro`) say nothing about the user's
 /// language; Japanese in its arguments does.
-pub(super) fn language_of_words(body: &Body) -> Option<&'static str> {
+fn language_of_words(body: &Body) -> Option<&'static str> {
     match body {
         Body::Text { text } => written_language(text),
         Body::Command { args, .. } => written_language(args).filter(|l| *l == "ja"),
         Body::Choice { .. } | Body::Open => None,
     }
+}
+
+/// The language a conversation that a command replaces hands on to the one it starts
+/// (as a hand-off does), unless the command's own words say another.
+pub(super) fn replaced_language(
+    active: Option<&SessionRecord>,
+    incoming: &Incoming,
+) -> Option<String> {
+    active
+        .and_then(|s| s.language.clone())
+        .filter(|_| matches!(incoming.body, Body::Command { .. }))
+        .filter(|_| language_of_words(&incoming.body).is_none())
 }
 
 /// The language of the app the user runs, as the platform reports it (Telegram's

@@ -77,13 +77,7 @@ impl Orchestrator {
             return self.relay_to_staff(&incoming, active, hold, outbox).await;
         }
         let history_of = active.as_ref().map(|s| s.id);
-        // a conversation a command replaces hands its language on, unless the command's
-        // own words say another
-        let replaced_language = active
-            .as_ref()
-            .and_then(|s| s.language.clone())
-            .filter(|_| matches!(incoming.body, Body::Command { .. }))
-            .filter(|_| super::language::language_of_words(&incoming.body).is_none());
+        let replaced_language = super::language::replaced_language(active.as_ref(), &incoming);
         let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
             Plan::Reply { session, text } => {
                 return self.reply_only(&incoming, session, text, outbox).await;
@@ -116,13 +110,7 @@ impl Orchestrator {
             false => Vec::new(),
         };
         let is_command = matches!(input, TurnInput::Command { .. });
-        // a press is kept as the labels the user saw, not the values behind them
-        let said = said.or_else(|| match (&incoming.body, &input) {
-            (Body::Choice { .. }, TurnInput::Choice { request, values }) => {
-                Some(request.labels_of(values).join(", "))
-            }
-            _ => None,
-        });
+        let said = said.or_else(|| pressed_labels(&incoming.body, &input));
         let Ran {
             result,
             streaming,
@@ -419,6 +407,17 @@ fn keep_detected_language(output: &mut TurnOutput, language: String) {
         output
             .changes
             .insert(0, StateChange::SetLanguage { language });
+    }
+}
+
+/// What a press is kept as in the conversation: the labels the user saw, not the values
+/// behind them (`None` for any other message).
+fn pressed_labels(body: &Body, input: &TurnInput) -> Option<String> {
+    match (body, input) {
+        (Body::Choice { .. }, TurnInput::Choice { request, values }) => {
+            Some(request.labels_of(values).join(", "))
+        }
+        _ => None,
     }
 }
 
