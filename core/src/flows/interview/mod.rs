@@ -28,6 +28,7 @@ mod questions;
 mod resume;
 mod submission;
 mod turn;
+mod written;
 
 use crate::agent::subtask::{SubtaskContext, summarize};
 use crate::flow::TurnContext;

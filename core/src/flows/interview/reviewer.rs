@@ -8,6 +8,7 @@
 //! numbers) for later fields in any answer, so nothing is asked twice.
 
 use super::form::{FieldType, Form, FormField};
+use super::written::{number_in_words, parse_date};
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
 use crate::i18n::pick;
@@ -55,193 +56,10 @@ static PHONE: LazyLock<Option<Regex>> =
 static NUMBER: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"-?[0-9]+(?:\.[0-9]+)?").ok());
 
-/// The first number `text` writes in words: English ("five", "twenty-three") or Japanese
-/// numerals (「三」, 「十五」, 「二十」).
-fn number_in_words(text: &str) -> Option<u32> {
-    const UNITS: [&str; 20] = [
-        "zero",
-        "one",
-        "two",
-        "three",
-        "four",
-        "five",
-        "six",
-        "seven",
-        "eight",
-        "nine",
-        "ten",
-        "eleven",
-        "twelve",
-        "thirteen",
-        "fourteen",
-        "fifteen",
-        "sixteen",
-        "seventeen",
-        "eighteen",
-        "nineteen",
-    ];
-    const TENS: [&str; 8] = [
-        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-    ];
-    let lower = text.to_lowercase();
-    let mut found: Option<u32> = None;
-    for word in lower.split(|c: char| !c.is_ascii_alphabetic()) {
-        let unit = UNITS.iter().position(|u| *u == word);
-        let ten = TENS.iter().position(|t| *t == word);
-        match (found, unit, ten) {
-            // "twenty three": the unit after a ten
-            (Some(n), Some(u), None) if n >= 20 && n % 10 == 0 && u < 10 => {
-                return Some(n + u as u32);
-            }
-            (Some(n), _, _) if !word.is_empty() => return Some(n),
-            (None, Some(u), _) => found = Some(u as u32),
-            (None, None, Some(t)) => found = Some(20 + 10 * t as u32),
-            _ => {}
-        }
-    }
-    if found.is_some() {
-        return found;
-    }
-    // Japanese numerals, the first run of them
-    const DIGITS: &str = "〇一二三四五六七八九";
-    let (mut total, mut current, mut seen) = (0u32, 0u32, false);
-    for c in text.chars() {
-        if let Some(d) = DIGITS.chars().position(|d| d == c) {
-            current = d as u32;
-        } else if c == '十' {
-            total += current.max(1) * 10;
-            current = 0;
-        } else if c == '百' {
-            total += current.max(1) * 100;
-            current = 0;
-        } else if seen {
-            break;
-        } else {
-            continue;
-        }
-        seen = true;
-    }
-    seen.then_some(total + current)
-}
-
 fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
     re.as_ref()?.find(text).map(|m| m.as_str().to_string())
 }
 
-fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
-    let today = chrono::Utc::now().date_naive();
-    parse_date_on(text, today)
-}
-
-/// [`parse_date`] on `today`: digits (2027-04-01, 2027/4/1, 2027年4月1日, a month
-/// alone: its 1st), a month's English name with or without day and year (its next
-/// occurrence), "as soon as possible" (today), "next month" (its 1st).
-fn parse_date_on(text: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
-    use chrono::{Datelike, NaiveDate};
-    let cleaned: String = text
-        .trim()
-        .replace(['年', '月', '/', '.'], "-")
-        .replace('日', "");
-    let cleaned = cleaned.trim_end_matches('-');
-    if let Ok(date) = NaiveDate::parse_from_str(cleaned, "%Y-%m-%d") {
-        return Some(date);
-    }
-    // a year and a month: its first day
-    if let Some((year, month)) = cleaned.split_once('-')
-        && let (Ok(year), Ok(month)) = (year.trim().parse::<i32>(), month.trim().parse::<u32>())
-        && year > 1900
-    {
-        return NaiveDate::from_ymd_opt(year, month, 1);
-    }
-    let lower = text.trim().to_lowercase();
-    let lower = lower.trim_end_matches(['.', '!', '。', '！']);
-    const NOW: [&str; 10] = [
-        "asap",
-        "as soon as possible",
-        "immediately",
-        "right away",
-        "now",
-        "today",
-        "今すぐ",
-        "すぐ",
-        "即日",
-        "今日",
-    ];
-    if NOW
-        .iter()
-        .any(|w| lower == *w || (!w.is_ascii() && lower.starts_with(w)))
-    {
-        return Some(today);
-    }
-    if lower == "next month" || lower.starts_with("来月") {
-        return today
-            .checked_add_months(chrono::Months::new(1))
-            .and_then(|d| d.with_day(1));
-    }
-    // a month's English name, a day and a year around it in any order
-    const MONTHS: [&str; 12] = [
-        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-    ];
-    let words: Vec<&str> = lower
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
-    let months: Vec<u32> = words
-        .iter()
-        .filter_map(|w| {
-            let at = MONTHS.iter().position(|m| w.starts_with(m))?;
-            // "march" and "mar" but not "mark"
-            let full = [
-                "january",
-                "february",
-                "march",
-                "april",
-                "may",
-                "june",
-                "july",
-                "august",
-                "september",
-                "october",
-                "november",
-                "december",
-            ][at];
-            (w.len() == 3 || full.starts_with(w) || *w == "sept").then_some(at as u32 + 1)
-        })
-        .collect();
-    // "I may start in June": "may" the verb beside another month
-    let month = months
-        .iter()
-        .copied()
-        .find(|m| *m != 5)
-        .or(months.first().copied())?;
-    let mut day = None;
-    let mut year = None;
-    for w in &words {
-        let digits = w.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        let Ok(n) = digits.parse::<i32>() else {
-            continue;
-        };
-        if digits.len() == 4 {
-            year = Some(n);
-        } else if (1..=31).contains(&n) && day.is_none() {
-            day = Some(n as u32);
-        }
-    }
-    let day = day.unwrap_or(1);
-    match year {
-        Some(year) => NaiveDate::from_ymd_opt(year, month, day),
-        None => {
-            let this = NaiveDate::from_ymd_opt(today.year(), month, day)?;
-            if this >= today {
-                Some(this)
-            } else {
-                NaiveDate::from_ymd_opt(today.year() + 1, month, day)
-            }
-        }
-    }
-}
-
-/// Checks and normalises `answer` for `field`; the error is a message for the applicant.
 /// The value of the Skip button shown with optional questions.
 pub const SKIP: &str = "__skip__";
 
@@ -296,6 +114,7 @@ pub fn date_example(field: &FormField, lang: &str) -> String {
     })
 }
 
+/// Checks and normalises `answer` for `field`; the error is a message for the applicant.
 pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, String> {
     let answer = answer.trim();
     if answer.is_empty() {
