@@ -110,6 +110,18 @@ async fn setup(probe: Arc<Probe>) -> (Orchestrator, Arc<SqliteStore>) {
     (orchestrator, store)
 }
 
+/// A press of the option `value` on the keyboard `request_id`.
+fn press(chat: &str, id: &str, request_id: impl Into<String>, value: &str) -> Incoming {
+    msg(
+        chat,
+        id,
+        Body::Choice {
+            request_id: request_id.into(),
+            values: vec![value.into()],
+        },
+    )
+}
+
 fn msg(chat: &str, id: &str, body: Body) -> Incoming {
     Incoming {
         platform: Platform::Console,
@@ -286,17 +298,7 @@ async fn a_press_is_kept_as_its_label() {
         panic!("options were sent");
     };
     let pressed = orchestrator
-        .handle(
-            msg(
-                "c",
-                "m2",
-                Body::Choice {
-                    request_id: request.request_id,
-                    values: vec!["b".into()],
-                },
-            ),
-            &outbox,
-        )
+        .handle(press("c", "m2", request.request_id, "b"), &outbox)
         .await
         .expect("pressed");
     let messages = store
@@ -331,34 +333,14 @@ async fn stale_and_foreign_button_presses_change_nothing() {
         .expect("exists");
 
     let stale = orchestrator
-        .handle(
-            msg(
-                "c",
-                "m2",
-                Body::Choice {
-                    request_id: "old".into(),
-                    values: vec!["a".into()],
-                },
-            ),
-            &outbox,
-        )
+        .handle(press("c", "m2", "old", "a"), &outbox)
         .await
         .expect("stale");
     assert!(
         matches!(&stale.outgoing[..], [Outgoing::Text { text }] if text.contains("no longer active"))
     );
     let unknown = orchestrator
-        .handle(
-            msg(
-                "c",
-                "m3",
-                Body::Choice {
-                    request_id: request.request_id.clone(),
-                    values: vec!["zzz".into()],
-                },
-            ),
-            &outbox,
-        )
+        .handle(press("c", "m3", request.request_id.clone(), "zzz"), &outbox)
         .await
         .expect("unknown value");
     assert!(
@@ -373,14 +355,7 @@ async fn stale_and_foreign_button_presses_change_nothing() {
     assert_eq!(after.pending_options, before.pending_options);
 
     // a press from another user in the same chat never reaches this session
-    let mut foreign = msg(
-        "c",
-        "m4",
-        Body::Choice {
-            request_id: request.request_id.clone(),
-            values: vec!["a".into()],
-        },
-    );
+    let mut foreign = press("c", "m4", request.request_id.clone(), "a");
     foreign.user.id = "someone-else".into();
     let foreign = orchestrator
         .handle(foreign, &outbox)
@@ -391,17 +366,7 @@ async fn stale_and_foreign_button_presses_change_nothing() {
     );
 
     let good = orchestrator
-        .handle(
-            msg(
-                "c",
-                "m5",
-                Body::Choice {
-                    request_id: request.request_id.clone(),
-                    values: vec!["b".into()],
-                },
-            ),
-            &outbox,
-        )
+        .handle(press("c", "m5", request.request_id.clone(), "b"), &outbox)
         .await
         .expect("good");
     assert_eq!(good.outgoing, vec![Outgoing::text("noted")]);
@@ -415,17 +380,7 @@ async fn stale_and_foreign_button_presses_change_nothing() {
         "a used keyboard is stale afterwards"
     );
     let again = orchestrator
-        .handle(
-            msg(
-                "c",
-                "m6",
-                Body::Choice {
-                    request_id: request.request_id,
-                    values: vec!["a".into()],
-                },
-            ),
-            &outbox,
-        )
+        .handle(press("c", "m6", request.request_id, "a"), &outbox)
         .await
         .expect("again");
     assert!(
