@@ -77,6 +77,19 @@ pub fn has_japanese(text: &str) -> bool {
         .any(|c| matches!(c, '\u{3040}'..='\u{30ff}' | '\u{4e00}'..='\u{9fff}'))
 }
 
+/// The language `text` is plainly written in: Japanese with any kana or kanji, English
+/// with two or more words of Latin letters and none; `None` for a name, a number, a word.
+pub fn written_language(text: &str) -> Option<&'static str> {
+    if crate::i18n::has_japanese(text) {
+        return Some("ja");
+    }
+    let words = text
+        .split_whitespace()
+        .filter(|w| w.chars().filter(char::is_ascii_alphabetic).count() >= 2)
+        .count();
+    (words >= 2).then_some("en")
+}
+
 /// The words of Japanese text that carry its meaning: its runs of katakana or kanji
 /// (hiragana is mostly grammar), in order.
 pub fn kanji_katakana_words(text: &str) -> Vec<String> {

@@ -2,6 +2,7 @@
 //! and kept until `/lang` changes it.
 
 use super::Orchestrator;
+use crate::i18n::written_language;
 use crate::message::{Body, Incoming};
 use crate::store::SessionRecord;
 
@@ -11,19 +12,6 @@ use crate::store::SessionRecord;
 pub(super) struct Handed {
     pub(super) language: Option<String>,
     pub(super) said: String,
-}
-
-/// The language `text` is plainly written in: Japanese with any kana or kanji, English
-/// with two or more words of Latin letters and none; `None` for a name, a number, a word.
-pub(super) fn written_language(text: &str) -> Option<&'static str> {
-    if crate::i18n::has_japanese(text) {
-        return Some("ja");
-    }
-    let words = text
-        .split_whitespace()
-        .filter(|w| w.chars().filter(char::is_ascii_alphabetic).count() >= 2)
-        .count();
-    (words >= 2).then_some("en")
 }
 
 /// The language the user's own words in `body` are written in. A command's words and its

@@ -15,7 +15,7 @@ use crate::admin::AdminNotice;
 use crate::agent::research::{Library, Research};
 use crate::agent::workflow::run_workflow;
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
-use crate::i18n::{has_japanese, pick};
+use crate::i18n::{pick, written_language};
 use crate::kb::{KbSearch, KnowledgeBase};
 use crate::message::OptionItem;
 use crate::store::StateChange;
@@ -116,12 +116,9 @@ impl HelpdeskFlow {
         if let Err(e) = self.kb.refresh_if_changed() {
             tracing::warn!(error = %e, "knowledge base refresh failed; searching the previous index");
         }
-        let lang = if has_japanese(question) {
-            "ja"
-        } else {
-            ctx.language()
-        }
-        .to_string();
+        let lang = written_language(question)
+            .unwrap_or(ctx.language())
+            .to_string();
         let desk = Research {
             question: question.to_string(),
             previous: st.last_question.clone().zip(st.last_answer.clone()),
@@ -182,11 +179,7 @@ impl HelpdeskFlow {
         text: &str,
         out: &mut TurnOutput,
     ) {
-        let lang = if has_japanese(text) {
-            "ja"
-        } else {
-            ctx.language()
-        };
+        let lang = written_language(text).unwrap_or(ctx.language());
         if crate::i18n::is_thanks(text) {
             match st.rating {
                 Some(_) => self.feedback(ctx, st, "solved", out),
@@ -221,8 +214,9 @@ impl HelpdeskFlow {
         let lang = st
             .last_question
             .as_deref()
-            .filter(|q| has_japanese(q))
-            .map_or(ctx.language().to_string(), |_| "ja".into());
+            .and_then(written_language)
+            .unwrap_or(ctx.language())
+            .to_string();
         let Some(ticket_no) = st.rating.take() else {
             return;
         };

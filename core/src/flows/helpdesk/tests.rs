@@ -580,3 +580,29 @@ async fn thanks_rate_the_answer_and_a_greeting_is_no_question() {
         ["お役に立ててよかったです。ほかにも質問があればどうぞ。"]
     );
 }
+
+/// Each question is answered in the language it is written in, whatever the conversation
+/// speaks: an English question in a Japanese conversation gets English words around its
+/// English passage, and its rating is thanked in English. A word alone (a product's name)
+/// says nothing, so the conversation's language stays.
+#[tokio::test]
+async fn a_question_is_answered_in_the_language_it_is_written_in() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("パスワードを忘れました").await;
+    assert_eq!(last_options_prompt(&h), "この回答で解決しましたか？");
+    let en = h.ask("How do I change an answer in a sign-up form?").await;
+    assert!(en[0].contains("Sources:\n[1] en/user-guide.md"), "{en:?}");
+    assert_eq!(last_options_prompt(&h), "Did this answer your question?");
+    let thanks = h.ask("Thanks, that worked").await;
+    assert!(thanks[0].starts_with("Glad it helped"), "{thanks:?}");
+    let word = h.ask("zyxwv").await;
+    assert!(word[0].contains("見つかりません"), "{word:?}");
+    assert_eq!(
+        h.outbox.last_options().map(|o| o
+            .options
+            .iter()
+            .map(|i| i.label.clone())
+            .collect::<Vec<_>>()),
+        Some(vec!["担当者と話す".to_string()])
+    );
+}
