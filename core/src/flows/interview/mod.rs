@@ -22,6 +22,7 @@ pub mod reviewer;
 pub mod simulated;
 pub mod state;
 
+mod applicant_question;
 mod confirmation;
 mod greeting;
 mod questions;

@@ -5,7 +5,9 @@
 use super::form::{self, Form, Variant};
 use super::interviewer::{Drafted, Purpose};
 use super::state::{Asked, FieldStatus, InterviewState, Stage};
-use super::{InterviewFlow, architect, interviewer, lang_of, quick_check, reviewer};
+use super::{
+    InterviewFlow, applicant_question, architect, interviewer, lang_of, quick_check, reviewer,
+};
 use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;
 use crate::message::{OptionItem, Outgoing};
@@ -198,6 +200,19 @@ impl InterviewFlow {
             question: drafted.question.clone(),
             answer: None,
         });
+        self.present_question(st, out, field, drafted.question, *purpose == Purpose::First);
+    }
+
+    /// Shows `question` about `field`: with the field's options when `with_options` (a
+    /// first question, or one asked again), else with a Skip button for an optional one.
+    pub(super) fn present_question(
+        &self,
+        st: &InterviewState,
+        out: &mut TurnOutput,
+        field: &form::FormField,
+        question: String,
+        with_options: bool,
+    ) {
         let lang = lang_of(st);
         let kind = field.kind();
         let choice = matches!(kind, form::FieldType::Choice | form::FieldType::MultiChoice);
@@ -205,22 +220,18 @@ impl InterviewFlow {
         // console a typed number picks an option)
         let skip = (!field.required && kind != form::FieldType::Number)
             .then(|| OptionItem::new(reviewer::SKIP, pick(&lang, "Skip", "スキップ")));
-        if choice && *purpose == Purpose::First {
+        if choice && with_options {
             let mut options: Vec<OptionItem> = field
                 .options
                 .iter()
                 .map(|o| OptionItem::new(o.value.clone(), o.label.get(&lang)))
                 .collect();
             options.extend(skip.filter(|_| kind == form::FieldType::Choice));
-            out.options(
-                drafted.question,
-                options,
-                kind == form::FieldType::MultiChoice,
-            );
+            out.options(question, options, kind == form::FieldType::MultiChoice);
         } else if let Some(skip) = skip.filter(|_| !choice) {
-            out.options(drafted.question, vec![skip], false);
+            out.options(question, vec![skip], false);
         } else {
-            out.say(drafted.question);
+            out.say(question);
         }
     }
 
@@ -453,6 +464,10 @@ impl InterviewFlow {
             st.field_mut(&id).status = FieldStatus::Skipped;
             st.current = None;
             return self.advance(ctx, form, st, out).await;
+        }
+        if applicant_question::is_question(field, text) {
+            self.applicant_asked(ctx, form, st, out, &id, text);
+            return Ok(());
         }
         let (closed, prepared) = self.review_beside_next(ctx, form, st, &id, text).await?;
         if closed {

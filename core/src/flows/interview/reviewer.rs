@@ -227,7 +227,12 @@ pub fn validate(field: &FormField, answer: &str, lang: &str) -> Result<String, S
 
 /// The option an answer names: its number (1-based), its value or its label in either language.
 fn option_of(field: &FormField, answer: &str) -> Option<String> {
-    let lower = answer.trim().to_lowercase();
+    // "Remote." and "Remote?" name the option as "Remote" does
+    let lower = answer
+        .trim()
+        .trim_end_matches(['.', '。', '!', '！', '?', '？'])
+        .trim()
+        .to_lowercase();
     let by_index = lower
         .parse::<usize>()
         .ok()

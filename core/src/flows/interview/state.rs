@@ -113,6 +113,9 @@ pub struct InterviewState {
     /// Drafts QuickCheck blocked (totals, for the audit).
     #[serde(default)]
     pub blocked_drafts: u32,
+    /// Questions the applicant asked instead of answering, passed on to the team.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applicant_questions: Vec<String>,
     /// An earlier interview of this form, ended with `/end`, offered for resuming (its
     /// session id) until the user answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]

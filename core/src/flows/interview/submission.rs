@@ -65,6 +65,7 @@ impl InterviewFlow {
                 "incomplete_fields": incomplete,
                 "missing_required": missing,
                 "blocked_drafts": st.blocked_drafts,
+                "applicant_questions": st.applicant_questions,
             }),
             audit: audit.as_ref().and_then(|a| serde_json::to_value(a).ok()),
         };
@@ -76,24 +77,31 @@ impl InterviewFlow {
                 .iter()
                 .map(|v| format!("[{:?}] {}: {}", v.severity, v.kind, v.message))
                 .collect();
+            let mut fields = vec![
+                ("Applicant".into(), ctx.user.display_name.clone()),
+                ("Form".into(), form.id.clone()),
+                ("Audit".into(), audit.verdict().into()),
+                ("Status".into(), status.as_str().into()),
+                (
+                    "Violations".into(),
+                    if violations.is_empty() {
+                        "none".into()
+                    } else {
+                        violations.join("\n")
+                    },
+                ),
+            ];
+            if !st.applicant_questions.is_empty() {
+                fields.push((
+                    "Applicant's questions".into(),
+                    st.applicant_questions.join("\n"),
+                ));
+            }
             out.admin.push(AdminNotice {
                 kind: "audit".into(),
                 title: format!("Application finished: {}", form.title.get("en")),
                 body: audit.summary.clone(),
-                fields: vec![
-                    ("Applicant".into(), ctx.user.display_name.clone()),
-                    ("Form".into(), form.id.clone()),
-                    ("Audit".into(), audit.verdict().into()),
-                    ("Status".into(), status.as_str().into()),
-                    (
-                        "Violations".into(),
-                        if violations.is_empty() {
-                            "none".into()
-                        } else {
-                            violations.join("\n")
-                        },
-                    ),
-                ],
+                fields,
                 session_id: None,
                 actions: if status == SubmissionStatus::Submitted {
                     vec![

@@ -873,3 +873,132 @@ async fn lang_in_the_middle_of_an_interview_changes_its_questions() {
     );
     assert_eq!(h.state().await.language.as_deref(), Some("en"));
 }
+
+/// An applicant who asks something instead of answering is not answered with "That
+/// doesn't look like an email address", and the question is never kept as an answer: it
+/// is noted for the team (at once, with Take over, and in the submission), and the
+/// question the interview waits on is asked again, its options with it. "How long will
+/// this take?" is answered from the plan.
+#[tokio::test]
+async fn a_question_from_the_applicant_is_passed_on_not_taken_as_an_answer() {
+    for (lang, salary, remote, how_long, noted, count) in [
+        (
+            "en",
+            "What is the salary for this role?",
+            "Is the position fully remote?",
+            "How long will this take?",
+            "passed your question on to the team",
+            "of 8 questions",
+        ),
+        (
+            "ja",
+            "年収はいくらですか？",
+            "フルリモートは可能でしょうか",
+            "あと何問ありますか？",
+            "担当者に伝えました",
+            "8 問中",
+        ),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose(lang).await;
+        h.say("Japan").await;
+        let email_question = last(&h.say("Hanako Yamada").await);
+        // at a typed question (email)
+        let reply = h.say(salary).await;
+        assert!(reply[0].contains(noted), "{lang}: {reply:?}");
+        assert_eq!(last(&reply), email_question, "{lang}: asked again");
+        assert!(
+            !reply.iter().any(|t| t.contains("example.com")),
+            "{lang}: not a wrong email: {reply:?}"
+        );
+        let notice = h.admin.notices().last().cloned().expect("a notice");
+        assert_eq!(notice.kind, "question", "{lang}");
+        assert!(notice.body.contains(salary), "{lang}: {}", notice.body);
+        assert_eq!(
+            notice.actions,
+            vec![crate::admin::AdminActionKind::TakeOver]
+        );
+        h.say("hanako@example.com").await;
+        h.say("5").await;
+        // at a question in words (skills): not kept as the answer
+        let reply = h.say(remote).await;
+        assert!(reply[0].contains(noted), "{lang}: {reply:?}");
+        let st = h.state().await;
+        assert_ne!(st.field("skills").status, FieldStatus::Done, "{lang}");
+        assert!(st.answers_of("skills").is_empty(), "{lang}: {:?}", st.asked);
+        // about the interview itself: answered from the plan
+        let reply = h.say(how_long).await;
+        assert!(reply.iter().any(|t| t.contains(count)), "{lang}: {reply:?}");
+        h.say("Rust").await;
+        h.say("I want to build developer tools").await;
+        // at a choice: the options come again
+        let reply = h.say(salary).await;
+        assert!(reply[0].contains(noted), "{lang}: {reply:?}");
+        let options = h.outbox.last_options().expect("the options again");
+        assert_eq!(options.options.len(), 3, "{lang}");
+        h.choose("remote").await;
+        h.say("2027-04-01").await;
+        let end = h.say("https://github.com/hanako").await;
+        assert!(
+            end.iter()
+                .any(|t| t.contains("submitted") || t.contains("送信しました")),
+            "{lang}: {end:?}"
+        );
+        let submission = h
+            .store
+            .submissions(Some("engineer"))
+            .await
+            .expect("submissions")
+            .pop()
+            .expect("one");
+        assert_eq!(
+            submission.submission.status,
+            SubmissionStatus::Submitted,
+            "{lang}"
+        );
+        assert_eq!(
+            submission.submission.flags["applicant_questions"],
+            json!([salary, remote, salary]),
+            "{lang}"
+        );
+        let audit = h.admin.notices().last().cloned().expect("the audit");
+        assert!(
+            audit
+                .fields
+                .iter()
+                .any(|(k, v)| k == "Applicant's questions" && v.contains(remote)),
+            "{lang}: {:?}",
+            audit.fields
+        );
+    }
+}
+
+#[test]
+fn questions_are_told_from_answers() {
+    let form = Form::parse("engineer", ENGINEER).expect("form");
+    let field = |id: &str| form.field(id).expect("field").clone();
+    for (id, text, question) in [
+        ("email", "What is the salary?", true),
+        ("email", "hanako@example.com?", false),
+        ("experience_years", "Does an internship count?", true),
+        ("experience_years", "5?", false),
+        ("motivation", "Is the position remote?", true),
+        ("motivation", "リモートは可能ですか", true),
+        (
+            "motivation",
+            "I like your product. Is it open source?",
+            false,
+        ),
+        ("motivation", "I want to build tools", false),
+        ("motivation", "なぜか惹かれました", false),
+        ("work_style", "Remote?", false),
+        ("work_style", "どれがおすすめですか？", true),
+    ] {
+        assert_eq!(
+            applicant_question::is_question(&field(id), text),
+            question,
+            "{id}: {text}"
+        );
+    }
+}

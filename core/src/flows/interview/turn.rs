@@ -308,9 +308,14 @@ impl InterviewFlow {
 
     /// `/status`: how many questions are answered.
     fn status(&self, form: &Form, st: &InterviewState, out: &mut TurnOutput) {
+        out.say(self.progress(form, st));
+    }
+
+    /// How far the interview is: questions answered of the plan's.
+    pub(super) fn progress(&self, form: &Form, st: &InterviewState) -> String {
         let lang = lang_of(st);
         let done = st.closed_count();
-        out.say(pick(
+        pick(
             &lang,
             &format!(
                 "{}: {done} of {} questions answered.",
@@ -322,6 +327,6 @@ impl InterviewFlow {
                 form.title.get("ja"),
                 st.plan.len()
             ),
-        ));
+        )
     }
 }
