@@ -5,8 +5,9 @@
 //! Then the question the interview waits on is asked again, its options with it.
 
 use super::form::{FieldType, Form, FormField};
+use super::greeter::Section;
 use super::state::InterviewState;
-use super::{InterviewFlow, lang_of, reviewer};
+use super::{InterviewFlow, greeter, lang_of, reviewer};
 use crate::admin::{AdminActionKind, AdminNotice};
 use crate::flow::{TurnContext, TurnOutput};
 use crate::i18n::pick;
@@ -44,37 +45,74 @@ const JA_ASKING: &[&str] = &[
     "どんな",
 ];
 
-/// Whether `text`, written at `field`'s question, is a question of the applicant's rather
-/// than an answer. A question ends like one (a question mark, 「ですか」) and is one
-/// sentence (an answer may end with a question of its own); at a question that takes a
-/// typed value (an email, a number, a choice) it is also not such a value ("5?" answers
-/// "How many years?"); at a question in words it opens with a question word, or asks in
-/// Japanese ("Rust?" answers "Which languages?").
-pub fn is_question(field: &FormField, text: &str) -> bool {
+/// How `text` reads as a question: its words without the closing marks, whether it is
+/// one sentence that ends with a question mark, and whether it ends like a Japanese
+/// question (「ですか」, with or without a mark). `None`: it does not end like a question,
+/// or holds more than one sentence (an answer may end with a question of its own).
+fn question_form(text: &str) -> Option<(&str, bool)> {
     let text = text.trim();
     let body = text.trim_end_matches(['?', '？', '。', '.', '!', '！', ' ', '　']);
     let marked = text.ends_with(['?', '？']);
     let ja_form = JA_ENDINGS.iter().any(|e| body.ends_with(e));
-    if !(marked || ja_form) || body.is_empty() {
-        return false;
+    if !(marked || ja_form)
+        || body.is_empty()
+        || body.contains(['.', '。', '!', '！', '?', '？', '\n'])
+    {
+        return None;
     }
-    if body.contains(['.', '。', '!', '！', '?', '？', '\n']) {
+    Some((body, ja_form))
+}
+
+/// Whether `text` is a question in words: one sentence that ends like a question and
+/// opens with a question word ("Why…", "Is…"), or asks in Japanese (「ですか」, 何, いつ).
+/// "Rust?" and 「日本？」 are answers said with doubt, not questions.
+pub fn asks(text: &str) -> bool {
+    let Some((body, ja_form)) = question_form(text) else {
         return false;
-    }
+    };
+    let first = body
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+        .to_lowercase();
+    ja_form
+        || EN_OPENINGS.contains(&first.as_str())
+        || (crate::i18n::has_japanese(body) && JA_ASKING.iter().any(|w| body.contains(w)))
+}
+
+/// Whether `text`, written at `field`'s question, is a question of the applicant's rather
+/// than an answer: at a question in words, a question in words ([`asks`]); at one that
+/// takes a typed value (an email, a number, a choice), anything that ends like a question
+/// and is no such value ("5?" answers "How many years?").
+pub fn is_question(field: &FormField, text: &str) -> bool {
     match field.kind() {
-        FieldType::Text => {
-            let first = body
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
-                .to_lowercase();
-            ja_form
-                || EN_OPENINGS.contains(&first.as_str())
-                || (crate::i18n::has_japanese(body) && JA_ASKING.iter().any(|w| body.contains(w)))
-        }
-        _ => reviewer::validate(field, text, "en").is_err(),
+        FieldType::Text => asks(text),
+        _ => question_form(text).is_some() && reviewer::validate(field, text, "en").is_err(),
     }
+}
+
+/// Whether the applicant asks why they are asked something.
+fn asks_why(text: &str) -> bool {
+    let t = text.to_lowercase();
+    [
+        "why",
+        "what for",
+        "need my",
+        "need to know",
+        "have to",
+        "must i",
+        "necessary",
+        "required",
+        "なぜ",
+        "どうして",
+        "何のため",
+        "なんのため",
+        "理由",
+        "必要",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
 }
 
 /// Whether the question is about the interview itself: how long it takes, how many
@@ -112,33 +150,14 @@ impl InterviewFlow {
         question: &str,
     ) {
         let lang = lang_of(st);
+        let field = form.field(id);
         if about_the_interview(question) {
             out.say(self.progress(form, st));
         } else {
-            st.applicant_questions.push(question.trim().to_string());
-            out.say(pick(
-                &lang,
-                "Thank you for asking. I have passed your question on to the team, who will answer it. Meanwhile, let's go on.",
-                "ご質問ありがとうございます。担当者に伝えました。担当者よりお答えします。それでは続けます。",
-            ));
-            let asked_at = form
-                .field(id)
-                .map(|f| f.label.get("en").to_string())
-                .unwrap_or_else(|| id.to_string());
-            out.admin.push(AdminNotice {
-                kind: "question".into(),
-                title: format!("Question from applicant {}", ctx.user.display_name),
-                body: question.trim().to_string(),
-                fields: vec![
-                    ("Applicant".into(), ctx.user.display_name.clone()),
-                    ("Form".into(), form.id.clone()),
-                    ("Asked at".into(), asked_at),
-                ],
-                session_id: None,
-                actions: vec![AdminActionKind::TakeOver],
-            });
+            let asked_at = field.map_or(id, |f| f.label.get("en"));
+            self.pass_on(ctx, form, st, out, asked_at, question);
         }
-        let Some(field) = form.field(id) else {
+        let Some(field) = field else {
             return;
         };
         let again = st
@@ -146,5 +165,93 @@ impl InterviewFlow {
             .map(str::to_string)
             .unwrap_or_else(|| field.template_question(&lang));
         self.present_question(st, out, field, again, true);
+    }
+
+    /// Answers the applicant's `question`, written at the Greeter's question (their
+    /// country, their time zone): why it is asked, or passed on; then asks it again.
+    pub(super) fn applicant_asked_greeter(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Form,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        question: &str,
+    ) {
+        let lang = lang_of(st);
+        let section = greeter::section(st);
+        if asks_why(question) {
+            out.say(match section {
+                Section::Timezone => pick(
+                    &lang,
+                    "Your time zone lets the team propose interview times that suit you.",
+                    "面接の日時をご都合に合わせてご提案するため、タイムゾーンをお伺いしています。",
+                ),
+                _ => pick(
+                    &lang,
+                    "Your country tells us your time zone, for the interview's times, and which rules apply to the application. The country is enough; no address is needed.",
+                    "面接日時の調整のためのタイムゾーンと、応募に適用される規則を確認するために、お住まいの国をお伺いしています。国名だけで結構です（住所は不要です）。",
+                ),
+            });
+        } else if about_the_interview(question) {
+            out.say(pick(
+                &lang,
+                &format!(
+                    "After your country, there are {} questions.",
+                    form.fields.len()
+                ),
+                &format!(
+                    "お住まいの国のあと、{} 問の質問があります。",
+                    form.fields.len()
+                ),
+            ));
+        } else {
+            let asked_at = match section {
+                Section::Timezone => "Time zone",
+                _ => "Country",
+            };
+            self.pass_on(ctx, form, st, out, asked_at, question);
+        }
+        if section == Section::Timezone && st.zone_asked && st.zone_choices.is_empty() {
+            // asked once in words: asking again must not take the fallback zone
+            out.say(pick(
+                &lang,
+                "Which time zone are you in? Please write it like Europe/Berlin or America/New_York.",
+                "どのタイムゾーンにお住まいですか？ Europe/Berlin や America/New_York のように書いてください。",
+            ));
+        } else {
+            self.greeting_step(st, out);
+        }
+    }
+
+    /// Passes the applicant's `question` on to the team (a notice with Take over) and
+    /// keeps it for the submission; `asked_at` names the question it came at.
+    fn pass_on(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Form,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        asked_at: &str,
+        question: &str,
+    ) {
+        let lang = lang_of(st);
+        st.applicant_questions.push(question.trim().to_string());
+        out.say(pick(
+            &lang,
+            "Thank you for asking. I have passed your question on to the team, who will answer it. Meanwhile, let's go on.",
+            "ご質問ありがとうございます。担当者に伝えました。担当者よりお答えします。それでは続けます。",
+        ));
+        out.admin.push(AdminNotice {
+            kind: "question".into(),
+            title: format!("Question from applicant {}", ctx.user.display_name),
+            body: question.trim().to_string(),
+            fields: vec![
+                ("Applicant".into(), ctx.user.display_name.clone()),
+                ("Form".into(), form.id.clone()),
+                ("Asked at".into(), asked_at.to_string()),
+            ],
+            session_id: None,
+            actions: vec![AdminActionKind::TakeOver],
+        });
     }
 }

@@ -136,6 +136,14 @@ impl InterviewFlow {
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
         let section = greeter::section(st);
+        if matches!(section, Section::Country | Section::Timezone)
+            && super::applicant_question::asks(text)
+            && !self.code_knows(st, section, text)
+        {
+            // "Why do you need my country?" is no country
+            self.applicant_asked_greeter(ctx, form, st, out, text);
+            return Ok(());
+        }
         if section == Section::Language {
             if let Some(lang) = greeter::detect_language(text) {
                 self.set_language(st, out, lang);

@@ -1002,3 +1002,43 @@ fn questions_are_told_from_answers() {
         );
     }
 }
+
+/// "Why do you need my country?" was answered "I don't know the country «Why do you need
+/// my country?»": at the Greeter's questions a question is told why, or passed on, and
+/// the question asked again.
+#[tokio::test]
+async fn a_question_at_the_greeters_questions_is_answered_not_taken_as_a_country() {
+    for (lang, why, because, country_question, other) in [
+        (
+            "en",
+            "Why do you need my country?",
+            "time zone",
+            "Which country do you live in?",
+            "Is the job in Tokyo?",
+        ),
+        (
+            "ja",
+            "なぜ国を聞くのですか？",
+            "タイムゾーン",
+            "お住まいの国を教えてください。",
+            "勤務地は東京ですか？",
+        ),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose(lang).await;
+        let reply = h.say(why).await;
+        assert!(reply[0].contains(because), "{lang}: {reply:?}");
+        assert_eq!(last(&reply), country_question, "{lang}");
+        assert_eq!(h.state().await.country, None, "{lang}");
+        let reply = h.say(other).await;
+        assert_eq!(last(&reply), country_question, "{lang}: {reply:?}");
+        assert_eq!(
+            h.admin.notices().last().map(|n| n.body.clone()).as_deref(),
+            Some(other),
+            "{lang}"
+        );
+        h.say("Japan").await;
+        assert_eq!(h.state().await.country.as_deref(), Some("JP"), "{lang}");
+    }
+}
