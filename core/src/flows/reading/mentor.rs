@@ -339,9 +339,12 @@ impl Flow for MentorFlow {
         }]
     }
 
-    /// Ends without a word: the review or answer given is the last thing said.
-    fn farewell(&self, _lang: &str) -> Option<String> {
-        None
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "The review is closed. Send /review for another, or /reading to go back to your book.",
+            "振り返りを終えました。/review でもう一度、/reading で読書に戻れます。",
+        ))
     }
 
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {

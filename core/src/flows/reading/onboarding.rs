@@ -161,9 +161,13 @@ impl Flow for OnboardingFlow {
         ]
     }
 
-    /// Ends without a word: the profile kept so far stays.
-    fn farewell(&self, _lang: &str) -> Option<String> {
-        None
+    /// The profile kept so far stays.
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "Stopped. What you told me so far is kept; send /profile to see it or go on.",
+            "中断しました。ここまでの回答は保存しています。/profile で確認や続きができます。",
+        ))
     }
 
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {

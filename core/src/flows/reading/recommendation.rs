@@ -327,9 +327,12 @@ impl Flow for RecommendFlow {
         }]
     }
 
-    /// Ends without a word: the review or answer given is the last thing said.
-    fn farewell(&self, _lang: &str) -> Option<String> {
-        None
+    fn farewell(&self, lang: &str) -> Option<String> {
+        Some(pick(
+            lang,
+            "OK. Send /recommend whenever you would like more suggestions.",
+            "わかりました。また本を探すときは /recommend を送ってください。",
+        ))
     }
 
     async fn turn(&self, ctx: TurnContext<'_>, input: TurnInput) -> Result<TurnOutput, FlowError> {

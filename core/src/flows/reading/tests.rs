@@ -1540,3 +1540,28 @@ async fn thanks_and_greetings_are_no_notes() {
         .collect();
     assert_eq!(notes, ["Who is K in this book?"], "only the question");
 }
+
+/// `/end` in the middle of the profile questions or of a review was answered with
+/// silence: the reader could not tell it had worked. Each says what is kept and how to
+/// come back, in the reader's language.
+#[tokio::test]
+async fn end_in_the_profile_questions_or_a_review_says_so() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/onboarding").await;
+    h.say("Read more classics").await;
+    let ended = h.say("/end").await;
+    assert!(ended.iter().any(|t| t.contains("/profile")), "{ended:?}");
+    assert_eq!(h.profile().await.len(), 1, "the answer given is kept");
+    h.say("/review weekly").await;
+    let ended = h.say("/end").await;
+    assert!(ended.iter().any(|t| t.contains("/review")), "{ended:?}");
+    let h = Harness::speaking(ModelRouter::none(), Some("ja")).await;
+    h.say("/profile").await;
+    let ended = h.say("/end").await;
+    assert!(
+        ended
+            .iter()
+            .any(|t| t.contains("/profile") && has_japanese(t)),
+        "{ended:?}"
+    );
+}
