@@ -84,10 +84,13 @@ pub fn asks(text: &str) -> bool {
 /// Whether `text`, written at `field`'s question, is a question of the applicant's rather
 /// than an answer: at a question in words, a question in words ([`asks`]); at one that
 /// takes a typed value (an email, a number, a choice), anything that ends like a question
-/// and is no such value ("5?" answers "How many years?").
+/// and is no such value ("5?" answers "How many years?"); at a choice, a question in words
+/// too, even one that names an option.
 pub fn is_question(field: &FormField, text: &str) -> bool {
     match field.kind() {
         FieldType::Text => asks(text),
+        // "Is remote possible?" names an option but asks about it
+        FieldType::Choice | FieldType::MultiChoice if asks(text) => true,
         _ => question_form(text).is_some() && reviewer::validate(field, text, "en").is_err(),
     }
 }

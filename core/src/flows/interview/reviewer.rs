@@ -7,7 +7,7 @@
 //! the field. [`extract_for_other_fields`] finds unambiguous values (emails, URLs, phone
 //! numbers) for later fields in any answer, so nothing is asked twice.
 
-use super::form::{FieldType, Form, FormField};
+use super::form::{ChoiceOption, FieldType, Form, FormField};
 use super::written::{number_in_words, parse_date};
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
@@ -246,7 +246,38 @@ fn option_of(field: &FormField, answer: &str) -> Option<String> {
                         .any(|l| o.label.get(l).to_lowercase() == lower)
             })
         })
+        .or_else(|| option_named_in(field, &lower))
         .map(|o| o.value.clone())
+}
+
+/// The one option an answer names among other words (「オンラインで」, "Remote, please",
+/// 「出社を希望します」), when it names no other and says no "not" ("not remote" and
+/// 「リモートではなく出社」 are asked again rather than guessed). Names of one letter are
+/// not looked for inside words ("A" is in "a lot").
+fn option_named_in<'f>(field: &'f FormField, lower: &str) -> Option<&'f ChoiceOption> {
+    const NOT: &[&str] = &[
+        "not", "no", "don't", "dont", "never", "without", "instead", "rather",
+    ];
+    const NOT_JA: &[&str] = &["ない", "なく", "以外", "ではな", "じゃな", "不可", "無理"];
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .collect();
+    if words.iter().any(|w| NOT.contains(w)) || NOT_JA.iter().any(|w| lower.contains(w)) {
+        return None;
+    }
+    let mut named = field.options.iter().filter(|o| {
+        let names = [
+            o.value.replace('_', " "),
+            o.label.get("en").to_string(),
+            o.label.get("ja").to_string(),
+        ];
+        names
+            .iter()
+            .filter(|n| n.trim().chars().count() >= 2)
+            .any(|n| mentions_any(lower, std::slice::from_ref(n)))
+    });
+    let first = named.next()?;
+    named.next().is_none().then_some(first)
 }
 
 fn labels_of(field: &FormField, lang: &str) -> String {
@@ -614,6 +645,24 @@ mod tests {
         );
         assert_eq!(validate(&field("choice"), "1", "ja"), Ok("remote".into()));
         assert!(validate(&field("choice"), "hybrid", "en").is_err());
+        // an option named among other words, and only one
+        for (said, value) in [
+            ("リモートで", Some("remote")),
+            ("出社を希望します", Some("office")),
+            ("I'd prefer remote work, please", Some("remote")),
+            ("Office.", Some("office")),
+            ("remote or office", None),
+            ("not remote", None),
+            ("リモートではなく出社", None),
+            ("リモート以外", None),
+            ("hybrid", None),
+        ] {
+            assert_eq!(
+                validate(&field("choice"), said, "en").ok().as_deref(),
+                value,
+                "{said}"
+            );
+        }
         assert_eq!(
             validate(&field("multi_choice"), "office, リモート, office", "en"),
             Ok("office, remote".into())

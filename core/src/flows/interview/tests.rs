@@ -993,6 +993,8 @@ fn questions_are_told_from_answers() {
         ("motivation", "I want to build tools", false),
         ("motivation", "なぜか惹かれました", false),
         ("work_style", "Remote?", false),
+        ("work_style", "Remote, please", false),
+        ("work_style", "Is remote possible?", true),
         ("work_style", "どれがおすすめですか？", true),
     ] {
         assert_eq!(
