@@ -4,12 +4,94 @@
 use super::auditor;
 use super::form::{Form, Variant};
 use super::state::{InterviewState, Stage};
-use super::{InterviewFlow, lang_of};
+use super::{InterviewFlow, lang_of, reviewer};
 use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;
 use crate::message::OptionItem;
 use crate::store::StateChange;
 use std::sync::Arc;
+
+/// What a typed answer to "Is everything correct?" means: `Some(true)` submit,
+/// `Some(false)` change an answer (a "no" anywhere wins: "yes, but change my email").
+pub(super) fn typed_answer(text: &str) -> Option<bool> {
+    let t = text.trim().to_lowercase();
+    let words: Vec<&str> = t
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let said = |en: &[&str], ja: &[&str]| {
+        words.iter().any(|w| en.contains(w)) || ja.iter().any(|w| t.contains(w))
+    };
+    if said(
+        &[
+            "no",
+            "nope",
+            "change",
+            "edit",
+            "fix",
+            "wrong",
+            "modify",
+            "not",
+            "isn't",
+            "incorrect",
+        ],
+        &[
+            "いいえ",
+            "修正",
+            "変更",
+            "直",
+            "違",
+            "間違",
+            "訂正",
+            "変え",
+            "くない",
+        ],
+    ) {
+        return Some(false);
+    }
+    if said(
+        &[
+            "yes", "yep", "yeah", "ok", "okay", "sure", "confirm", "submit", "send", "correct",
+            "right", "good", "fine", "perfect", "lgtm",
+        ],
+        &[
+            "はい",
+            "ええ",
+            "確定",
+            "送信",
+            "大丈夫",
+            "問題あり",
+            "問題な",
+            "合って",
+            "あって",
+            "正しい",
+            "それで",
+            "お願い",
+            "オッケー",
+        ],
+    ) {
+        return Some(true);
+    }
+    None
+}
+
+/// The field of the plan `text` names by its label or id ("the email, please",
+/// 「メールアドレスを直したい」), when it names only one.
+pub(super) fn field_named(form: &Form, st: &InterviewState, text: &str) -> Option<String> {
+    let mut named = st.plan.iter().filter_map(|id| form.field(id)).filter(|f| {
+        let names = [
+            f.id.replace('_', " "),
+            f.label.get("en").to_string(),
+            f.label.get("ja").to_string(),
+        ];
+        names
+            .iter()
+            .filter(|n| n.trim().chars().count() >= 2)
+            .any(|n| reviewer::mentions_any(text, std::slice::from_ref(n)))
+    });
+    let first = named.next()?;
+    named.next().is_none().then(|| first.id.clone())
+}
 
 impl InterviewFlow {
     pub(super) async fn finish(
@@ -73,6 +155,23 @@ impl InterviewFlow {
             ],
             false,
         );
+    }
+
+    /// The applicant chose to change field `id`: its answer is cleared and asked again.
+    pub(super) async fn change_field(
+        &self,
+        ctx: &TurnContext<'_>,
+        form: &Arc<Form>,
+        st: &mut InterviewState,
+        out: &mut TurnOutput,
+        id: &str,
+    ) -> Result<(), FlowError> {
+        if form.field(id).is_none() {
+            return Ok(());
+        }
+        *st.field_mut(id) = super::state::FieldProgress::default();
+        st.stage = Stage::Interviewing;
+        self.advance(ctx, form, st, out).await
     }
 
     pub(super) fn show_change_options(

@@ -1044,3 +1044,81 @@ async fn a_question_at_the_greeters_questions_is_answered_not_taken_as_a_country
         assert_eq!(h.state().await.country.as_deref(), Some("JP"), "{lang}");
     }
 }
+
+/// At "Is everything correct?", 「いいえ」 showed the same summary again, and 「はい、お願い
+/// します」 too: only an exact "yes" or the buttons counted. A typed yes submits, a typed no
+/// (or "change the email") goes to the answers to change, and a field named in words
+/// there is the one changed.
+#[tokio::test]
+async fn typed_answers_at_the_confirmation_are_read() {
+    for (lang, no, field_named, yes) in [
+        (
+            "ja",
+            "いいえ",
+            "メールアドレスを直したいです",
+            "はい、お願いします",
+        ),
+        ("en", "No", "the email, please", "Yes, looks good"),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "event_signup").await;
+        h.open().await;
+        h.choose(lang).await;
+        for answer in ["Japan", "Hanako Yamada", "hanako@example.com"] {
+            h.say(answer).await;
+        }
+        h.choose("online").await;
+        h.say("2").await;
+        h.say("Rust").await;
+        let change = h.say(no).await;
+        let options = h.outbox.last_options().expect("the fields to change");
+        assert!(
+            options.options.iter().any(|o| o.value == "email"),
+            "{lang}: {change:?}"
+        );
+        let asked = h.say(field_named).await;
+        assert!(
+            last(&asked).contains("メールアドレス") || last(&asked).contains("email address"),
+            "{lang}: {asked:?}"
+        );
+        let confirm = h.say("h.yamada@example.org").await;
+        assert!(
+            confirm.iter().any(|t| t.contains("h.yamada@example.org")),
+            "{lang}: {confirm:?}"
+        );
+        let done = h.say(yes).await;
+        assert!(
+            last(&done).contains("送信しました") || last(&done).contains("submitted"),
+            "{lang}: {done:?}"
+        );
+        let subs = h
+            .store
+            .submissions(Some("event_signup"))
+            .await
+            .expect("subs");
+        assert_eq!(subs.len(), 1, "{lang}");
+        assert_eq!(subs[0].submission.values["email"], "h.yamada@example.org");
+    }
+}
+
+#[test]
+fn typed_answers_to_the_confirmation() {
+    use confirmation::typed_answer;
+    for (said, meant) in [
+        ("yes", Some(true)),
+        ("Yes please", Some(true)),
+        ("OK", Some(true)),
+        ("looks good", Some(true)),
+        ("はい", Some(true)),
+        ("大丈夫です", Some(true)),
+        ("問題ありません", Some(true)),
+        ("no", Some(false)),
+        ("yes, but change my email", Some(false)),
+        ("いいえ", Some(false)),
+        ("メールを修正したい", Some(false)),
+        ("正しくないです", Some(false)),
+        ("Hanako", None),
+        ("nothing", None),
+    ] {
+        assert_eq!(typed_answer(said), meant, "{said}");
+    }
+}

@@ -3,8 +3,8 @@
 
 use super::form::Form;
 use super::greeter::Section;
-use super::state::{self, InterviewState, Stage};
-use super::{ID, InterviewFlow, greeter, lang_of, resume};
+use super::state::{InterviewState, Stage};
+use super::{ID, InterviewFlow, confirmation, greeter, lang_of, resume};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::store::{Reads, StateChange};
@@ -235,22 +235,29 @@ impl InterviewFlow {
         match st.stage {
             Stage::Greeting => self.greeting_text(ctx, form, st, text, out).await?,
             Stage::Interviewing => self.answer(ctx, form, st, out, text).await?,
-            Stage::Confirming => {
-                let t = text.trim().to_lowercase();
-                if ["yes", "ok", "confirm", "はい", "確定"].contains(&t.as_str()) {
-                    self.submit(ctx, form, st, None, out);
-                } else {
-                    self.show_confirmation(form, st, out);
+            Stage::Confirming => match confirmation::typed_answer(text) {
+                Some(true) => self.submit(ctx, form, st, None, out),
+                Some(false) => match confirmation::field_named(form, st, text) {
+                    // "change my email": that one at once
+                    Some(id) => self.change_field(ctx, form, st, out, &id).await?,
+                    None => {
+                        st.stage = Stage::ChoosingChange;
+                        self.show_change_options(form, st, out);
+                    }
+                },
+                None => self.show_confirmation(form, st, out),
+            },
+            Stage::ChoosingChange => match confirmation::field_named(form, st, text) {
+                Some(id) => self.change_field(ctx, form, st, out, &id).await?,
+                None => {
+                    out.say(pick(
+                        &lang,
+                        "Please pick the answer to change with the buttons.",
+                        "修正する項目をボタンで選んでください。",
+                    ));
+                    self.show_change_options(form, st, out);
                 }
-            }
-            Stage::ChoosingChange => {
-                out.say(pick(
-                    &lang,
-                    "Please pick the answer to change with the buttons.",
-                    "修正する項目をボタンで選んでください。",
-                ));
-                self.show_change_options(form, st, out);
-            }
+            },
             Stage::Finished => {}
         }
         Ok(())
@@ -294,13 +301,7 @@ impl InterviewFlow {
                 st.stage = Stage::ChoosingChange;
                 self.show_change_options(form, st, out);
             }
-            Stage::ChoosingChange => {
-                if form.field(&value).is_some() {
-                    *st.field_mut(&value) = state::FieldProgress::default();
-                    st.stage = Stage::Interviewing;
-                    self.advance(ctx, form, st, out).await?;
-                }
-            }
+            Stage::ChoosingChange => self.change_field(ctx, form, st, out, &value).await?,
             Stage::Finished => {}
         }
         Ok(())
