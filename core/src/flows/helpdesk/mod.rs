@@ -79,6 +79,10 @@ struct DeskState {
     /// The answer that did not solve the last question (for the team, with a handoff).
     #[serde(default)]
     unsolved_answer: Option<String>,
+    /// The user asked for a person ("Talk to a human"): until they rate an answer solved,
+    /// what the knowledge base does not answer is added to their request for the team.
+    #[serde(default)]
+    with_team: bool,
 }
 
 /// The "Talk to a human" button alone.
@@ -95,6 +99,15 @@ fn offer_human(out: &mut TurnOutput, lang: &str) {
         )],
         false,
     );
+}
+
+/// Where the conversation is, for the team: platform, chat, thread and session.
+fn link(ctx: &TurnContext<'_>) -> String {
+    let key = &ctx.session.key;
+    format!(
+        "{}:{}/{} (session {})",
+        key.platform, key.chat, key.thread, ctx.session.id
+    )
 }
 
 fn rating_options(lang: &str) -> Vec<OptionItem> {
@@ -129,6 +142,12 @@ impl HelpdeskFlow {
             sources_allowed: None,
         };
         let result = run_workflow(&desk, MAX_TRIES, CONCURRENCY).await;
+        if st.with_team && !result.confident {
+            // a detail for the person, or "anyone?": theirs, not "I found nothing" or "the
+            // closest I found"
+            self.add_for_team(ctx, st, question, out);
+            return;
+        }
         // details after "Not solved" are about the question before: the team sees both
         let earlier = std::mem::take(&mut st.unsolved)
             .then(|| st.last_question.clone().zip(st.last_answer.clone()))
@@ -191,6 +210,8 @@ impl HelpdeskFlow {
                     ));
                 }
             }
+        } else if crate::i18n::is_greeting(text) && st.with_team {
+            self.add_for_team(ctx, st, text, out);
         } else if crate::i18n::is_greeting(text) {
             out.say(pick(
                 lang,
@@ -202,6 +223,34 @@ impl HelpdeskFlow {
         } else {
             self.answer(ctx, st, text, out).await;
         }
+    }
+
+    /// Adds what the user wrote to the request the team has (a notice with Take over).
+    fn add_for_team(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &DeskState,
+        text: &str,
+        out: &mut TurnOutput,
+    ) {
+        let lang = written_language(text).unwrap_or(ctx.language());
+        out.admin.push(AdminNotice {
+            kind: "handoff".into(),
+            title: format!("More from {} for the team", ctx.user.display_name),
+            body: format!("Added to the request:\n{}", text.trim()),
+            fields: vec![
+                ("User".into(), ctx.user.display_name.clone()),
+                ("Ticket".into(), st.tickets.to_string()),
+                ("Link".into(), link(ctx)),
+            ],
+            session_id: None,
+            actions: vec![crate::admin::AdminActionKind::TakeOver],
+        });
+        out.say(pick(
+            lang,
+            "I've added this to your request; a person from the team will get back to you here.",
+            "担当者へのご依頼に追記しました。こちらで担当者からご連絡します。",
+        ));
     }
 
     fn feedback(
@@ -221,6 +270,7 @@ impl HelpdeskFlow {
             return;
         };
         st.unsolved = false;
+        st.with_team = value == "human" || (st.with_team && value != "solved");
         out.change(StateChange::SetTicketFeedback {
             ticket_no,
             feedback: value.to_string(),
@@ -244,7 +294,6 @@ impl HelpdeskFlow {
                 offer_human(out, &lang);
             }
             _ => {
-                let key = &ctx.session.key;
                 out.admin.push(AdminNotice {
                     kind: "handoff".into(),
                     title: format!("Help-desk handoff from {}", ctx.user.display_name),
@@ -260,13 +309,7 @@ impl HelpdeskFlow {
                     fields: vec![
                         ("User".into(), ctx.user.display_name.clone()),
                         ("Ticket".into(), ticket_no.to_string()),
-                        (
-                            "Link".into(),
-                            format!(
-                                "{}:{}/{} (session {})",
-                                key.platform, key.chat, key.thread, ctx.session.id
-                            ),
-                        ),
+                        ("Link".into(), link(ctx)),
                     ],
                     session_id: None,
                     actions: vec![crate::admin::AdminActionKind::TakeOver],

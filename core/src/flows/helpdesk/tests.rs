@@ -606,3 +606,40 @@ async fn a_question_is_answered_in_the_language_it_is_written_in() {
         Some(vec!["担当者と話す".to_string()])
     );
 }
+
+/// After "a person will get back to you here", what the user wrote next ("hello? anyone?",
+/// a detail for the team) got "I found nothing in the knowledge base" and the human button
+/// again. While the team has the request, a message the knowledge base does not answer is
+/// added to it (a notice to the team) and the user told so; a question it answers is
+/// still answered.
+#[tokio::test]
+async fn after_a_handoff_what_the_user_adds_reaches_the_team() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("How do I stop a conversation?").await;
+    h.choose(&["human"]).await;
+    assert_eq!(h.admin.notices().len(), 1);
+    for added in ["hello? anyone?", "My account name is zyxwv42"] {
+        let reply = h.ask(added).await;
+        assert!(
+            reply[0].contains("added this to your request"),
+            "{added}: {reply:?}"
+        );
+        assert!(
+            h.outbox.last_options().is_none(),
+            "{added}: no button again"
+        );
+        let notice = h.admin.notices().last().cloned().expect("a notice");
+        assert_eq!(notice.kind, "handoff");
+        assert!(notice.body.contains(added), "{}", notice.body);
+        assert_eq!(
+            notice.actions,
+            vec![crate::admin::AdminActionKind::TakeOver]
+        );
+    }
+    assert_eq!(h.admin.notices().len(), 3);
+    let answered = h.ask("How do I change an answer in a sign-up form?").await;
+    assert!(answered[0].contains("Changing an answer"), "{answered:?}");
+    assert_eq!(h.admin.notices().len(), 3);
+    let reply = h.ask("ありがとう").await;
+    assert!(!reply[0].contains("added"), "{reply:?}");
+}
