@@ -219,9 +219,13 @@ fn plan_choice(
 }
 
 /// The pending options and the value of the one whose label `text` is, as typed instead of
-/// pressed ("english", "Solved."): case, spaces and closing punctuation aside. One choice
-/// only: a typed label never submits a multiple choice.
-fn typed_option(session: Option<&SessionRecord>, text: &str) -> Option<(OptionsRequest, String)> {
+/// pressed ("english", "Solved."): case, spaces and closing punctuation aside; on a
+/// confirmation's keyboard, a typed yes or no too. One choice only: a typed label never
+/// submits a multiple choice.
+pub(super) fn typed_option(
+    session: Option<&SessionRecord>,
+    text: &str,
+) -> Option<(OptionsRequest, String)> {
     let pending = session?.pending_options.as_ref()?;
     if pending.allow_multiple {
         return None;
@@ -236,7 +240,20 @@ fn typed_option(session: Option<&SessionRecord>, text: &str) -> Option<(OptionsR
     if typed.is_empty() {
         return None;
     }
-    let option = pending.options.iter().find(|o| fold(&o.label) == typed)?;
+    if let Some(option) = pending.options.iter().find(|o| fold(&o.label) == typed) {
+        return Some((pending.clone(), option.value.clone()));
+    }
+    // a confirmation's keyboard (/forget's, its values `…:yes` and `…:no`): a typed yes
+    // or no is its press
+    let suffix = match typed.as_str() {
+        "yes" | "y" | "yeah" | "yep" | "ok" | "okay" | "sure" | "はい" | "うん" | "ええ" => {
+            ":yes"
+        }
+        "no" | "n" | "nope" | "cancel" | "stop" | "いいえ" | "いや" | "やめる" | "やめます"
+        | "キャンセル" | "しない" => ":no",
+        _ => return None,
+    };
+    let option = pending.options.iter().find(|o| o.value.ends_with(suffix))?;
     Some((pending.clone(), option.value.clone()))
 }
 

@@ -1179,3 +1179,61 @@ fn the_written_language_is_read_only_when_it_is_plain() {
     );
     assert_eq!(crate::i18n::written_language("42"), None);
 }
+
+/// "no" typed at /forget's question went to the conversation as a message (the help-desk
+/// searched it): a typed yes or no answers a confirmation's keyboard, as its buttons do.
+#[tokio::test]
+async fn a_typed_yes_or_no_answers_forgets_question() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Collect::default();
+    let first = orchestrator
+        .handle(text("c", "m1", "my note"), &outbox)
+        .await
+        .expect("turn");
+    for (id, no) in [("m2", "No"), ("m4", "いいえ"), ("m6", "cancel")] {
+        orchestrator
+            .handle(msg("c", id, Body::from_text("/forget")), &outbox)
+            .await
+            .expect("forget");
+        let answer_id = format!("{id}-answer");
+        let kept = orchestrator
+            .handle(text("c", &answer_id, no), &outbox)
+            .await
+            .expect("no");
+        assert!(
+            format!("{:?}", kept.outgoing).contains("Nothing was deleted"),
+            "{no}: {:?}",
+            kept.outgoing
+        );
+    }
+    let seen: Seen = store
+        .active_session(&text("c", "", "").key())
+        .await
+        .expect("loads")
+        .expect("exists")
+        .state
+        .parse()
+        .expect("state");
+    assert_eq!(seen.texts, ["my note"], "no answer reached the flow");
+    orchestrator
+        .handle(msg("c", "m8", Body::from_text("/forget")), &outbox)
+        .await
+        .expect("forget");
+    let gone = orchestrator
+        .handle(text("c", "m9", "yes"), &outbox)
+        .await
+        .expect("yes");
+    assert!(
+        format!("{:?}", gone.outgoing).contains("everything I had stored about you is deleted"),
+        "{:?}",
+        gone.outgoing
+    );
+    assert!(
+        store
+            .recent_messages(first.session_id, 10)
+            .await
+            .expect("messages")
+            .is_empty()
+    );
+}

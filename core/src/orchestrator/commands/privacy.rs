@@ -15,6 +15,26 @@ const FORGET_YES: &str = "forget:yes";
 
 const FORGET_NO: &str = "forget:no";
 
+/// The answer `body` gives to `/forget`'s question when it is pending in `active`: a
+/// press of its buttons, or their label or a yes or no typed instead. `Some(true)`:
+/// delete everything.
+fn forget_answer(active: &Option<SessionRecord>, body: &Body) -> Option<bool> {
+    let pending = active
+        .as_ref()
+        .and_then(|s| s.pending_options.as_ref())
+        .filter(|p| p.request_id.starts_with(FORGET_PREFIX))?;
+    match body {
+        Body::Choice { request_id, values } if *request_id == pending.request_id => {
+            Some(values.iter().any(|v| v == FORGET_YES))
+        }
+        Body::Text { text } => {
+            let (_, value) = crate::orchestrator::routing::typed_option(active.as_ref(), text)?;
+            Some(value == FORGET_YES)
+        }
+        _ => None,
+    }
+}
+
 impl Orchestrator {
     /// `/mydata`'s answer: everything stored about the key's user, as JSON.
     async fn my_data(&self, key: &SessionKey, lang: &str) -> Result<String, OrchestratorError> {
@@ -58,14 +78,8 @@ impl Orchestrator {
                 self.ask_to_forget(incoming, key, active, lang, outbox)
                     .await?
             }
-            Body::Choice { request_id, values }
-                if request_id.starts_with(FORGET_PREFIX)
-                    && active
-                        .as_ref()
-                        .and_then(|s| s.pending_options.as_ref())
-                        .is_some_and(|p| &p.request_id == request_id) =>
-            {
-                let yes = values.iter().any(|v| v == FORGET_YES);
+            _ if forget_answer(active, &incoming.body).is_some() => {
+                let yes = forget_answer(active, &incoming.body) == Some(true);
                 match self
                     .answer_forget(incoming, key, active, yes, lang, outbox)
                     .await?
