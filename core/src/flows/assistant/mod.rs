@@ -142,7 +142,7 @@ impl AssistantFlow {
                 return true;
             }
             if crate::flows::reading::recommendation::asks_for_a_book(text) {
-                out.hand_off("recommend", "");
+                out.hand_off("recommend", text.trim());
                 return true;
             }
             if has(&[

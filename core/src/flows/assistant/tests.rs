@@ -74,7 +74,7 @@ async fn flow_now(h: &FlowHarness) -> String {
 
 #[tokio::test]
 async fn what_the_words_say_goes_to_its_flow_without_the_model() {
-    let cases: [Case; 5] = [
+    let cases: [Case; 8] = [
         ("I want to apply for the engineer job", "interview", |t| {
             t.contains("Which country do you live in?")
         }),
@@ -82,6 +82,16 @@ async fn what_the_words_say_goes_to_its_flow_without_the_model() {
         // recommendations answer once: the assistant's conversation goes on
         ("Can you recommend a good book?", super::ID, |t| {
             t.starts_with("Books for you:")
+        }),
+        // a wish for a book, or for the books there are (the help-desk found nothing)
+        ("I want to read a book", super::ID, |t| {
+            t.starts_with("Books for you:")
+        }),
+        ("What books do you have?", super::ID, |t| {
+            t.starts_with("Books for you:")
+        }),
+        ("どんな本がありますか？", super::ID, |t| {
+            t.contains("あなたへのおすすめ")
         }),
         // a request the knowledge base answers: cited, not imagined
         ("How do I stop a conversation halfway?", "helpdesk", |t| {

@@ -461,7 +461,7 @@ impl MentorFlow {
             return Ok(());
         };
         if super::recommendation::asks_for_a_book(question) {
-            out.hand_off("recommend", "");
+            out.hand_off("recommend", question.trim());
             return Ok(());
         }
         let context = self.context(ctx, days, lang).await?;

@@ -7,7 +7,7 @@
 use super::catalogue::Catalogue;
 use crate::agent::{Agent, ToolError, ToolOutput, TypedTool, typed};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
-use crate::i18n::pick;
+use crate::i18n::{pick, written_language};
 use crate::llm::ChatMessage;
 use crate::search::{BookInfo, BooksApi, SearchError};
 use crate::store::StateChange;
@@ -31,8 +31,20 @@ pub fn asks_for_a_book(question: &str) -> bool {
     if has(&[
         "what should i read",
         "which book should i",
+        "want to read a book",
+        "want to read something",
+        "looking for a book",
+        "looking for something to read",
+        "books do you have",
+        "books are there",
+        "any good books",
         "次は何を読",
         "何を読めば",
+        "本を読みたい",
+        "読む本を探",
+        "どんな本があり",
+        "いい本はあり",
+        "本はありますか",
     ]) {
         return true;
     }
@@ -341,7 +353,13 @@ impl Flow for RecommendFlow {
             out.unknown_command = true;
             return Ok(out);
         }
-        let lang = ctx.language().to_string();
+        // the request's own words say its language (「どんな本がありますか？」 in a
+        // conversation that chose English), else the conversation's
+        let lang = ctx
+            .start_arg
+            .and_then(written_language)
+            .unwrap_or(ctx.language())
+            .to_string();
         let (profile, logged) = reader_of(&ctx).await?;
         let mut picks = self.model_picks(&ctx, &profile, &logged, &lang).await;
         if picks.picks.is_empty() {
