@@ -362,8 +362,9 @@ impl BookGuide {
     }
 }
 
-/// The author or the year of `book` when `question` asks for it ("Who wrote this book?",
-/// "When was it published?", 「作者は誰？」, 「いつ出版されたの？」), from its entry.
+/// The author, the year or the summary of `book` when `question` asks for it ("Who wrote
+/// this book?", "When was it published?", "What is it about?", 「作者は誰？」,
+/// 「あらすじを教えて」), from its entry.
 fn catalogue_fact(question: &str, book: &super::catalogue::Book, lang: &str) -> Option<String> {
     let q = question.to_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| q.contains(w));
@@ -397,6 +398,34 @@ fn catalogue_fact(question: &str, book: &super::catalogue::Book, lang: &str) -> 
             lang,
             &format!("«{title}» by {author} was published in {}.", book.year),
             &format!("『{title}』（{author}）は{}年の作品です。", book.year),
+        ));
+    }
+    if has(&[
+        "what is it about",
+        "what's it about",
+        "what is the book about",
+        "what's the book about",
+        "what is this book about",
+        "about this book",
+        "summary",
+        "summarise",
+        "summarize",
+        "the plot",
+        "あらすじ",
+        "どんな話",
+        "どんな内容",
+        "どんな本",
+        "要約",
+    ]) && !book.summary.trim().is_empty()
+    {
+        // the catalogue's summary is written in English
+        return Some(crate::i18n::pick(
+            lang,
+            &format!("«{title}» by {author} ({}): {}", book.year, book.summary),
+            &format!(
+                "『{title}』（{author}、{}年）のあらすじ（カタログの英語の紹介文）: {}",
+                book.year, book.summary
+            ),
         ));
     }
     None

@@ -866,6 +866,9 @@ async fn a_question_of_fact_about_the_book_reaches_the_book_guide() {
         ("ja", "この本を書いたのは誰ですか？", Some("夏目漱石")),
         ("ja", "いつ出版されたの？", Some("1914")),
         ("ja", "登場人物を教えて", None),
+        // what it is about: the entry's summary ("I have no source" before)
+        ("en", "What is the book about?", Some("Sensei")),
+        ("ja", "あらすじを教えてください", Some("Sensei")),
     ] {
         let h = Harness::speaking(ModelRouter::none(), Some(lang)).await;
         h.say("/reading start kokoro").await;
