@@ -584,6 +584,62 @@ fn mood_from_text(text: &str) -> Option<String> {
         .zip(&japanese)
         .find(|((en, _), (ja, _))| t == en.value || t == en.label.to_lowercase() || t == ja.label)
         .map(|((en, _), _)| en.value.clone())
+        .or_else(|| mood_in_words(&t).map(str::to_string))
+}
+
+/// A mood said in a few words ("I'm curious", "feeling a bit tired", 「わくわくしています」,
+/// 「ちょっと疲れてます」): one mood named, in a short message that asks nothing and says
+/// no "not". A longer message, or one about the book ("curious why K left"), is a note.
+fn mood_in_words(lower: &str) -> Option<&'static str> {
+    const MOODS: [(&str, &[&str], &[&str]); 5] = [
+        (
+            "excited",
+            &["excited", "thrilled"],
+            &["わくわく", "ワクワク"],
+        ),
+        (
+            "curious",
+            &["curious", "intrigued"],
+            &["興味しんしん", "興味津々"],
+        ),
+        ("calm", &["calm", "relaxed"], &["落ち着いて", "穏やか"]),
+        (
+            "tired",
+            &["tired", "sleepy", "exhausted"],
+            &["疲れて", "疲れた", "眠い"],
+        ),
+        (
+            "uneasy",
+            &["uneasy", "anxious", "worried"],
+            &["もやもや", "モヤモヤ", "不安"],
+        ),
+    ];
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let japanese = crate::i18n::has_japanese(lower);
+    let short = if japanese {
+        lower.chars().count() <= 12
+    } else {
+        words.len() <= 4
+    };
+    const NOT: &[&str] = &[
+        "not", "no", "never", "don't", "isn't", "wasn't", "aren't", "why", "what", "how", "who",
+        "where", "when", "if", "about",
+    ];
+    let negated = words.iter().any(|w| NOT.contains(w))
+        || ["ない", "ません", "なく", "？", "?"]
+            .iter()
+            .any(|n| lower.contains(n));
+    if !short || negated {
+        return None;
+    }
+    let mut named = MOODS.iter().filter(|(_, en, ja)| {
+        en.iter().any(|w| words.contains(w)) || ja.iter().any(|w| lower.contains(w))
+    });
+    let (value, _, _) = named.next()?;
+    named.next().is_none().then_some(*value)
 }
 
 /// A number and nothing else ("2", "3."): an option number, not a note.
@@ -593,6 +649,35 @@ fn is_bare_number(text: &str) -> bool {
         && t.len() <= 3
         && t.chars()
             .all(|c| c.is_ascii_digit() || ('０'..='９').contains(&c))
+}
+
+#[cfg(test)]
+mod mood_tests {
+    use super::mood_from_text;
+
+    #[test]
+    fn a_mood_said_in_a_few_words_is_the_mood() {
+        for (said, mood) in [
+            ("Curious", Some("curious")),
+            ("I'm curious", Some("curious")),
+            ("feeling a bit tired", Some("tired")),
+            ("I am so excited!", Some("excited")),
+            ("わくわくしています", Some("excited")),
+            ("ちょっと疲れてます", Some("tired")),
+            ("もやもやする", Some("uneasy")),
+            ("not tired at all", None),
+            ("疲れていない", None),
+            ("curious why K left", None),
+            ("calm but also tired", None),
+            (
+                "Sensei seems tired of life and of everyone around him",
+                None,
+            ),
+            ("先生はとても疲れているように見える人物だと思いました", None),
+        ] {
+            assert_eq!(mood_from_text(said).as_deref(), mood, "{said}");
+        }
+    }
 }
 
 #[cfg(test)]
