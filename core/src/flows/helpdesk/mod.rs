@@ -110,6 +110,87 @@ fn link(ctx: &TurnContext<'_>) -> String {
     )
 }
 
+/// What a short message typed at the rating's buttons means (`pending`: the values of
+/// the buttons showing): `solved`, `not_solved` or `human` at "Did this answer your
+/// question?" ("It worked", 「解決しました」, "No, still broken", 「ダメでした」, "Can I talk to a
+/// person?"); `human` for a yes at "Would you like to ask a person?" alone. A long
+/// message, or a question other than for a person, is a message of its own; so is a
+/// "not solved" once it was said (`unsolved`: what follows is the detail asked for).
+fn typed_rating(text: &str, pending: &[String], unsolved: bool) -> Option<&'static str> {
+    let t = text.trim().to_lowercase();
+    let words: Vec<&str> = t
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let short = if crate::i18n::has_japanese(&t) {
+        t.chars().count() <= 15
+    } else {
+        words.len() <= 7
+    };
+    if !short {
+        return None;
+    }
+    let said = |en: &[&str], ja: &[&str]| {
+        en.iter()
+            .any(|w| words.contains(w) || (w.contains(' ') && t.contains(w)))
+            || ja.iter().any(|w| t.contains(w))
+    };
+    let person = said(
+        &["human", "person", "agent", "operator", "someone", "staff"],
+        &["担当者", "人と話", "人間", "オペレーター"],
+    );
+    let no = said(
+        &[
+            "no", "nope", "not", "didn't", "doesn't", "don't", "still", "wrong", "unsolved",
+            "isn't",
+        ],
+        &[
+            "いいえ",
+            "ない",
+            "ません",
+            "ダメ",
+            "だめ",
+            "まだ",
+            "違",
+            "いや",
+        ],
+    );
+    let yes = said(
+        &[
+            "yes", "yep", "yeah", "solved", "worked", "works", "fixed", "perfect", "great", "ok",
+            "okay", "sure", "please",
+        ],
+        &[
+            "はい",
+            "解決",
+            "できました",
+            "直りました",
+            "うまくいき",
+            "大丈夫",
+            "お願い",
+            "ええ",
+        ],
+    );
+    // "Is there no way to export?" is a new question
+    let asks = t.contains('?') || t.contains('？');
+    let has = |v: &str| pending.iter().any(|p| p == v);
+    if has("solved") {
+        if person {
+            Some("human")
+        } else if no && !asks {
+            (!unsolved).then_some("not_solved")
+        } else if yes && !asks {
+            Some("solved")
+        } else {
+            None
+        }
+    } else if has("human") && (person || (yes && !no && !asks)) {
+        Some("human")
+    } else {
+        None
+    }
+}
+
 fn rating_options(lang: &str) -> Vec<OptionItem> {
     vec![
         OptionItem::new("solved", pick(lang, "Solved", "解決した")),
@@ -199,7 +280,17 @@ impl HelpdeskFlow {
         out: &mut TurnOutput,
     ) {
         let lang = written_language(text).unwrap_or(ctx.language());
-        if crate::i18n::is_thanks(text) {
+        let pending: Vec<String> = ctx
+            .session
+            .pending_options
+            .iter()
+            .flat_map(|p| p.options.iter().map(|o| o.value.clone()))
+            .collect();
+        if st.rating.is_some()
+            && let Some(value) = typed_rating(text, &pending, st.unsolved)
+        {
+            self.feedback(ctx, st, value, out);
+        } else if crate::i18n::is_thanks(text) {
             match st.rating {
                 Some(_) => self.feedback(ctx, st, "solved", out),
                 None => {

@@ -643,3 +643,54 @@ async fn after_a_handoff_what_the_user_adds_reaches_the_team() {
     let reply = h.ask("ありがとう").await;
     assert!(!reply[0].contains("added"), "{reply:?}");
 }
+
+/// 「解決しました」 and 「いいえ、まだです」 typed at "Did this answer your question?" were
+/// searched as new questions ("I found nothing"); only the buttons' exact labels counted.
+/// A short typed answer rates the answer; after "Not solved" what follows is the detail
+/// asked for, not another rating; "yes" to "Would you like to ask a person?" asks one.
+#[tokio::test]
+async fn a_rating_typed_in_words_is_the_rating() {
+    for (question, said, feedback) in [
+        ("How do I stop a conversation?", "It worked", "solved"),
+        ("会話を途中でやめるには？", "解決しました", "solved"),
+        (
+            "How do I stop a conversation?",
+            "No, it still doesn't work",
+            "not_solved",
+        ),
+        ("会話を途中でやめるには？", "いいえ、まだです", "not_solved"),
+        ("会話を途中でやめるには？", "ダメでした", "not_solved"),
+        (
+            "How do I stop a conversation?",
+            "Can I talk to a person?",
+            "human",
+        ),
+    ] {
+        let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+        h.ask(question).await;
+        let reply = h.ask(said).await;
+        let tickets = h.tickets().await;
+        assert_eq!(tickets.len(), 1, "{said}: {reply:?}");
+        assert_eq!(tickets[0].feedback.as_deref(), Some(feedback), "{said}");
+        if feedback == "not_solved" {
+            // the detail that follows is the detail, however it is put
+            h.ask("まだエラーが出ます").await;
+            let tickets = h.tickets().await;
+            assert_eq!(tickets.len(), 2, "{said}");
+            assert!(tickets[1].question.contains("(not solved)"), "{said}");
+        }
+    }
+    // a new question that says "no" is a question
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    h.ask("How do I stop a conversation?").await;
+    h.ask("Is there no way to export submissions?").await;
+    assert_eq!(h.tickets().await.len(), 2);
+    // "Would you like to ask a person?" after nothing was found
+    for yes in ["yes", "はい、お願いします"] {
+        let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+        h.ask("zyxwv quantum flux capacitor").await;
+        let reply = h.ask(yes).await;
+        assert_eq!(h.admin.notices().len(), 1, "{yes}: {reply:?}");
+        assert_eq!(h.tickets().await.len(), 1, "{yes}");
+    }
+}
