@@ -64,32 +64,73 @@ fn find(re: &LazyLock<Option<Regex>>, text: &str) -> Option<String> {
 pub const SKIP: &str = "__skip__";
 
 /// Whether `answer` skips an optional question: the Skip button, or "none", "skip", "n/a",
-/// 特になし, なし, ありません and the like.
+/// 特になし, なし, ありません and the like, or a few words saying there is none ("I don't
+/// have one", "No, sorry", 「持っていません」, 「まだないです」).
 pub fn is_skip(answer: &str) -> bool {
     let a = answer
         .trim()
         .trim_end_matches(['.', '。', '!', '！'])
         .trim()
         .to_lowercase();
-    matches!(
-        a.as_str(),
-        SKIP | "skip"
-            | "none"
-            | "n/a"
-            | "na"
-            | "nothing"
-            | "no answer"
-            | "pass"
-            | "特になし"
-            | "とくになし"
-            | "特にない"
-            | "特にありません"
-            | "なし"
-            | "ない"
-            | "ありません"
-            | "スキップ"
-            | "パス"
-    )
+    says_none(&a)
+        || matches!(
+            a.as_str(),
+            SKIP | "skip"
+                | "none"
+                | "n/a"
+                | "na"
+                | "nothing"
+                | "no answer"
+                | "pass"
+                | "特になし"
+                | "とくになし"
+                | "特にない"
+                | "特にありません"
+                | "なし"
+                | "ない"
+                | "ありません"
+                | "スキップ"
+                | "パス"
+        )
+}
+
+/// A short answer that says there is nothing to give (lower case, closing marks gone).
+fn says_none(a: &str) -> bool {
+    let words: Vec<&str> = a
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    if crate::i18n::has_japanese(a) {
+        a.chars().count() <= 12
+            && [
+                "ありません",
+                "ないです",
+                "持っていません",
+                "持ってません",
+                "もっていません",
+                "無いです",
+                "なしで",
+                "まだない",
+                "特にない",
+            ]
+            .iter()
+            .any(|w| a.contains(w))
+    } else {
+        words.len() <= 6
+            && (matches!(words.first(), Some(&("no" | "nope")))
+                || [
+                    "don't have",
+                    "do not have",
+                    "haven't got",
+                    "not yet",
+                    "rather not",
+                    "prefer not",
+                    "nothing",
+                    "no preference",
+                ]
+                .iter()
+                .any(|w| a.contains(w)))
+    }
 }
 
 static DATE_EXAMPLE: LazyLock<Option<Regex>> =
@@ -621,6 +662,32 @@ mod tests {
         let theirs = prompt(&form, &stranger);
         assert!(matches!(theirs, std::borrow::Cow::Owned(_)));
         assert!(theirs.contains("\"f\" (F;"), "{theirs}");
+    }
+
+    #[test]
+    fn an_optional_question_is_skipped_in_words() {
+        for (said, skip) in [
+            ("none", true),
+            ("I don't have one", true),
+            ("No, sorry", true),
+            ("Nothing in particular.", true),
+            ("not yet", true),
+            ("持っていません", true),
+            ("まだないです", true),
+            ("GitHubはありません", true),
+            ("https://github.com/hanako", false),
+            ("Rust and distributed systems", false),
+            (
+                "No-code tools and the new compiler, mostly from the talks last year",
+                false,
+            ),
+            (
+                "ありませんが、ブログならあります: https://example.com",
+                false,
+            ),
+        ] {
+            assert_eq!(is_skip(said), skip, "{said}");
+        }
     }
 
     #[test]
