@@ -78,7 +78,8 @@ pub(super) fn parse_date(text: &str) -> Option<chrono::NaiveDate> {
 
 /// [`parse_date`] on `today`: digits (2027-04-01, 2027/4/1, 2027年4月1日, a month
 /// alone: its 1st), a month's English name with or without day and year (its next
-/// occurrence), "as soon as possible" (today), "next month" (its 1st).
+/// occurrence), "as soon as possible" (today), "next month" (its 1st), a while from
+/// today ("in two weeks", 「1ヶ月後」, "next week": [`after_a_while`]).
 fn parse_date_on(text: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
     use chrono::{Datelike, NaiveDate};
     let cleaned: String = text
@@ -120,6 +121,9 @@ fn parse_date_on(text: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDa
         return today
             .checked_add_months(chrono::Months::new(1))
             .and_then(|d| d.with_day(1));
+    }
+    if let Some(date) = after_a_while(lower, today) {
+        return Some(date);
     }
     // a month's English name, a day and a year around it in any order
     const MONTHS: [&str; 12] = [
@@ -180,6 +184,96 @@ fn parse_date_on(text: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDa
             } else {
                 NaiveDate::from_ymd_opt(today.year() + 1, month, day)
             }
+        }
+    }
+}
+
+/// A start a while from `today`: "next week" and 「来週」 (its Monday), "in two weeks", "in
+/// 10 days", "in a month", "a couple of weeks", 「2週間後」, 「三ヶ月後」, 「10日後から」.
+fn after_a_while(lower: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
+    use chrono::{Datelike, Days, Months};
+    if lower == "next week" || lower.starts_with("来週") {
+        let to_monday = 7 - u64::from(today.weekday().num_days_from_monday());
+        return today.checked_add_days(Days::new(to_monday));
+    }
+    let (count, unit) = if crate::i18n::has_japanese(lower) {
+        let at = lower.find('後')?;
+        let before = &lower[..at];
+        let unit = ["週間", "週", "ヶ月", "か月", "カ月", "ケ月", "ヵ月", "日"]
+            .into_iter()
+            .find(|u| before.ends_with(u))?;
+        let number = before[..before.len() - unit.len()].trim();
+        let count = number
+            .parse::<u32>()
+            .ok()
+            .or_else(|| number_in_words(number))?;
+        (
+            count,
+            if unit == "日" {
+                'd'
+            } else if unit.starts_with('週') {
+                'w'
+            } else {
+                'm'
+            },
+        )
+    } else {
+        let words: Vec<&str> = lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        // one number or "a" before a unit, and nothing that says a month's name
+        let at = words
+            .iter()
+            .position(|w| matches!(*w, "day" | "days" | "week" | "weeks" | "month" | "months"))?;
+        let before = words[..at].join(" ");
+        let count = match before.rsplit(' ').next().unwrap_or_default() {
+            "a" | "an" | "one" => 1,
+            "couple" | "of" if before.contains("couple") => 2,
+            "few" => 3,
+            word => word
+                .parse::<u32>()
+                .ok()
+                .or_else(|| number_in_words(&before))?,
+        };
+        let unit = words[at].chars().next().unwrap_or('d');
+        (count, unit)
+    };
+    if count == 0 || count > 24 {
+        return None;
+    }
+    match unit {
+        'd' => today.checked_add_days(Days::new(u64::from(count))),
+        'w' => today.checked_add_days(Days::new(7 * u64::from(count))),
+        _ => today.checked_add_months(Months::new(count)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_date_on;
+    use chrono::NaiveDate;
+
+    #[test]
+    fn a_start_a_while_from_today_is_read() {
+        // a Friday
+        let today = NaiveDate::from_ymd_opt(2026, 11, 27).expect("date");
+        let day = |m, d| NaiveDate::from_ymd_opt(2026 + (m < 11) as i32, m, d);
+        for (said, date) in [
+            ("in two weeks", day(12, 11)),
+            ("In 2 weeks.", day(12, 11)),
+            ("in 10 days", day(12, 7)),
+            ("in a month", day(12, 27)),
+            ("a couple of weeks from now", day(12, 11)),
+            ("next week", day(11, 30)),
+            ("2週間後", day(12, 11)),
+            ("三ヶ月後から", day(2, 27)),
+            ("10日後", day(12, 7)),
+            ("来週から", day(11, 30)),
+            ("weeks", None),
+            ("in 100 months", None),
+        ] {
+            assert_eq!(parse_date_on(said, today), date, "{said}");
         }
     }
 }
