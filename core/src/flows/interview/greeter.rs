@@ -259,6 +259,41 @@ pub fn resolve_country(input: &str) -> Option<&'static str> {
         .map(|c| c.0)
 }
 
+/// The country and zone of a city the time-zone database names ("Tokyo", "New York",
+/// "Buenos Aires"), or a Japanese city, alone or in a sentence ("I live in Berlin",
+/// 「大阪に住んでいます」): a city says both.
+pub fn city_named(input: &str) -> Option<(&'static str, &'static str)> {
+    const JA_CITIES: [(&str, &str, &str); 14] = [
+        ("東京", "JP", "Asia/Tokyo"),
+        ("大阪", "JP", "Asia/Tokyo"),
+        ("京都", "JP", "Asia/Tokyo"),
+        ("名古屋", "JP", "Asia/Tokyo"),
+        ("横浜", "JP", "Asia/Tokyo"),
+        ("札幌", "JP", "Asia/Tokyo"),
+        ("福岡", "JP", "Asia/Tokyo"),
+        ("神戸", "JP", "Asia/Tokyo"),
+        ("仙台", "JP", "Asia/Tokyo"),
+        ("ソウル", "KR", "Asia/Seoul"),
+        ("ロンドン", "GB", "Europe/London"),
+        ("ニューヨーク", "US", "America/New_York"),
+        ("パリ", "FR", "Europe/Paris"),
+        ("ベルリン", "DE", "Europe/Berlin"),
+    ];
+    if let Some((_, code, zone)) = JA_CITIES.iter().find(|(city, ..)| input.contains(city)) {
+        return Some((code, zone));
+    }
+    let lower = input.to_lowercase();
+    WORLD.countries.iter().find_map(|(code, _, zones)| {
+        zones
+            .iter()
+            .find(|zone| {
+                let city = zone.rsplit('/').next().unwrap_or(zone).replace('_', " ");
+                city.len() >= 4 && contains_word(&lower, &city.to_lowercase())
+            })
+            .map(|zone| (*code, *zone))
+    })
+}
+
 /// Whether `input` could name a place we do not know ("New Atlantis", 「ナウル共和国」): a few
 /// words of letters, never an address, a number or a link ("alice@example.com", "2024").
 pub fn could_be_a_place(input: &str) -> bool {
@@ -557,6 +592,24 @@ mod tests {
             }
         }
         assert!(is_valid_zone(FALLBACK_TIMEZONE));
+    }
+
+    #[test]
+    fn a_city_says_its_country_and_zone() {
+        for (said, found) in [
+            ("I live in Tokyo", Some(("JP", "Asia/Tokyo"))),
+            ("東京に住んでいます", Some(("JP", "Asia/Tokyo"))),
+            ("New York", Some(("US", "America/New_York"))),
+            ("near Los Angeles", Some(("US", "America/Los_Angeles"))),
+            ("Berlin", Some(("DE", "Europe/Berlin"))),
+            (
+                "Buenos Aires",
+                Some(("AR", "America/Argentina/Buenos_Aires")),
+            ),
+            ("somewhere nice", None),
+        ] {
+            assert_eq!(city_named(said), found, "{said}");
+        }
     }
 
     #[test]

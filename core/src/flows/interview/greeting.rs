@@ -212,6 +212,11 @@ impl InterviewFlow {
         match section {
             Section::Country => match greeter::resolve_country(text) {
                 Some(code) => self.set_country(st, out, code),
+                // "I live in Tokyo": the city says the country and its zone
+                None if let Some((code, zone)) = greeter::city_named(text) => {
+                    self.set_country(st, out, code);
+                    self.set_timezone(st, out, zone);
+                }
                 None if !st.country_asked_again || !greeter::could_be_a_place(text) => {
                     // not stored as typed: asked again, with suggestions (again and again
                     // for what is no place: an address, a number)

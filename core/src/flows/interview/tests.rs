@@ -1122,3 +1122,27 @@ fn typed_answers_to_the_confirmation() {
         assert_eq!(typed_answer(said), meant, "{said}");
     }
 }
+
+/// "I live in Tokyo" got "I don't know the country «I live in Tokyo»"; a city of the
+/// time-zone database (or a Japanese one) says the country and the zone, so New York
+/// asks no zone of the United States' several.
+#[tokio::test]
+async fn a_city_answers_the_country_and_the_time_zone() {
+    for (said, country, zone) in [
+        ("I live in Tokyo", "JP", "Asia/Tokyo"),
+        ("大阪です", "JP", "Asia/Tokyo"),
+        ("New York", "US", "America/New_York"),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose("en").await;
+        let reply = h.say(said).await;
+        assert!(
+            last(&reply).contains("full name") || last(&reply).contains("お名前"),
+            "{said}: {reply:?}"
+        );
+        let st = h.state().await;
+        assert_eq!(st.country.as_deref(), Some(country), "{said}");
+        assert_eq!(st.timezone.as_deref(), Some(zone), "{said}");
+    }
+}
