@@ -202,7 +202,30 @@ impl ReadingFlow {
         if ctx.models.for_agent(reading_agent::AGENT).is_some() {
             return self.run_agent(ctx, st, "__session_init__", out).await;
         }
-        self.greet_by_rules(ctx, st, out);
+        self.greet_floor(ctx, st, out).await
+    }
+
+    /// The greeting of the rules, with what the reader said of the book before.
+    async fn greet_floor(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        out: &mut TurnOutput,
+    ) -> Result<(), FlowError> {
+        let earlier = match Self::record_of(ctx, st.title.as_deref().unwrap_or_default()).await? {
+            Some(record) => Earlier {
+                talked: !ctx.store.insights(record.id).await?.is_empty(),
+                moods: ctx
+                    .store
+                    .moods(record.id)
+                    .await?
+                    .into_iter()
+                    .map(|m| m.phase)
+                    .collect(),
+            },
+            None => Earlier::default(),
+        };
+        self.greet_by_rules(ctx, st, &earlier, out);
         Ok(())
     }
 
@@ -247,12 +270,31 @@ impl ReadingFlow {
         });
     }
 
-    fn greet_by_rules(&self, ctx: &TurnContext<'_>, st: &mut ReadingState, out: &mut TurnOutput) {
+    /// The greeting of the rules: by the book's status, and what the reader said of it
+    /// before (`earlier`): a question answered is not asked again.
+    fn greet_by_rules(
+        &self,
+        ctx: &TurnContext<'_>,
+        st: &mut ReadingState,
+        earlier: &Earlier,
+        out: &mut TurnOutput,
+    ) {
         let lang = ctx.language().to_string();
         let title = self
             .catalogue
             .title_in(st.title.as_deref().unwrap_or_default(), &lang);
+        let before = earlier.moods.contains(&MoodPhase::Before);
         match st.status.unwrap_or(ReadingStatus::NotStarted) {
+            ReadingStatus::NotStarted if earlier.talked || before => {
+                out.say(pick(
+                    &lang,
+                    &format!("Welcome back to «{title}»! Tell me about it any time: an impression, something you learned, a question."),
+                    &format!("『{title}』の続きですね。感想、学び、疑問など、いつでも聞かせてください。"),
+                ));
+                if !before {
+                    self.ask_mood(st, MoodPhase::Before, &lang, out);
+                }
+            }
             ReadingStatus::NotStarted => {
                 out.say(pick(
                     &lang,
@@ -277,7 +319,9 @@ impl ReadingFlow {
                         "『{title}』を読み終えましたね。振り返って、心に残っていることは何ですか？"
                     ),
                 ));
-                self.ask_mood(st, MoodPhase::After, &lang, out);
+                if !earlier.moods.contains(&MoodPhase::After) {
+                    self.ask_mood(st, MoodPhase::After, &lang, out);
+                }
             }
         }
     }
@@ -376,8 +420,7 @@ impl ReadingFlow {
                 if text == "__session_init__" {
                     // the greeting a conversation without a model gets: the book, its
                     // status and, before reading, the mood options
-                    self.greet_by_rules(ctx, st, out);
-                    Ok(())
+                    self.greet_floor(ctx, st, out).await
                 } else {
                     self.floor_text(ctx, st, text, out).await
                 }
@@ -526,8 +569,7 @@ impl ReadingFlow {
             &format!("Status set to {}.", status_name(status, &lang)),
             &format!("ステータスを「{}」にしました。", status_name(status, &lang)),
         ));
-        self.greet_by_rules(ctx, st, out);
-        Ok(())
+        self.greet_floor(ctx, st, out).await
     }
 
     async fn insights_markdown(
@@ -640,6 +682,14 @@ fn mood_in_words(lower: &str) -> Option<&'static str> {
     });
     let (value, _, _) = named.next()?;
     named.next().is_none().then_some(*value)
+}
+
+/// What a reader said of a book before this conversation: insights, and the phases
+/// whose mood they gave.
+#[derive(Default)]
+struct Earlier {
+    talked: bool,
+    moods: Vec<MoodPhase>,
 }
 
 /// A number and nothing else ("2", "3."): an option number, not a note.

@@ -1568,3 +1568,24 @@ async fn end_in_the_profile_questions_or_a_review_says_so() {
         "{ended:?}"
     );
 }
+
+/// `/reading` again for a book not started yet asked "What made you choose it?" and the
+/// mood once more, though both were answered: a book the reader has talked about is
+/// welcomed back, and a mood given for its phase is not asked again.
+#[tokio::test]
+async fn back_to_a_book_what_was_answered_is_not_asked_again() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    h.say("A friend loved it").await;
+    h.choose(&["excited"]).await;
+    let back = h.say("/reading").await;
+    let all = back.join("\n");
+    assert!(!all.contains("What made you choose it?"), "{all}");
+    assert!(!all.contains("How do you feel"), "{all}");
+    assert!(all.contains("Kokoro"), "{all}");
+    // a book finished: the mood after reading once
+    h.say("/status completed").await;
+    h.choose(&["calm"]).await;
+    let again = h.say("/reading").await.join("\n");
+    assert!(!again.contains("How do you feel after reading?"), "{again}");
+}
