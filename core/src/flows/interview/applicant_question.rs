@@ -118,6 +118,72 @@ fn asks_why(text: &str) -> bool {
     .any(|w| t.contains(w))
 }
 
+/// Whether `text` says the applicant wants to stop ("I want to stop", "quit", 「やめます」,
+/// 「中止したい」): a few words, no question ("Can I stop and go on later?" is asked, and
+/// answered).
+pub fn wants_to_stop(text: &str) -> bool {
+    let t = text
+        .trim()
+        .trim_end_matches(['.', '。', '!', '！'])
+        .trim()
+        .to_lowercase();
+    if t.contains(['?', '？']) || asks(text) {
+        return false;
+    }
+    if crate::i18n::has_japanese(&t) {
+        return t.chars().count() <= 15
+            && [
+                "やめます",
+                "やめたい",
+                "止めます",
+                "止めたい",
+                "中止",
+                "終わりにしたい",
+                "終わりにします",
+                "キャンセル",
+                "辞退",
+            ]
+            .iter()
+            .any(|w| t.contains(w));
+    }
+    matches!(
+        t.as_str(),
+        "stop" | "quit" | "cancel" | "exit" | "end" | "stop please" | "please stop" | "i give up"
+    ) || [
+        "i want to stop",
+        "i'd like to stop",
+        "i would like to stop",
+        "i want to quit",
+        "let me stop",
+        "stop the interview",
+        "cancel the interview",
+        "cancel my application",
+        "withdraw my application",
+    ]
+    .iter()
+    .any(|w| t.starts_with(w) && t.split_whitespace().count() <= 8)
+}
+
+/// Whether the question asks about stopping ("Can I stop and go on later?",
+/// 「途中でやめられますか？」).
+fn about_stopping(text: &str) -> bool {
+    let t = text.to_lowercase();
+    [
+        "stop",
+        "pause",
+        "later",
+        "quit",
+        "a break",
+        "やめ",
+        "中断",
+        "途中で",
+        "後で",
+        "あとで",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
+
 /// Whether the question is about the interview itself: how long it takes, how many
 /// questions are left.
 fn about_the_interview(text: &str) -> bool {
@@ -140,6 +206,15 @@ fn about_the_interview(text: &str) -> bool {
     .any(|w| t.contains(w))
 }
 
+/// How to stop and go on later.
+fn stopping_help(lang: &str) -> String {
+    pick(
+        lang,
+        "Yes: send /end at any time. Your answers are kept, and /interview later goes on where you stopped.",
+        "はい、いつでも /end で中断できます。回答は保存され、あとで /interview を送ると続きから再開できます。",
+    )
+}
+
 impl InterviewFlow {
     /// Answers the applicant's `question`, written at field `id`'s question, and asks
     /// that one again.
@@ -154,7 +229,9 @@ impl InterviewFlow {
     ) {
         let lang = lang_of(st);
         let field = form.field(id);
-        if about_the_interview(question) {
+        if about_stopping(question) {
+            out.say(stopping_help(&lang));
+        } else if about_the_interview(question) {
             out.say(self.progress(form, st));
         } else {
             let asked_at = field.map_or(id, |f| f.label.get("en"));
@@ -195,6 +272,8 @@ impl InterviewFlow {
                     "面接日時の調整のためのタイムゾーンと、応募に適用される規則を確認するために、お住まいの国をお伺いしています。国名だけで結構です（住所は不要です）。",
                 ),
             });
+        } else if about_stopping(question) {
+            out.say(stopping_help(&lang));
         } else if about_the_interview(question) {
             out.say(pick(
                 &lang,

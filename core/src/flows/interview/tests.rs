@@ -1146,3 +1146,60 @@ async fn a_city_answers_the_country_and_the_time_zone() {
         assert_eq!(st.timezone.as_deref(), Some(zone), "{said}");
     }
 }
+
+/// "I want to stop" at the name question became the applicant's full name. A wish to
+/// stop in words ends the interview as /end does (the answers kept, resumable); asked as
+/// a question, it is answered with how.
+#[tokio::test]
+async fn a_wish_to_stop_in_words_ends_the_interview_and_a_question_about_it_is_answered() {
+    for (lang, stop, asked, says) in [
+        (
+            "en",
+            "I want to stop",
+            "Can I stop and continue later?",
+            "/end",
+        ),
+        ("ja", "やめます", "途中で中断できますか？", "/end"),
+    ] {
+        let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+        h.open().await;
+        h.choose(lang).await;
+        h.say("Japan").await;
+        h.say("Hanako Yamada").await;
+        let reply = h.say(asked).await;
+        assert!(reply[0].contains(says), "{lang}: {reply:?}");
+        assert!(
+            h.admin.notices().is_empty(),
+            "{lang}: answered, not passed on"
+        );
+        let ended = h.say(stop).await;
+        assert!(
+            ended.iter().any(|t| t.contains("/interview")),
+            "{lang}: {ended:?}"
+        );
+        assert!(h.active().await.is_none(), "{lang}: the interview ended");
+        // kept: coming back offers to resume with the name answered, not "I want to stop"
+        let offer = h.say("/interview").await;
+        assert!(
+            offer[0].contains("1 of 8") || offer[0].contains("8 問中 1 問"),
+            "{lang}: {offer:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wish_to_stop_is_told_from_an_answer() {
+    for (said, stop) in [
+        ("I want to stop", true),
+        ("stop.", true),
+        ("中止したいです", true),
+        ("Can I stop?", false),
+        (
+            "I want to stop working on legacy code and build tools",
+            false,
+        ),
+        ("Stopwatch apps", false),
+    ] {
+        assert_eq!(applicant_question::wants_to_stop(said), stop, "{said}");
+    }
+}

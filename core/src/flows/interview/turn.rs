@@ -140,6 +140,16 @@ impl Flow for InterviewFlow {
                     None => self.show_resume_options(&lang, &mut out),
                 }
             }
+            // "I want to stop" is /end in words: the answers kept, the farewell said
+            TurnInput::Text(text)
+                if st.stage != Stage::Finished
+                    && super::applicant_question::wants_to_stop(&text) =>
+            {
+                if let Some(farewell) = self.farewell(&lang) {
+                    out.say(farewell);
+                }
+                out.end();
+            }
             TurnInput::Text(text) => self.on_text(&ctx, &form, &mut st, &mut out, &text).await?,
             TurnInput::Choice { values, .. } => {
                 self.on_choice(&ctx, &form, &mut st, &mut out, &values)
