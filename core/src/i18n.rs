@@ -40,6 +40,11 @@ pub fn is_greeting(text: &str) -> bool {
 /// ("Thanks, but it still doesn't work", 「ありがとう、でもできません」 are not).
 pub fn is_thanks(text: &str) -> bool {
     let t = text.trim().to_lowercase();
+    // 👍, 🙏, 🙇‍♀️ alone (with their skin tones and joiners)
+    const THANKS_SIGNS: &str = "👍🙏🙇👌😊❤\u{fe0f}\u{200d}♂♀🏻🏼🏽🏾🏿 ";
+    if !t.is_empty() && t.chars().all(|c| THANKS_SIGNS.contains(c)) {
+        return true;
+    }
     if t.contains(['?', '？']) || t.chars().count() > 40 || t.split_whitespace().count() > 6 {
         return false;
     }

@@ -115,6 +115,11 @@ impl AssistantFlow {
         if self.hand_off_by_words(text, lang, out) {
             return;
         }
+        // "??", "…", an emoji: no question to search for (thanks go to the help-desk's)
+        if !text.chars().any(char::is_alphanumeric) && !crate::i18n::is_thanks(text) {
+            out.say(self.what_works(lang));
+            return;
+        }
         if self.kb.is_some() {
             out.hand_off("ask", text.trim());
             return;

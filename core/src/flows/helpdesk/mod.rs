@@ -301,6 +301,13 @@ impl HelpdeskFlow {
                     ));
                 }
             }
+        } else if !text.chars().any(char::is_alphanumeric) && !st.with_team {
+            // "??", "…", an emoji: nothing to search for
+            out.say(pick(
+                lang,
+                "What can I help you with? Ask your question in a few words.",
+                "どのようなご用件でしょうか？ご質問を言葉で送ってください。",
+            ));
         } else if crate::i18n::is_greeting(text) && st.with_team {
             self.add_for_team(ctx, st, text, out);
         } else if crate::i18n::is_greeting(text) {

@@ -694,3 +694,22 @@ async fn a_rating_typed_in_words_is_the_rating() {
         assert_eq!(h.tickets().await.len(), 1, "{yes}");
     }
 }
+
+/// "??" and an emoji were searched in the knowledge base ("I found nothing…" and a ticket);
+/// 👍 after an answer is thanks, so the answer is rated solved.
+#[tokio::test]
+async fn signs_without_words_are_no_question_and_a_thumbs_up_thanks() {
+    let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+    for sign in ["??", "…", "🤔"] {
+        let reply = h.ask(sign).await;
+        assert!(
+            reply[0].starts_with("What can I help you with?"),
+            "{sign}: {reply:?}"
+        );
+    }
+    assert!(h.tickets().await.is_empty());
+    h.ask("How do I stop a conversation?").await;
+    let thanked = h.ask("👍").await;
+    assert!(thanked[0].starts_with("Glad it helped"), "{thanked:?}");
+    assert_eq!(h.tickets().await[0].feedback.as_deref(), Some("solved"));
+}
