@@ -147,6 +147,20 @@ impl Catalogue {
 
     /// A book by title (English or Japanese, case-insensitive; a unique partial match counts).
     pub fn find(&self, title: &str) -> Option<&Book> {
+        let title = clean_title(title);
+        self.find_exactly(&title).or_else(|| {
+            // "Kokoro by Natsume Soseki", 「こころ（夏目漱石）」: the title before its author
+            let before = title
+                .split(" by ")
+                .next()
+                .and_then(|t| t.split(['（', '(']).next())
+                .map(str::trim)
+                .filter(|t| !t.is_empty() && *t != title)?;
+            self.find_exactly(before)
+        })
+    }
+
+    fn find_exactly(&self, title: &str) -> Option<&Book> {
         let t = title.trim().to_lowercase();
         let exact = self.books.iter().find(|b| {
             b.title.to_lowercase() == t
@@ -204,6 +218,16 @@ impl Catalogue {
     }
 }
 
+/// A title as the reader typed it without the marks around it: 「こころ」, 『こころ』,
+/// "Kokoro", «Kokoro» are こころ and Kokoro.
+pub fn clean_title(title: &str) -> String {
+    title
+        .trim()
+        .trim_matches(|c: char| "「」『』\"“”'‘’«»《》【】<>".contains(c))
+        .trim()
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +241,16 @@ mod tests {
             Some("Natsume Soseki")
         );
         assert_eq!(c.find("kokoro").map(|b| b.year), Some(1914));
+        // as readers type it: in quotes, with its author
+        for typed in [
+            "「こころ」",
+            "『こころ』",
+            "\"Kokoro\"",
+            "Kokoro by Natsume Soseki",
+            "こころ（夏目漱石）",
+        ] {
+            assert_eq!(c.find(typed).map(|b| b.year), Some(1914), "{typed}");
+        }
         assert_eq!(c.search("Soseki guilt", 1)[0].1.title, "Kokoro");
         assert_eq!(c.search("方丈記", 1)[0].1.title, "Hojoki");
         // a Japanese reader's name for the author finds the book, and is what they see

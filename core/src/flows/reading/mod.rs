@@ -126,7 +126,7 @@ impl ReadingFlow {
         title: &str,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
-        let title = title.trim().trim_start_matches("start ").trim().to_string();
+        let title = catalogue::clean_title(title.trim().trim_start_matches("start "));
         let book = self.catalogue.find(&title);
         // a book the catalogue lacks: its author (and more) from the books API
         let found = match (book, &self.books) {
