@@ -141,11 +141,20 @@ impl Orchestrator {
             && !matches!(incoming.body, Body::Command { .. })
         {
             streaming.finish().await;
+            let said = said
+                .clone()
+                .unwrap_or_else(|| incoming.body.transcript_text());
+            // the conversation a message starts speaks the language it is written in
+            // (「本の感想を書きたい」 in a conversation that chose English), else the one
+            // it came from
+            let written = matches!(incoming.body, Body::Text { .. })
+                .then(|| crate::i18n::written_language(&said))
+                .flatten();
             let handed = Handed {
-                language: language_after(&output, &session),
-                said: said
-                    .clone()
-                    .unwrap_or_else(|| incoming.body.transcript_text()),
+                language: written
+                    .map(str::to_string)
+                    .or_else(|| language_after(&output, &session)),
+                said,
             };
             return self
                 .as_command(incoming, (key, handoff, handed), outbox)

@@ -154,8 +154,14 @@ impl AssistantFlow {
                 "i'm reading",
                 "i am reading",
                 "reading log",
+                "reading notes",
+                "about a book",
+                "my impressions",
                 "読んで",
                 "読書",
+                "本の感想",
+                "感想を書",
+                "感想を記録",
             ]) {
                 out.hand_off("reading", "");
                 return true;

@@ -74,11 +74,18 @@ async fn flow_now(h: &FlowHarness) -> String {
 
 #[tokio::test]
 async fn what_the_words_say_goes_to_its_flow_without_the_model() {
-    let cases: [Case; 8] = [
+    let cases: [Case; 10] = [
         ("I want to apply for the engineer job", "interview", |t| {
             t.contains("Which country do you live in?")
         }),
         ("I'm reading Kokoro", "reading", |t| t.contains("Kokoro")),
+        // a wish to talk about a book not named: the companion asks which
+        ("本の感想を書きたい", "reading", |t| {
+            t.contains("本")
+        }),
+        ("I want to write my impressions of a book", "reading", |t| {
+            t.contains("book")
+        }),
         // recommendations answer once: the assistant's conversation goes on
         ("Can you recommend a good book?", super::ID, |t| {
             t.starts_with("Books for you:")
