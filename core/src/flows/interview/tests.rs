@@ -1111,6 +1111,8 @@ fn typed_answers_to_the_confirmation() {
         ("はい", Some(true)),
         ("大丈夫です", Some(true)),
         ("問題ありません", Some(true)),
+        ("問題があります", None),
+        ("メールに問題があって", None),
         ("no", Some(false)),
         ("yes, but change my email", Some(false)),
         ("いいえ", Some(false)),
