@@ -460,6 +460,14 @@ impl MentorFlow {
             offer(lang, out);
             return Ok(());
         };
+        if crate::i18n::is_thanks(question) || crate::i18n::is_greeting(question) {
+            out.say(pick(
+                lang,
+                "You're welcome! Ask me more about your reading, or send /reading to go back to your book.",
+                "どういたしまして。読書についてほかにも聞いてください。/reading で本に戻れます。",
+            ));
+            return Ok(());
+        }
         if super::recommendation::asks_for_a_book(question) {
             out.hand_off("recommend", question.trim());
             return Ok(());
@@ -519,17 +527,24 @@ fn answer_from(ctx: &MentorContext, question: &str, lang: &str) -> String {
             items.join(", ")
         }
     };
+    // a book written about in the period was being read, whatever its status says
+    let mut reading = ctx.books_reading.clone();
+    for (book, _) in &ctx.insights {
+        if !reading.contains(book) && !ctx.books_finished.contains(book) {
+            reading.push(book.clone());
+        }
+    }
     let books = pick(
         lang,
         &format!(
             "Finished: {}. In progress: {}.",
             list(&ctx.books_finished),
-            list(&ctx.books_reading)
+            list(&reading)
         ),
         &format!(
             "読み終えた本: {}。読書中: {}。",
             list(&ctx.books_finished),
-            list(&ctx.books_reading)
+            list(&reading)
         ),
     );
     let notes: Vec<String> = ctx

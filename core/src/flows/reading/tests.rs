@@ -1589,3 +1589,20 @@ async fn back_to_a_book_what_was_answered_is_not_asked_again() {
     let again = h.say("/reading").await.join("\n");
     assert!(!again.contains("How do you feel after reading?"), "{again}");
 }
+
+/// After a review, "What did I read this week?" said "In progress: none" for a book the
+/// reader wrote three notes about (its status still "not started"), and "thanks" got the
+/// whole review's data again.
+#[tokio::test]
+async fn after_a_review_a_book_written_about_was_read_and_thanks_are_thanks() {
+    let h = Harness::new(ModelRouter::none()).await;
+    h.say("/reading start Kokoro").await;
+    h.choose(&["curious"]).await;
+    h.say("Sensei is a lonely man").await;
+    h.say("/review weekly").await;
+    let read = h.say("What did I read this week?").await;
+    assert!(read[0].contains("In progress: Kokoro"), "{read:?}");
+    let thanks = h.say("thanks").await;
+    assert!(thanks[0].starts_with("You're welcome"), "{thanks:?}");
+    assert!(!thanks[0].contains("note(s)"), "{thanks:?}");
+}
