@@ -191,6 +191,34 @@ fn typed_rating(text: &str, pending: &[String], unsolved: bool) -> Option<&'stat
     }
 }
 
+/// Whether `text` asks for a person ("Can I talk to a human?", 「担当者と話したい」): a
+/// person named with a way to reach them, in a short message.
+fn wants_a_person(text: &str) -> bool {
+    let t = text.trim().to_lowercase();
+    let words: Vec<&str> = t
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    if crate::i18n::has_japanese(&t) {
+        return t.chars().count() <= 25
+            && ["担当者", "人と", "人間", "オペレーター", "スタッフ"]
+                .iter()
+                .any(|w| t.contains(w))
+            && ["話", "繋", "つな", "相談", "連絡"]
+                .iter()
+                .any(|w| t.contains(w));
+    }
+    words.len() <= 10
+        && [
+            "human", "person", "agent", "operator", "someone", "staff", "people",
+        ]
+        .iter()
+        .any(|w| words.contains(w))
+        && ["talk", "speak", "contact", "reach", "connect", "chat"]
+            .iter()
+            .any(|w| words.contains(w))
+}
+
 fn rating_options(lang: &str) -> Vec<OptionItem> {
     vec![
         OptionItem::new("solved", pick(lang, "Solved", "解決した")),
@@ -290,6 +318,15 @@ impl HelpdeskFlow {
             && let Some(value) = typed_rating(text, &pending, st.unsolved)
         {
             self.feedback(ctx, st, value, out);
+        } else if wants_a_person(text) && !st.with_team {
+            // not a question for the knowledge base: what it is about goes to the team
+            st.with_team = true;
+            st.rating = None;
+            out.say(pick(
+                lang,
+                "Of course. Tell me in a message what it is about, and I'll pass it to the team; a person will get back to you here.",
+                "承知しました。ご用件をメッセージでお知らせください。担当者に伝え、こちらで担当者からご連絡します。",
+            ));
         } else if crate::i18n::is_thanks(text) {
             match st.rating {
                 Some(_) => self.feedback(ctx, st, "solved", out),
@@ -332,15 +369,16 @@ impl HelpdeskFlow {
         out: &mut TurnOutput,
     ) {
         let lang = written_language(text).unwrap_or(ctx.language());
+        let mut fields = vec![("User".into(), ctx.user.display_name.clone())];
+        if st.tickets > 0 {
+            fields.push(("Ticket".into(), st.tickets.to_string()));
+        }
+        fields.push(("Link".into(), link(ctx)));
         out.admin.push(AdminNotice {
             kind: "handoff".into(),
-            title: format!("More from {} for the team", ctx.user.display_name),
+            title: format!("Help-desk: {} writes to the team", ctx.user.display_name),
             body: format!("Added to the request:\n{}", text.trim()),
-            fields: vec![
-                ("User".into(), ctx.user.display_name.clone()),
-                ("Ticket".into(), st.tickets.to_string()),
-                ("Link".into(), link(ctx)),
-            ],
+            fields,
             session_id: None,
             actions: vec![crate::admin::AdminActionKind::TakeOver],
         });

@@ -713,3 +713,33 @@ async fn signs_without_words_are_no_question_and_a_thumbs_up_thanks() {
     assert!(thanked[0].starts_with("Glad it helped"), "{thanked:?}");
     assert_eq!(h.tickets().await[0].feedback.as_deref(), Some("solved"));
 }
+
+/// "Can I talk to a human?" as a first message got the guide's "Starting a conversation".
+/// Asked for a person, the help-desk asks what it is about and passes that to the team.
+#[tokio::test]
+async fn asked_for_a_person_the_help_desk_passes_the_request_on() {
+    for (ask, about) in [
+        ("Can I talk to a human?", "My contract renewal is wrong"),
+        ("担当者と話したいです", "契約更新の内容が間違っています"),
+    ] {
+        let h = Harness::new(ModelRouter::none(), sample_kb()).await;
+        let reply = h.ask(ask).await;
+        assert!(
+            reply[0].contains("pass it to the team") || reply[0].contains("担当者に伝え"),
+            "{ask}: {reply:?}"
+        );
+        assert!(h.tickets().await.is_empty(), "{ask}: no search");
+        let passed = h.ask(about).await;
+        assert!(
+            passed[0].contains("added this to your request")
+                || passed[0].contains("ご依頼に追記しました"),
+            "{ask}: {passed:?}"
+        );
+        let notice = h.admin.notices().last().cloned().expect("a notice");
+        assert!(notice.body.contains(about), "{}", notice.body);
+    }
+    // a question about the staff of a form is a question
+    assert!(!super::wants_a_person(
+        "How do I add a staff member to a form?"
+    ));
+}
