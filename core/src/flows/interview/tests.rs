@@ -1205,3 +1205,29 @@ fn a_wish_to_stop_is_told_from_an_answer() {
         assert_eq!(applicant_question::wants_to_stop(said), stop, "{said}");
     }
 }
+
+/// `/status` said how far the interview was and nothing more: the question it waits on
+/// was left somewhere above. It comes again after the count, its options with it.
+#[tokio::test]
+async fn status_says_how_far_and_asks_the_waiting_question_again() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    for answer in ["Japan", "Hanako Yamada", "hanako@example.com", "5", "Rust"] {
+        h.say(answer).await;
+    }
+    h.say("I want to build developer tools").await;
+    let status = h.say("/status").await;
+    assert!(
+        status[0].contains("5 of 8 questions answered"),
+        "{status:?}"
+    );
+    assert_eq!(last(&status), "Which work style do you prefer?");
+    let options = h.outbox.last_options().expect("the options again");
+    assert_eq!(options.options.len(), 3);
+    h.choose("remote").await;
+    assert_eq!(
+        h.state().await.field("work_style").value.as_deref(),
+        Some("remote")
+    );
+}

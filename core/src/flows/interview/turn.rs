@@ -317,9 +317,16 @@ impl InterviewFlow {
         Ok(())
     }
 
-    /// `/status`: how many questions are answered.
+    /// `/status`: how many questions are answered, then the question the interview waits
+    /// on again (its options with it), so the applicant need not scroll back for it.
     fn status(&self, form: &Form, st: &InterviewState, out: &mut TurnOutput) {
         out.say(self.progress(form, st));
+        if st.stage == Stage::Interviewing
+            && let Some(id) = st.current.as_deref()
+            && let (Some(field), Some(question)) = (form.field(id), st.question_of(id))
+        {
+            self.present_question(st, out, field, question.to_string(), true);
+        }
     }
 
     /// How far the interview is: questions answered of the plan's.
