@@ -76,6 +76,15 @@ pub fn is_thanks(text: &str) -> bool {
             .any(|w| t.contains(w))
 }
 
+/// The words of `lower` (text already in lower case): its runs of letters and digits, an
+/// apostrophe kept within them ("don't"), punctuation and spaces between them dropped.
+pub fn words(lower: &str) -> Vec<&str> {
+    lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
 /// Whether `text` is (partly) Japanese: kana or kanji.
 pub fn has_japanese(text: &str) -> bool {
     text.chars()

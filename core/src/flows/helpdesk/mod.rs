@@ -118,10 +118,7 @@ fn link(ctx: &TurnContext<'_>) -> String {
 /// "not solved" once it was said (`unsolved`: what follows is the detail asked for).
 fn typed_rating(text: &str, pending: &[String], unsolved: bool) -> Option<&'static str> {
     let t = text.trim().to_lowercase();
-    let words: Vec<&str> = t
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(&t);
     let short = if crate::i18n::has_japanese(&t) {
         t.chars().count() <= 15
     } else {
@@ -195,10 +192,7 @@ fn typed_rating(text: &str, pending: &[String], unsolved: bool) -> Option<&'stat
 /// person named with a way to reach them, in a short message.
 fn wants_a_person(text: &str) -> bool {
     let t = text.trim().to_lowercase();
-    let words: Vec<&str> = t
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(&t);
     if crate::i18n::has_japanese(&t) {
         return t.chars().count() <= 25
             && ["担当者", "人と", "人間", "オペレーター", "スタッフ"]

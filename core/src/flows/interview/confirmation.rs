@@ -15,10 +15,7 @@ use std::sync::Arc;
 /// `Some(false)` change an answer (a "no" anywhere wins: "yes, but change my email").
 pub(super) fn typed_answer(text: &str) -> Option<bool> {
     let t = text.trim().to_lowercase();
-    let words: Vec<&str> = t
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(&t);
     let said = |en: &[&str], ja: &[&str]| {
         words.iter().any(|w| en.contains(w)) || ja.iter().any(|w| t.contains(w))
     };

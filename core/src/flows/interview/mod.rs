@@ -81,10 +81,7 @@ impl InterviewFlow {
 /// applied or an application (software) that crashes.
 pub(crate) fn wants_to_apply(text: &str) -> bool {
     let lower = text.to_lowercase();
-    let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(&lower);
     // stopping, pausing or asking about an interview's properties: a question about it
     const ABOUT_EN: [&str; 16] = [
         "stop", "end", "cancel", "quit", "pause", "withdraw", "delete", "long", "many", "what",

@@ -96,10 +96,7 @@ pub fn is_skip(answer: &str) -> bool {
 
 /// A short answer that says there is nothing to give (lower case, closing marks gone).
 fn says_none(a: &str) -> bool {
-    let words: Vec<&str> = a
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(a);
     if crate::i18n::has_japanese(a) {
         a.chars().count() <= 12
             && [
@@ -300,9 +297,7 @@ fn option_named_in<'f>(field: &'f FormField, lower: &str) -> Option<&'f ChoiceOp
         "not", "no", "don't", "dont", "never", "without", "instead", "rather",
     ];
     const NOT_JA: &[&str] = &["ない", "なく", "以外", "ではな", "じゃな", "不可", "無理"];
-    let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .collect();
+    let words = crate::i18n::words(lower);
     if words.iter().any(|w| NOT.contains(w)) || NOT_JA.iter().any(|w| lower.contains(w)) {
         return None;
     }

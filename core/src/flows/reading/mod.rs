@@ -656,10 +656,7 @@ fn mood_in_words(lower: &str) -> Option<&'static str> {
             &["もやもや", "モヤモヤ", "不安"],
         ),
     ];
-    let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = crate::i18n::words(lower);
     let japanese = crate::i18n::has_japanese(lower);
     let short = if japanese {
         lower.chars().count() <= 12
