@@ -74,19 +74,8 @@ pub(super) fn typed_answer(text: &str) -> Option<bool> {
 /// The field of the plan `text` names by its label or id ("the email, please",
 /// 「メールアドレスを直したい」), when it names only one.
 pub(super) fn field_named(form: &Form, st: &InterviewState, text: &str) -> Option<String> {
-    let mut named = st.plan.iter().filter_map(|id| form.field(id)).filter(|f| {
-        let names = [
-            f.id.replace('_', " "),
-            f.label.get("en").to_string(),
-            f.label.get("ja").to_string(),
-        ];
-        names
-            .iter()
-            .filter(|n| n.trim().chars().count() >= 2)
-            .any(|n| reviewer::mentions_any(text, std::slice::from_ref(n)))
-    });
-    let first = named.next()?;
-    named.next().is_none().then(|| first.id.clone())
+    let fields = st.plan.iter().filter_map(|id| form.field(id));
+    reviewer::the_one_named(fields, text, |f| (&f.id, &f.label)).map(|f| f.id.clone())
 }
 
 impl InterviewFlow {

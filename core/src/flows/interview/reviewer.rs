@@ -7,7 +7,7 @@
 //! the field. [`extract_for_other_fields`] finds unambiguous values (emails, URLs, phone
 //! numbers) for later fields in any answer, so nothing is asked twice.
 
-use super::form::{ChoiceOption, FieldType, Form, FormField};
+use super::form::{ChoiceOption, FieldType, Form, FormField, LocalText};
 use super::written::{number_in_words, parse_date};
 use crate::agent::subtask::{SubtaskContext, subtask_result};
 use crate::agent::{Agent, LlmLedger, ToolError, ToolOutput, TypedTool, typed};
@@ -301,16 +301,27 @@ fn option_named_in<'f>(field: &'f FormField, lower: &str) -> Option<&'f ChoiceOp
     if words.iter().any(|w| NOT.contains(w)) || NOT_JA.iter().any(|w| lower.contains(w)) {
         return None;
     }
-    let mut named = field.options.iter().filter(|o| {
-        let names = [
-            o.value.replace('_', " "),
-            o.label.get("en").to_string(),
-            o.label.get("ja").to_string(),
-        ];
-        names
-            .iter()
-            .filter(|n| n.trim().chars().count() >= 2)
-            .any(|n| mentions_any(lower, std::slice::from_ref(n)))
+    the_one_named(&field.options, lower, |o| (&o.value, &o.label))
+}
+
+/// The one of `items` that `text` names, by its id (`in_person` as "in person") or its
+/// label in either language, when it names no other. Names of one letter are not looked
+/// for inside words ("A" is in "a lot").
+pub(super) fn the_one_named<'a, T>(
+    items: impl IntoIterator<Item = &'a T>,
+    text: &str,
+    names_of: impl Fn(&T) -> (&str, &LocalText),
+) -> Option<&'a T> {
+    let mut named = items.into_iter().filter(|item| {
+        let (id, label) = names_of(item);
+        [
+            id.replace('_', " "),
+            label.get("en").to_string(),
+            label.get("ja").to_string(),
+        ]
+        .iter()
+        .filter(|n| n.trim().chars().count() >= 2)
+        .any(|n| mentions_any(text, std::slice::from_ref(n)))
     });
     let first = named.next()?;
     named.next().is_none().then_some(first)
