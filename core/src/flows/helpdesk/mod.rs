@@ -302,14 +302,16 @@ impl HelpdeskFlow {
         out: &mut TurnOutput,
     ) {
         let lang = written_language(text).unwrap_or(ctx.language());
-        let pending: Vec<String> = ctx
-            .session
-            .pending_options
-            .iter()
-            .flat_map(|p| p.options.iter().map(|o| o.value.clone()))
-            .collect();
+        // the buttons showing, read only while a rating waits
+        let pending = || -> Vec<String> {
+            ctx.session
+                .pending_options
+                .iter()
+                .flat_map(|p| p.options.iter().map(|o| o.value.clone()))
+                .collect()
+        };
         if st.rating.is_some()
-            && let Some(value) = typed_rating(text, &pending, st.unsolved)
+            && let Some(value) = typed_rating(text, &pending(), st.unsolved)
         {
             self.feedback(ctx, st, value, out);
         } else if wants_a_person(text) && !st.with_team {

@@ -68,18 +68,17 @@ impl Orchestrator {
             let report = self.privately(incoming, key, name, lang, outbox).await?;
             return Ok(Some(report));
         }
-        let report = match &incoming.body {
-            Body::Command { name, .. } if name == "mydata" => {
+        let report = match (&incoming.body, forget_answer(active, &incoming.body)) {
+            (Body::Command { name, .. }, _) if name == "mydata" => {
                 let text = self.my_data(key, lang).await?;
                 // not stored again: the reply is the data itself
                 self.reply_only(incoming, None, text, outbox).await?
             }
-            Body::Command { name, .. } if name == "forget" => {
+            (Body::Command { name, .. }, _) if name == "forget" => {
                 self.ask_to_forget(incoming, key, active, lang, outbox)
                     .await?
             }
-            _ if forget_answer(active, &incoming.body).is_some() => {
-                let yes = forget_answer(active, &incoming.body) == Some(true);
+            (_, Some(yes)) => {
                 match self
                     .answer_forget(incoming, key, active, yes, lang, outbox)
                     .await?
