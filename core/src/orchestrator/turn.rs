@@ -141,21 +141,7 @@ impl Orchestrator {
             && !matches!(incoming.body, Body::Command { .. })
         {
             streaming.finish().await;
-            let said = said
-                .clone()
-                .unwrap_or_else(|| incoming.body.transcript_text());
-            // the conversation a message starts speaks the language it is written in
-            // (「本の感想を書きたい」 in a conversation that chose English), else the one
-            // it came from
-            let written = matches!(incoming.body, Body::Text { .. })
-                .then(|| crate::i18n::written_language(&said))
-                .flatten();
-            let handed = Handed {
-                language: written
-                    .map(str::to_string)
-                    .or_else(|| language_after(&output, &session)),
-                said,
-            };
+            let handed = handed_on(&incoming, said, &output, &session);
             return self
                 .as_command(incoming, (key, handoff, handed), outbox)
                 .await;
@@ -436,6 +422,28 @@ fn flow_not_enabled(session: &SessionRecord) -> String {
         "This conversation uses the flow {:?}, which is not enabled here.",
         session.flow
     )
+}
+
+/// What a message handed to another flow takes with it: what the user wrote (`said`, as
+/// stored, else the message's text) and the language of the conversation it starts — the
+/// one the message is written in (「本の感想を書きたい」 in a conversation that chose
+/// English), else the one it came from.
+fn handed_on(
+    incoming: &Incoming,
+    said: Option<String>,
+    output: &TurnOutput,
+    session: &SessionRecord,
+) -> Handed {
+    let said = said.unwrap_or_else(|| incoming.body.transcript_text());
+    let written = matches!(incoming.body, Body::Text { .. })
+        .then(|| crate::i18n::written_language(&said))
+        .flatten();
+    Handed {
+        language: written
+            .map(str::to_string)
+            .or_else(|| language_after(output, session)),
+        said,
+    }
 }
 
 /// The language a conversation has after `output`: the one the turn set, else its own.
