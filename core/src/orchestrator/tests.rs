@@ -110,6 +110,18 @@ async fn setup(probe: Arc<Probe>) -> (Orchestrator, Arc<SqliteStore>) {
     (orchestrator, store)
 }
 
+/// Sends "ask" (message `m1`) in chat `c`; the keyboard the probe showed for it.
+async fn ask(orchestrator: &Orchestrator, outbox: &Collect) -> crate::message::OptionsRequest {
+    let report = orchestrator
+        .handle(text("c", "m1", "ask"), outbox)
+        .await
+        .expect("ask");
+    let Some(Outgoing::Options(request)) = report.outgoing.first().cloned() else {
+        panic!("options were sent");
+    };
+    request
+}
+
 /// A press of the option `value` on the keyboard `request_id`.
 fn press(chat: &str, id: &str, request_id: impl Into<String>, value: &str) -> Incoming {
     msg(
@@ -290,13 +302,7 @@ async fn a_press_is_kept_as_its_label() {
     let probe = Arc::new(Probe::new(None));
     let (orchestrator, store) = setup(probe.clone()).await;
     let outbox = Collect::default();
-    let report = orchestrator
-        .handle(text("c", "m1", "ask"), &outbox)
-        .await
-        .expect("ask");
-    let Some(Outgoing::Options(request)) = report.outgoing.first().cloned() else {
-        panic!("options were sent");
-    };
+    let request = ask(&orchestrator, &outbox).await;
     let pressed = orchestrator
         .handle(press("c", "m2", request.request_id, "b"), &outbox)
         .await
@@ -318,13 +324,7 @@ async fn stale_and_foreign_button_presses_change_nothing() {
     let probe = Arc::new(Probe::new(None));
     let (orchestrator, store) = setup(probe.clone()).await;
     let outbox = Collect::default();
-    let report = orchestrator
-        .handle(text("c", "m1", "ask"), &outbox)
-        .await
-        .expect("ask");
-    let Some(Outgoing::Options(request)) = report.outgoing.first().cloned() else {
-        panic!("options were sent");
-    };
+    let request = ask(&orchestrator, &outbox).await;
     let key = text("c", "", "").key();
     let before = store
         .active_session(&key)
