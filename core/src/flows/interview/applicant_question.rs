@@ -295,11 +295,7 @@ impl InterviewFlow {
         }
         if section == Section::Timezone && st.zone_asked && st.zone_choices.is_empty() {
             // asked once in words: asking again must not take the fallback zone
-            out.say(pick(
-                &lang,
-                "Which time zone are you in? Please write it like Europe/Berlin or America/New_York.",
-                "どのタイムゾーンにお住まいですか？ Europe/Berlin や America/New_York のように書いてください。",
-            ));
+            out.say(super::greeting::zone_question_in_words(&lang));
         } else {
             self.greeting_step(st, out);
         }
