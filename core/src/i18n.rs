@@ -85,6 +85,14 @@ pub fn words(lower: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Whether `lower` (its [`words`] in `words`) says one of `en` (a word whole, a phrase of
+/// several anywhere: "talk to") or of `ja` (anywhere: Japanese has no spaces).
+pub fn says_any(lower: &str, words: &[&str], en: &[&str], ja: &[&str]) -> bool {
+    en.iter()
+        .any(|w| words.contains(w) || (w.contains(' ') && lower.contains(w)))
+        || ja.iter().any(|w| lower.contains(w))
+}
+
 /// Whether `text` is (partly) Japanese: kana or kanji.
 pub fn has_japanese(text: &str) -> bool {
     text.chars()

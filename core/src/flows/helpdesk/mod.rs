@@ -127,11 +127,7 @@ fn typed_rating(text: &str, pending: &[String], unsolved: bool) -> Option<&'stat
     if !short {
         return None;
     }
-    let said = |en: &[&str], ja: &[&str]| {
-        en.iter()
-            .any(|w| words.contains(w) || (w.contains(' ') && t.contains(w)))
-            || ja.iter().any(|w| t.contains(w))
-    };
+    let said = |en: &[&str], ja: &[&str]| crate::i18n::says_any(&t, &words, en, ja);
     let person = said(
         &["human", "person", "agent", "operator", "someone", "staff"],
         &["担当者", "人と話", "人間", "オペレーター"],

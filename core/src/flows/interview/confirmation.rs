@@ -16,9 +16,7 @@ use std::sync::Arc;
 pub(super) fn typed_answer(text: &str) -> Option<bool> {
     let t = text.trim().to_lowercase();
     let words = crate::i18n::words(&t);
-    let said = |en: &[&str], ja: &[&str]| {
-        words.iter().any(|w| en.contains(w)) || ja.iter().any(|w| t.contains(w))
-    };
+    let said = |en: &[&str], ja: &[&str]| crate::i18n::says_any(&t, &words, en, ja);
     if said(
         &[
             "no",

@@ -674,9 +674,9 @@ fn mood_in_words(lower: &str) -> Option<&'static str> {
     if !short || negated {
         return None;
     }
-    let mut named = MOODS.iter().filter(|(_, en, ja)| {
-        en.iter().any(|w| words.contains(w)) || ja.iter().any(|w| lower.contains(w))
-    });
+    let mut named = MOODS
+        .iter()
+        .filter(|(_, en, ja)| crate::i18n::says_any(lower, &words, en, ja));
     let (value, _, _) = named.next()?;
     named.next().is_none().then_some(*value)
 }
