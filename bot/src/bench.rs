@@ -66,6 +66,9 @@ pub struct BenchOptions {
     /// Offered turns per second across all users (open loop); `None`: closed loop.
     pub rate: Option<f64>,
     pub database: Option<String>,
+    /// Instances on the one database (PostgreSQL), each with its own store, leases and
+    /// users, as several `kaiwa run` would be.
+    pub instances: usize,
 }
 
 tokio::task_local! {
@@ -265,6 +268,15 @@ async fn simulate_user(
         // numbered as it is sent, in one sequence for all users, as the platforms number
         // theirs (Telegram's update ids, Discord's snowflakes)
         incoming.message_id = format!("u{:010}", updates.fetch_add(1, Ordering::Relaxed));
+        // an instance among several handles a chat it holds (as an adapter does: taken
+        // when free, renewed when due)
+        if orchestrator.instance().is_shared()
+            && !orchestrator
+                .hold_chat(incoming.platform, &incoming.chat)
+                .await
+        {
+            bail!("user {user}'s chat is held by another instance");
+        }
         let result = orchestrator.handle_durable(incoming, &outbox).await;
         let model_time = MODEL_TIME.with(|m| m.get().total);
         MODEL_CRITICAL_US.fetch_add(model_time.as_micros() as u64, Ordering::Relaxed);
@@ -360,26 +372,80 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     };
     let temp = tempfile::tempdir().context("cannot create a temporary folder")?;
     let (url, db_path) = bench_database(&options, temp.path());
+    let backend = Backend::of(&url).context("--database")?;
+    if options.instances == 0 {
+        bail!("--instances must be at least 1");
+    }
+    if options.instances > 1 && backend == Backend::Sqlite {
+        bail!(
+            "--instances {} needs a PostgreSQL --database: one process per SQLite file",
+            options.instances
+        );
+    }
+    let mut report = run_on(&options, &settings, &url, db_path.as_deref(), script).await?;
+    if backend == Backend::Postgres {
+        // the same load on this machine's SQLite, in the same run: the figure PostgreSQL
+        // is measured against
+        let path = temp.path().join("beside.db");
+        let sqlite_url = format!("sqlite://{}", path.display());
+        let beside = BenchOptions {
+            database: Some(sqlite_url.clone()),
+            instances: 1,
+            ..options
+        };
+        let sqlite = run_on(&beside, &settings, &sqlite_url, Some(&path), script).await?;
+        let tps = |r: &serde_json::Value| r["turns_per_sec"].as_f64().unwrap_or(0.0);
+        let ratio = if tps(&sqlite) > 0.0 {
+            (tps(&report) / tps(&sqlite) * 1000.0).round() / 1000.0
+        } else {
+            0.0
+        };
+        report["sqlite"] = serde_json::json!({
+            "turns_per_sec": sqlite["turns_per_sec"],
+            "p50_ms": sqlite["p50_ms"],
+            "p99_ms": sqlite["p99_ms"],
+        });
+        report["vs_sqlite"] = serde_json::json!(ratio);
+    }
+    Ok(report)
+}
+
+/// One measured run on `url` with `options.instances` instances.
+async fn run_on(
+    options: &BenchOptions,
+    settings: &Settings,
+    url: &str,
+    db_path: Option<&std::path::Path>,
+    script: &'static [Step],
+) -> anyhow::Result<serde_json::Value> {
     let model = Arc::new(TimedModel {
         inner: bench_model(&options.flow),
         latency: options.model_latency,
         calls: AtomicU64::new(0),
     });
-    let mut settings = settings;
+    let mut settings = settings.clone();
     // simulated users type as fast as the machine lets them: no per-user rate limit
     settings.limits.messages_per_minute = 0;
-    // the bot as `kaiwa run` builds it, with the timed model and no admin chat
-    let store = BenchStore::open(&url).await?;
-    let kaiwa = Kaiwa::builder(settings)
-        .store(store.shared())
-        .models(ModelRouter::new(Some(model.clone())))
-        .admin_sink(Arc::new(NullAdmin))
-        .build()
-        .await
-        .context("opening the bench database")?;
-    let orchestrator = kaiwa.orchestrator().clone();
-    if let Err(e) = check_fresh(&orchestrator, &store, &options.flow).await {
-        store.shared().close().await;
+    // the bot as `kaiwa run` builds it, with the timed model and no admin chat: once per
+    // instance, each with a store of its own (its pool, writer and cache)
+    let mut stores = Vec::with_capacity(options.instances);
+    let mut orchestrators = Vec::with_capacity(options.instances);
+    for _ in 0..options.instances {
+        let store = BenchStore::open(url).await?;
+        let kaiwa = Kaiwa::builder(settings.clone())
+            .store(store.shared())
+            .models(ModelRouter::new(Some(model.clone())))
+            .admin_sink(Arc::new(NullAdmin))
+            .build()
+            .await
+            .context("opening the bench database")?;
+        orchestrators.push(kaiwa.orchestrator().clone());
+        stores.push(store);
+    }
+    if let Err(e) = check_fresh(&orchestrators[0], &stores[0], &options.flow).await {
+        for store in &stores {
+            store.shared().close().await;
+        }
         return Err(e);
     }
     let stop_probe = StopOnDrop(Arc::new(AtomicBool::new(false)));
@@ -392,7 +458,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     };
     let ticks_before = cpu_ticks();
     let started = Instant::now();
-    let tasks = start_users(&options, &orchestrator, script, started)?;
+    let tasks = start_users(options, &orchestrators, script, started)?;
     let (mut all, first, last) = collect_overheads(tasks).await?;
     let wall = started.elapsed().as_secs_f64();
     drop(stop_probe);
@@ -418,9 +484,11 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             v.iter().sum::<f64>() / v.len() as f64
         }
     };
-    let wal_restarts = store.wal_restarts();
-    store.shared().close().await;
-    let db_bytes = db_path.as_deref().map_or(0, database_bytes);
+    let wal_restarts = stores[0].wal_restarts();
+    for store in &stores {
+        store.shared().close().await;
+    }
+    let db_bytes = db_path.map_or(0, database_bytes);
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
     Ok(serde_json::json!({
         "turns_per_sec": round(turns as f64 / wall),
@@ -431,10 +499,11 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         "last20_mean_ms": round(mean(&last)),
         "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
         "model_critical_path_ms_per_turn": round(
-            MODEL_CRITICAL_US.load(Ordering::Relaxed) as f64 / 1000.0 / turns.max(1) as f64
+            MODEL_CRITICAL_US.swap(0, Ordering::Relaxed) as f64 / 1000.0 / turns.max(1) as f64
         ),
         "peak_rss_mb": round(rss_peak_mb()),
-        "backend": Backend::of(&url).map(Backend::as_str).unwrap_or("?"),
+        "backend": Backend::of(url).map(Backend::as_str).unwrap_or("?"),
+        "instances": options.instances,
         "db_bytes": db_bytes,
         "wal_restarts": wal_restarts,
         "sessions": options.sessions,
@@ -556,7 +625,7 @@ type UserTask = tokio::task::JoinHandle<anyhow::Result<Vec<Vec<f64>>>>;
 /// Open loop (`--rate`): each user sends every `workers / rate` seconds, spread evenly.
 fn start_users(
     options: &BenchOptions,
-    orchestrator: &Arc<Orchestrator>,
+    orchestrators: &[Arc<Orchestrator>],
     script: &'static [Step],
     started: Instant,
 ) -> anyhow::Result<Vec<UserTask>> {
@@ -579,8 +648,8 @@ fn start_users(
     paces.resize_with(workers, || None);
     let mut tasks = Vec::with_capacity(workers);
     for pace in paces {
-        let (orchestrator, next_user, updates, flow, form) = (
-            orchestrator.clone(),
+        let (orchestrators, next_user, updates, flow, form) = (
+            orchestrators.to_vec(),
             next_user.clone(),
             updates.clone(),
             options.flow.clone(),
@@ -597,8 +666,10 @@ fn start_users(
                     if user >= sessions {
                         break;
                     }
+                    // instance by user: each instance has users of its own
+                    let orchestrator = &orchestrators[user % orchestrators.len()];
                     let overheads = simulate_user(
-                        &orchestrator,
+                        orchestrator,
                         script,
                         user,
                         turns,

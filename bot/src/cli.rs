@@ -65,7 +65,7 @@ pub enum Command {
         #[arg(long)]
         online: bool,
     },
-    /// Load-test the bot: simulated users through the real orchestrator, flows and SQLite.
+    /// Load-test the bot: simulated users through the real orchestrator, flows and store.
     Bench {
         /// interview or assistant
         #[arg(long, default_value = "interview")]
@@ -89,9 +89,14 @@ pub enum Command {
         /// user sends the next message as soon as the last reply came (closed loop).
         #[arg(long)]
         rate: Option<f64>,
-        /// Database URL (default: a temporary file).
+        /// Database URL (default: a temporary file). A PostgreSQL one is measured beside a
+        /// temporary SQLite file, with the same load, in the same run.
         #[arg(long)]
         database: Option<String>,
+        /// Instances on the one PostgreSQL database, each with its own connections,
+        /// leases and users, as several `kaiwa run` would be.
+        #[arg(long, default_value_t = 1)]
+        instances: usize,
     },
     /// Knowledge-base maintenance.
     Kb {

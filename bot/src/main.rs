@@ -88,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             model_latency_ms,
             rate,
             database,
+            instances,
         } => {
             let options = bench::BenchOptions {
                 flow,
@@ -98,6 +99,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 model_latency: std::time::Duration::from_millis(model_latency_ms),
                 rate,
                 database,
+                instances,
             };
             commands::bench(options, settings).await?;
         }

@@ -18,8 +18,8 @@ use crate::message::{Incoming, Platform};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// How long a lease lasts without renewal.
-pub const LEASE_TTL: Duration = Duration::from_secs(6);
+/// How long a lease lasts without renewal (a held chat's session is cached no longer).
+pub const LEASE_TTL: Duration = crate::store::CHAT_LEASE_TTL;
 /// How often a holder renews its leases.
 pub const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// Most chats an instance takes in one claim: two instances claiming the same burst share
@@ -177,6 +177,13 @@ impl Orchestrator {
             Some(at) if at.elapsed() < LEASE_TTL => self.renew_when_due(&name).await,
             _ => false,
         }
+    }
+
+    /// Takes `chat` for this instance if it is free (or its holder's lease expired), or
+    /// renews this instance's lease when due; whether this instance holds it now. What an
+    /// instance does before it handles a chat's message itself (`kaiwa bench --instances`).
+    pub async fn hold_chat(&self, platform: Platform, chat: &str) -> bool {
+        self.renew_when_due(&chat_lease(platform, chat)).await
     }
 
     /// Takes the lease of a chat (`name`) for this instance, noting when.

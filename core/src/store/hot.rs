@@ -16,8 +16,18 @@
 //!   A commit's optimistic version check stays: a stale entry could only make a turn fail
 //!   with a conflict, never write over a newer state.
 //!
-//! The store assumes it is the database's only writer of sessions and processed updates (one
-//! bot process per database, as the group-commit writer does already).
+//! On SQLite the store is the database's only writer of sessions and processed updates (one
+//! bot process per database). On PostgreSQL ([`HotSessions::fenced`]) other instances write
+//! the same rows, and the cache answers only while this instance may hold the chat:
+//! - an entry is answered for [`HotSessions::fenced`]'s `ttl` (a chat lease's life) after the
+//!   commit or read that last confirmed it, then read again; an instance paused past that
+//!   (its lease taken by another) never answers from what it had;
+//! - the session's `version`, checked by every commit, is the fence: a turn started from a
+//!   stale entry fails with a conflict instead of writing over a newer turn, and the entry
+//!   goes;
+//! - the filter holds only what this instance processed ("complete" from the start): an
+//!   update another instance processed is found by the commit's `processed_updates` key,
+//!   which refuses the turn as a duplicate before anything is delivered.
 
 use super::{ProcessedUpdate, SessionRecord, SessionStatus, StoredMessage, TurnLoad};
 use crate::message::{Platform, SessionKey};
@@ -25,6 +35,7 @@ use growable_bloom_filter::GrowableBloom;
 use hashlink::LruCache;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Sessions kept; past this the least recently used goes (twice the 1,000 concurrent sessions
 /// of the bench's target; each holds its state and [`HOT_HISTORY`] messages).
@@ -39,6 +50,8 @@ const FALSE_POSITIVES: f64 = 0.01;
 
 pub(crate) struct HotSessions {
     inner: Mutex<Inner>,
+    /// How long an entry answers after it was last confirmed (`None`: until it goes).
+    ttl: Option<Duration>,
 }
 
 impl Default for HotSessions {
@@ -50,7 +63,22 @@ impl Default for HotSessions {
                 complete: false,
                 epoch: 0,
             }),
+            ttl: None,
         }
+    }
+}
+
+impl HotSessions {
+    /// The cache of one instance among several on a shared database (see the module's
+    /// notes): entries answer for `ttl` after they were last confirmed, and the filter
+    /// needs no reading at open.
+    pub(crate) fn fenced(ttl: Duration) -> HotSessions {
+        let hot = HotSessions {
+            ttl: Some(ttl),
+            ..HotSessions::default()
+        };
+        hot.mark_complete();
+        hot
     }
 }
 
@@ -70,6 +98,8 @@ struct Hot {
     history: VecDeque<StoredMessage>,
     /// `history` is every message of the session.
     whole: bool,
+    /// When a commit or a read last confirmed the entry.
+    confirmed: Instant,
 }
 
 /// What the writer did with one turn, for [`HotSessions::apply`].
@@ -140,6 +170,11 @@ impl HotSessions {
                     message_id,
                 )))
         {
+            return None;
+        }
+        let hot = inner.sessions.get(key)?;
+        if self.ttl.is_some_and(|ttl| hot.confirmed.elapsed() >= ttl) {
+            inner.sessions.remove(key);
             return None;
         }
         let hot = inner.sessions.get(key)?;
@@ -214,6 +249,7 @@ impl HotSessions {
                     {
                         hot.session = turn.session;
                         hot.history.extend(turn.messages);
+                        hot.confirmed = Instant::now();
                         hot.trim();
                     }
                     Some(_) => {
@@ -281,6 +317,7 @@ impl Hot {
             session,
             history,
             whole,
+            confirmed: Instant::now(),
         };
         hot.trim();
         hot
@@ -414,5 +451,21 @@ mod tests {
         assert!(hot.load(&session(1).key, "m", 20).is_none());
         hot.mark_complete();
         assert!(hot.load(&session(1).key, "m", 20).is_some());
+    }
+
+    #[test]
+    fn a_fenced_entry_answers_only_while_its_lease_would_last() {
+        let hot = HotSessions::fenced(Duration::from_millis(50));
+        // nothing read at open: the filter is complete for this instance at once
+        hot.fill(hot.epoch(), &session(1), &[message(1)], true);
+        assert!(hot.load(&session(1).key, "new", 20).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(
+            hot.load(&session(1).key, "new", 20).is_none(),
+            "an entry older than a lease is read again"
+        );
+        // a commit confirms it again
+        hot.apply(vec![turn(0, 2..3)]);
+        assert!(hot.load(&session(1).key, "newer", 20).is_some());
     }
 }

@@ -555,6 +555,11 @@ pub trait Inbox: Send + Sync {
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError>;
 }
 
+/// How long a chat's lease lasts without renewal: the instance that holds a chat answers its
+/// session from its cache no longer than this after it last confirmed it (on PostgreSQL,
+/// where other instances write the same rows).
+pub const CHAT_LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(6);
+
 /// A lease as stored: who holds `name`, until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {

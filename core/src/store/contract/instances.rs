@@ -152,3 +152,69 @@ pub(super) async fn a_lease_is_held_by_one_instance_until_it_expires(db: Db) {
     one.close().await;
     two.close().await;
 }
+
+/// An instance whose view of a session is stale (it was paused while another took the chat
+/// over) cannot write over the newer turn: the version its turn started from is checked by
+/// the write, which fails, and what it had cached goes, so its next read is the newer turn.
+pub(super) async fn a_stale_instance_cannot_write_over_a_newer_turn(db: Db) {
+    let (one, two) = (db.open().await, db.open().await);
+    let first = first_turn(&*one, "c1").await;
+    // the first instance reads the session (and keeps it, where its backend caches)
+    let stale = one
+        .load_for_turn(&place("c1"), "m2", 20)
+        .await
+        .expect("loads")
+        .session
+        .expect("active");
+    assert_eq!(stale.version, 1);
+    // the second takes the chat over and commits a turn
+    let newer = two
+        .load_for_turn(&place("c1"), "m2", 20)
+        .await
+        .expect("loads")
+        .session
+        .expect("active");
+    two.commit_turn(commit(newer, "m2", said("from two", "answered by two")))
+        .await
+        .expect("the holder commits");
+    // the first comes back: what it reads now may still be what it had
+    let again = one
+        .load_for_turn(&place("c1"), "m3", 20)
+        .await
+        .expect("loads")
+        .session
+        .expect("active");
+    let refused = one
+        .commit_turn(commit(again, "m3", said("from one", "answered by one")))
+        .await
+        .expect_err("a stale turn is refused");
+    assert!(matches!(refused, StoreError::Conflict { .. }), "{refused}");
+    // the same update the holder processed is refused as a duplicate, whatever it had
+    let duplicate = one
+        .commit_turn(commit(stale, "m2", said("from two", "again")))
+        .await
+        .expect_err("a stale duplicate is refused");
+    assert!(
+        matches!(
+            duplicate,
+            StoreError::Conflict { .. } | StoreError::Duplicate { .. }
+        ),
+        "{duplicate}"
+    );
+    let stored = texts(&*two, first.session.id).await;
+    assert_eq!(stored, ["hi", "hello", "from two", "answered by two"]);
+    // the refused turn dropped what the first had: it reads the newer turn and goes on
+    let fresh = one
+        .load_for_turn(&place("c1"), "m3", 20)
+        .await
+        .expect("loads");
+    let session = fresh.session.expect("active");
+    assert_eq!(session.version, 2);
+    assert_eq!(fresh.history.len(), 4);
+    one.commit_turn(commit(session, "m3", said("from one", "answered by one")))
+        .await
+        .expect("commits from the newer turn");
+    assert_eq!(texts(&*two, first.session.id).await.len(), 6);
+    one.close().await;
+    two.close().await;
+}

@@ -22,6 +22,7 @@ use staff::{
 
 use instances::{
     a_lease_is_held_by_one_instance_until_it_expires,
+    a_stale_instance_cannot_write_over_a_newer_turn,
     the_same_update_at_two_instances_is_processed_once,
     two_instances_never_both_commit_a_turn_of_one_session,
 };
@@ -99,6 +100,7 @@ contract!(
     old_transcripts_are_deleted,
     two_instances_never_both_commit_a_turn_of_one_session,
     the_same_update_at_two_instances_is_processed_once,
+    a_stale_instance_cannot_write_over_a_newer_turn,
     a_lease_is_held_by_one_instance_until_it_expires,
     the_first_decision_stands_and_goes_with_the_submission,
     a_place_is_held_by_one_person_until_handed_back,

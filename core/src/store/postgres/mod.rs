@@ -4,23 +4,29 @@
 //! [`PgStore::connect`] under sqlx's advisory lock, so that instances started together
 //! migrate once.
 //!
-//! Unlike [`super::sqlite::SqliteStore`] it keeps nothing in memory: another instance
-//! writes the same rows, so every read asks the database, and every turn is one
-//! transaction of its own (`turn::commit`). The optimistic session `version` and the
-//! `processed_updates` key are what keep two instances from both committing a turn.
+//! Writes go through one writer task per instance (`writer`: group commit, the turns that
+//! finish together in one transaction and one WAL flush, their rows in multi-row
+//! statements). The sessions of the chats this instance holds stay in a cache
+//! ([`super::hot`], fenced): another instance writes the same rows, so an entry answers only
+//! for a chat lease's life after it was last confirmed, and the optimistic session `version`
+//! checked by every commit (with the `processed_updates` key) keeps a stale instance from
+//! writing over a newer turn: its commit fails, and its entry goes.
 //!
-//! Where things are: `rows` (decoders), `reads` ([`super::Reads`]), `turn` (the commit and the
-//! reading rows), this file ([`Store`], [`Inbox`], connecting).
+//! Where things are: `writer` (group commit), `turn` (one turn in one transaction, the
+//! writer's path for a turn out of the ordinary), `reads` ([`super::Reads`]), this file
+//! ([`Store`], [`Inbox`], connecting).
 
 mod reads;
 mod staff;
 mod turn;
+mod writer;
 
 use super::{
     CommittedTurn, Inbox, LlmCallRecord, SessionRecord, Store, StoreError, StoredMessage,
     TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
+use crate::store::hot::HotSessions;
 use crate::store::rows::{
     corrupt, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
 };
@@ -29,19 +35,34 @@ use crate::store::writes::{
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use writer::{Job, writer_gone};
 
-/// The store on one PostgreSQL database: a connection pool.
+/// The store on one PostgreSQL database: a connection pool, the writer task's queue and
+/// the cache of the sessions this instance holds.
 pub struct PgStore {
     pool: PgPool,
+    /// Turns, inbox entries and clears, delivery marks for the writer ([`writer`]).
+    jobs: mpsc::Sender<Job>,
+    /// Active sessions as this instance last committed or read them.
+    hot: Arc<HotSessions>,
+    /// Batches the writer could not commit since the store opened.
+    write_failures: Arc<AtomicU64>,
+    /// `write_failures` as the last [`Store::check_writable`] saw it.
+    failures_reported: AtomicU64,
 }
 
-/// Most connections one instance opens (PostgreSQL's default limit is 100 for all of them).
-const MAX_CONNECTIONS: u32 = 16;
+/// Most connections one instance opens, however large the server.
+const MAX_CONNECTIONS: u32 = 8;
+
+/// Jobs waiting for the writer before a sender waits too.
+const QUEUE: usize = 4096;
 
 impl PgStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`) and applies the
@@ -50,14 +71,41 @@ impl PgStore {
         let options = PgConnectOptions::from_str(url)
             .map_err(StoreError::db("reading the database URL"))?
             .application_name("kaiwa");
+        let connections = pool_size(&options).await?;
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(connections)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await
             .map_err(StoreError::db("connecting to PostgreSQL"))?;
         MIGRATOR.run(&pool).await?;
-        Ok(PgStore { pool })
+        let (jobs, queue) = mpsc::channel(QUEUE);
+        let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
+        let write_failures = Arc::new(AtomicU64::new(0));
+        tokio::spawn(writer::group_commit(
+            pool.clone(),
+            queue,
+            hot.clone(),
+            write_failures.clone(),
+        ));
+        Ok(PgStore {
+            pool,
+            jobs,
+            hot,
+            write_failures,
+            failures_reported: AtomicU64::new(0),
+        })
+    }
+
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs.send(job).await.map_err(|_| writer_gone())
+    }
+
+    /// Everything queued for the writer before now is written (or failed).
+    async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(Job::Flush(tx)).await?;
+        rx.await.map_err(|_| writer_gone())
     }
 
     /// The pool, for other stores of the same database (coordination, flows' own tables).
@@ -72,6 +120,28 @@ impl PgStore {
             .await
             .map_err(StoreError::db("counting sessions"))
     }
+}
+
+/// The pool's size, from the server's: a writer and a few readers (every turn's writes go
+/// through the one writer, and a held chat's session is read from the cache), never more
+/// than an eighth of the server's connections, so that eight instances fit beside the
+/// team's other clients.
+async fn pool_size(options: &PgConnectOptions) -> Result<u32, StoreError> {
+    let mut probe = sqlx::PgConnection::connect_with(options)
+        .await
+        .map_err(StoreError::db("connecting to PostgreSQL"))?;
+    let (max, reserved): (String, String) = sqlx::query_as(
+        "SELECT current_setting('max_connections'), current_setting('superuser_reserved_connections')",
+    )
+    .fetch_one(&mut probe)
+    .await
+    .map_err(StoreError::db("reading the server's connection limit"))?;
+    let _ = probe.close().await;
+    let usable = max
+        .parse::<u32>()
+        .unwrap_or(100)
+        .saturating_sub(reserved.parse::<u32>().unwrap_or(3));
+    Ok((usable / 8).clamp(2, MAX_CONNECTIONS))
 }
 
 /// The PostgreSQL schema, embedded in the binary.
@@ -106,6 +176,10 @@ impl Store for PgStore {
         message_id: &str,
         history: usize,
     ) -> Result<TurnLoad, StoreError> {
+        if let Some(load) = self.hot.load(key, message_id, history) {
+            return Ok(load);
+        }
+        let epoch = self.hot.epoch();
         // one round trip: the dedupe check, the active session and its recent messages (as
         // one JSON array, so that the session's columns are not repeated per message), or
         // without one the user's chosen language and whether one ended here
@@ -133,43 +207,34 @@ impl Store for PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(StoreError::db("loading the session"))?;
-        turn_load_from_row(&row, message_id)
+        let load = turn_load_from_row(&row, message_id)?;
+        if let Some(session) = &load.session
+            && !load.duplicate
+        {
+            self.hot
+                .fill(epoch, session, &load.history, load.history.len() < history);
+        }
+        Ok(load)
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(StoreError::db("starting a turn"))?;
-        // an error drops (rolls back) the transaction
-        let committed = turn::commit(&mut tx, &commit).await?;
-        tx.commit().await.map_err(|e| {
-            // the one-active-session index checked at commit: another instance's turn won
-            if turn::unique_violation(&e, None) {
-                StoreError::Conflict {
-                    session_id: commit.session.id,
-                }
-            } else {
-                StoreError::Database {
-                    context: "committing the turn",
-                    source: e,
-                }
-            }
-        })?;
-        Ok(committed)
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Turn {
+            commit: Box::new(commit),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| writer_gone())?
     }
 
     async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError> {
         if message_ids.is_empty() {
             return Ok(());
         }
-        sqlx::query("UPDATE messages SET delivered = TRUE WHERE id = ANY($1)")
-            .bind(message_ids)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::db("marking messages delivered"))?;
-        Ok(())
+        self.submit(Job::Delivered {
+            ids: message_ids.to_vec(),
+        })
+        .await
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
@@ -212,8 +277,11 @@ impl Store for PgStore {
             .begin()
             .await
             .map_err(StoreError::db("starting a ledger write"))?;
-        let calls: Vec<_> = calls.iter().collect();
-        turn::insert_llm_calls(&mut tx, &calls, None).await?;
+        let mut columns = writer::CallColumns::default();
+        for call in calls {
+            columns.push(call, None);
+        }
+        columns.insert(&mut tx).await?;
         tx.commit()
             .await
             .map_err(StoreError::db("committing the ledger"))
@@ -225,6 +293,9 @@ impl Store for PgStore {
         user: &str,
         keep_submissions: bool,
     ) -> Result<u64, StoreError> {
+        // the turns queued before it are written first; entries and reads in flight go
+        self.flush().await?;
+        self.hot.forget_user(platform, user);
         let mut tx = self
             .pool
             .begin()
@@ -243,10 +314,12 @@ impl Store for PgStore {
         tx.commit()
             .await
             .map_err(StoreError::db("forgetting a user"))?;
+        self.hot.forget_user(platform, user);
         Ok(deleted)
     }
 
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.hot.clear();
         let done = sqlx::query(
             "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE updated_ms < $1)",
         )
@@ -254,6 +327,7 @@ impl Store for PgStore {
         .execute(&self.pool)
         .await
         .map_err(StoreError::db("deleting old transcripts"))?;
+        self.hot.clear();
         Ok(done.rows_affected())
     }
 
@@ -263,6 +337,14 @@ impl Store for PgStore {
     }
 
     async fn check_writable(&self) -> Result<(), StoreError> {
+        // batches that failed since the last check (under traffic)
+        let failures = self.write_failures.load(Ordering::SeqCst);
+        if self.failures_reported.swap(failures, Ordering::SeqCst) != failures {
+            return Err(StoreError::Batch {
+                message: "a batch of writes could not be committed since the last check".into(),
+                busy: false,
+            });
+        }
         // a row in and out in one committed transaction (a read-only standby or a full
         // disk fails it)
         let mut tx = self
@@ -287,6 +369,9 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
+        if let Err(e) = self.flush().await {
+            tracing::warn!(error = %e, "the writes queued at shutdown could not be written");
+        }
         self.pool.close().await;
     }
 }
@@ -294,7 +379,11 @@ impl Store for PgStore {
 #[async_trait]
 impl Inbox for PgStore {
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
-        self.inbox_keep(std::slice::from_ref(incoming)).await
+        self.submit(Job::Keep {
+            entries: vec![incoming.clone()],
+            durable: None,
+        })
+        .await
     }
 
     async fn inbox_done(
@@ -303,46 +392,25 @@ impl Inbox for PgStore {
         chat: &str,
         message_id: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM inbox WHERE platform = $1 AND chat = $2 AND message_id = $3")
-            .bind(platform.as_str())
-            .bind(chat)
-            .bind(message_id)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::db("clearing a handled message"))?;
-        Ok(())
+        self.submit(Job::Done {
+            platform,
+            chat: chat.to_string(),
+            message_id: message_id.to_string(),
+        })
+        .await
     }
 
     async fn inbox_keep(&self, incoming: &[Incoming]) -> Result<(), StoreError> {
         if incoming.is_empty() {
             return Ok(());
         }
-        let now = ms(Utc::now());
-        let mut platforms = Vec::with_capacity(incoming.len());
-        let mut chats = Vec::with_capacity(incoming.len());
-        let mut ids = Vec::with_capacity(incoming.len());
-        let mut bodies = Vec::with_capacity(incoming.len());
-        for message in incoming {
-            platforms.push(message.platform.as_str());
-            chats.push(message.chat.as_str());
-            ids.push(message.message_id.as_str());
-            bodies.push(serde_json::to_string(message).map_err(|e| corrupt("inbox entry", e))?);
-        }
-        // one statement, in the order given (the identity column numbers them so)
-        sqlx::query(
-            "INSERT INTO inbox (platform, chat, message_id, incoming, created_ms) \
-             SELECT p, c, m, i, $5 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[]) WITH ORDINALITY AS t(p, c, m, i, n) \
-             ORDER BY n ON CONFLICT DO NOTHING",
-        )
-        .bind(&platforms)
-        .bind(&chats)
-        .bind(&ids)
-        .bind(&bodies)
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::db("keeping received messages"))?;
-        Ok(())
+        let (durable, committed) = oneshot::channel();
+        self.submit(Job::Keep {
+            entries: incoming.to_vec(),
+            durable: Some(durable),
+        })
+        .await?;
+        committed.await.map_err(|_| writer_gone())?
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {

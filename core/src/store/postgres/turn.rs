@@ -9,7 +9,7 @@ use crate::store::rows::{applied, corrupt, from_ms, ms, pending_json};
 use crate::store::writes::{Arg, extra_statements};
 use crate::store::{
     CommittedTurn, LlmCallRecord, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError,
-    Submission, TurnCommit,
+    StoredMessage, Submission, TurnCommit,
 };
 use chrono::Utc;
 use sqlx::PgConnection;
@@ -35,24 +35,33 @@ pub(super) fn unique_violation(e: &sqlx::Error, index: Option<&str>) -> bool {
     }
 }
 
-/// Writes `commit` on `tx` (a transaction the caller commits).
+/// Writes `commit` on `tx` (a transaction the caller commits); returns what it wrote and
+/// the transcript messages, in order (for the hot-session cache).
 pub(super) async fn commit(
     tx: &mut PgConnection,
     commit: &TurnCommit,
-) -> Result<CommittedTurn, StoreError> {
+) -> Result<(CommittedTurn, Vec<StoredMessage>), StoreError> {
     let now_ms = ms(Utc::now());
     let session = write_session(tx, commit, now_ms).await?;
     if let Some(update) = &commit.processed {
         mark_processed(tx, update, session.id, now_ms).await?;
     }
-    let assistant_message_ids = insert_messages(tx, session.id, &commit.changes, now_ms).await?;
+    let messages = insert_messages(tx, session.id, &commit.changes, now_ms).await?;
     write_extras(tx, &session, &commit.changes, now_ms).await?;
     let calls: Vec<_> = commit.llm_calls.iter().collect();
     insert_llm_calls(tx, &calls, Some(session.id)).await?;
-    Ok(CommittedTurn {
-        session,
-        assistant_message_ids,
-    })
+    let assistant_message_ids = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|m| m.id)
+        .collect();
+    Ok((
+        CommittedTurn {
+            session,
+            assistant_message_ids,
+        },
+        messages,
+    ))
 }
 
 /// The session row as the turn leaves it (the user's and a new session's, or the update
@@ -182,14 +191,14 @@ async fn mark_processed(
     Ok(())
 }
 
-/// The turn's transcript messages, in order; returns the ids of the assistant's.
+/// The turn's transcript messages, in order; returns them as written.
 async fn insert_messages(
     tx: &mut PgConnection,
     session_id: i64,
     changes: &[StateChange],
     now_ms: i64,
-) -> Result<Vec<i64>, StoreError> {
-    let mut assistant_message_ids = Vec::new();
+) -> Result<Vec<StoredMessage>, StoreError> {
+    let mut written = Vec::new();
     for change in changes {
         let (role, text) = match change {
             StateChange::AddUserMessage { text } => (Role::User, text),
@@ -207,11 +216,15 @@ async fn insert_messages(
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::db("saving the messages"))?;
-        if role == Role::Assistant {
-            assistant_message_ids.push(id);
-        }
+        written.push(StoredMessage {
+            id,
+            session_id,
+            role,
+            text: clean(text).into_owned(),
+            at: from_ms(now_ms),
+        });
     }
-    Ok(assistant_message_ids)
+    Ok(written)
 }
 
 /// A finished form, under the session's place.
