@@ -14,8 +14,10 @@ mod change;
 pub mod console;
 #[cfg(test)]
 mod contract;
+pub(crate) mod db;
 mod hot;
 pub mod postgres;
+mod queries;
 pub mod reading;
 pub(crate) mod rows;
 pub mod sqlite;

@@ -16,8 +16,6 @@
 //! writer's path for a turn out of the ordinary), `reads` ([`super::Reads`]), this file
 //! ([`Store`], [`Inbox`], connecting).
 
-mod reads;
-mod staff;
 mod turn;
 mod writer;
 
@@ -26,12 +24,10 @@ use super::{
     TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
+use crate::store::db::{Db, OnDb};
 use crate::store::hot::HotSessions;
 use crate::store::rows::{
     corrupt, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
-};
-use crate::store::writes::{
-    LEASE_LIST, LEASE_RELEASE, LEASE_TAKE, forget_statements, lease_times, leases_of,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -56,6 +52,14 @@ pub struct PgStore {
     write_failures: Arc<AtomicU64>,
     /// `write_failures` as the last [`Store::check_writable`] saw it.
     failures_reported: AtomicU64,
+    /// The pool, for the queries both backends share ([`super::queries`]).
+    db: Db,
+}
+
+impl OnDb for PgStore {
+    fn db(&self) -> &Db {
+        &self.db
+    }
 }
 
 /// Most connections one instance opens, however large the server.
@@ -89,6 +93,7 @@ impl PgStore {
             write_failures.clone(),
         ));
         Ok(PgStore {
+            db: Db::Postgres(pool.clone()),
             pool,
             jobs,
             hot,
@@ -296,24 +301,9 @@ impl Store for PgStore {
         // the turns queued before it are written first; entries and reads in flight go
         self.flush().await?;
         self.hot.forget_user(platform, user);
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(StoreError::db("starting to forget a user"))?;
-        let mut deleted = 0;
-        for sql in forget_statements(keep_submissions) {
-            deleted += sqlx::query(sql)
-                .bind(platform.as_str())
-                .bind(user)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db("forgetting a user"))?
-                .rows_affected();
-        }
-        tx.commit()
-            .await
-            .map_err(StoreError::db("forgetting a user"))?;
+        let deleted =
+            super::queries::privacy::forget_user_rows(&self.db, platform, user, keep_submissions)
+                .await?;
         self.hot.forget_user(platform, user);
         Ok(deleted)
     }
@@ -424,40 +414,5 @@ impl Inbox for PgStore {
         rows.into_iter()
             .map(|(json,)| serde_json::from_str(&json).map_err(|e| corrupt("inbox entry", e)))
             .collect()
-    }
-}
-
-#[async_trait]
-impl super::Leases for PgStore {
-    async fn lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let (now, until) = lease_times(ttl);
-        let held: Option<String> = sqlx::query_scalar(LEASE_TAKE)
-            .bind(name)
-            .bind(holder)
-            .bind(until)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::db("taking a lease"))?;
-        Ok(held.is_some())
-    }
-
-    async fn release(&self, name: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query(LEASE_RELEASE)
-            .bind(name)
-            .bind(holder)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::db("releasing a lease"))?;
-        Ok(())
-    }
-
-    async fn leases(&self, prefix: &str) -> Result<Vec<super::Lease>, StoreError> {
-        let rows = sqlx::query_as(LEASE_LIST)
-            .bind(prefix)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db("reading leases"))?;
-        Ok(leases_of(rows))
     }
 }

@@ -15,12 +15,8 @@
 mod batch;
 mod checkpoint;
 mod inbox;
-mod leases;
 mod open;
-mod privacy;
-mod reads;
 mod rows;
-mod staff;
 mod statements;
 mod turn;
 mod wal_readahead;
@@ -33,6 +29,7 @@ pub(crate) mod tests;
 #[cfg(test)]
 pub(crate) mod write_paths;
 
+use super::db::{Db, OnDb};
 use super::hot::HotSessions;
 use super::{
     CommittedTurn, LlmCallRecord, SessionRecord, Store, StoreError, StoredMessage, TurnCommit,
@@ -79,6 +76,14 @@ pub struct SqliteStore {
     file: Option<std::path::PathBuf>,
     /// The lock of [`Store::claim_sole_use`], held while the store is open.
     sole: std::sync::Mutex<Option<std::fs::File>>,
+    /// The readers and the writer, for the queries both backends share ([`super::queries`]).
+    db: Db,
+}
+
+impl OnDb for SqliteStore {
+    fn db(&self) -> &Db {
+        &self.db
+    }
 }
 
 /// An exclusive lock on `<database>.run-lock` beside the database: this process's while
@@ -321,9 +326,9 @@ impl Store for SqliteStore {
     ) -> Result<u64, StoreError> {
         // before (no read in flight fills the cache again) and after (nothing cached between)
         self.hot.forget_user(platform, user);
-        let deleted = self
-            .forget_user_rows(platform, user, keep_submissions)
-            .await;
+        let deleted =
+            super::queries::privacy::forget_user_rows(&self.db, platform, user, keep_submissions)
+                .await;
         self.hot.forget_user(platform, user);
         deleted
     }

@@ -9,6 +9,7 @@ use super::checkpoint::{
 };
 use super::writer::{WriteGate, group_commit};
 use super::{MAX_BATCH, SqliteStore};
+use crate::store::db::Db;
 
 /// The checkpointer's stop signal and its task.
 type Checkpointer = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
@@ -180,6 +181,10 @@ impl SqliteStore {
         // aside, so that a large database does not hold up the start
         let scan = tokio::spawn(scan_processed(pool.clone(), hot.clone()));
         Ok(SqliteStore {
+            db: Db::Sqlite {
+                read: pool.clone(),
+                write: writer.clone(),
+            },
             pool,
             writer,
             jobs,

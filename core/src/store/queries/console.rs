@@ -1,0 +1,148 @@
+//! [`Console`], written once for both backends over the dialect layer
+//! ([`crate::store::db`]): the browser console's sign-in links and sessions, and its
+//! overviews across users.
+
+use crate::store::console::{
+    ALL_READING, ALL_TICKETS, Console, ConsoleAdmin, ConsoleSession, LINK_PUT, LINK_TAKE,
+    LINKS_EXPIRED, ReaderRecord, SESSION_END, SESSION_GET, SESSION_PUT, SESSIONS_EXPIRED,
+    SUBMISSION_BY_ID, TicketRecord, admin_from_row, console_session_from_row, find_sessions_sql,
+    name_pattern, reader_record_from_row, ticket_record_from_row,
+};
+use crate::store::db::{OnDb, query};
+use crate::store::rows;
+use crate::store::{SessionRecord, StoreError, SubmissionRecord};
+
+#[async_trait::async_trait]
+impl<S: OnDb> Console for S {
+    async fn console_link_put(
+        &self,
+        token_hash: &str,
+        admin: &ConsoleAdmin,
+        expires_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        query(LINK_PUT)
+            .bind(token_hash)
+            .bind(admin.platform.as_str())
+            .bind(&admin.user_id)
+            .bind(&admin.name)
+            .bind(expires_at.timestamp_millis())
+            .execute(self.db().write())
+            .await
+            .map_err(StoreError::db("keeping a console link"))?;
+        Ok(())
+    }
+
+    async fn console_link_take(
+        &self,
+        token_hash: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<ConsoleAdmin>, StoreError> {
+        let row = query(LINK_TAKE)
+            .bind(token_hash)
+            .bind(now.timestamp_millis())
+            .fetch_optional(self.db().write())
+            .await
+            .map_err(StoreError::db("using a console link"))?;
+        row.as_ref().map(admin_from_row).transpose()
+    }
+
+    async fn console_session_put(
+        &self,
+        token_hash: &str,
+        session: &ConsoleSession,
+    ) -> Result<(), StoreError> {
+        query(SESSION_PUT)
+            .bind(token_hash)
+            .bind(session.admin.platform.as_str())
+            .bind(&session.admin.user_id)
+            .bind(&session.admin.name)
+            .bind(&session.csrf)
+            .bind(&session.admins)
+            .bind(session.expires_at.timestamp_millis())
+            .execute(self.db().write())
+            .await
+            .map_err(StoreError::db("keeping a console session"))?;
+        Ok(())
+    }
+
+    async fn console_session(
+        &self,
+        token_hash: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<ConsoleSession>, StoreError> {
+        let row = query(SESSION_GET)
+            .bind(token_hash)
+            .bind(now.timestamp_millis())
+            .fetch_optional(self.db().read())
+            .await
+            .map_err(StoreError::db("reading a console session"))?;
+        row.as_ref().map(console_session_from_row).transpose()
+    }
+
+    async fn console_session_end(
+        &self,
+        token_hash: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        query(SESSION_END)
+            .bind(token_hash)
+            .execute(self.db().write())
+            .await
+            .map_err(StoreError::db("ending a console session"))?;
+        let now_ms = now.timestamp_millis();
+        query(SESSIONS_EXPIRED)
+            .bind(now_ms)
+            .execute(self.db().write())
+            .await
+            .map_err(StoreError::db("dropping console sessions"))?;
+        query(LINKS_EXPIRED)
+            .bind(now_ms - 24 * 3_600_000)
+            .execute(self.db().write())
+            .await
+            .map_err(StoreError::db("dropping console links"))?;
+        Ok(())
+    }
+
+    async fn all_tickets(&self, limit: i64) -> Result<Vec<TicketRecord>, StoreError> {
+        let rows = query(ALL_TICKETS)
+            .bind(limit)
+            .fetch_all(self.db().read())
+            .await
+            .map_err(StoreError::db("reading every ticket"))?;
+        rows.iter().map(ticket_record_from_row).collect()
+    }
+
+    async fn find_sessions(
+        &self,
+        user: &str,
+        limit: i64,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        let columns = rows::session_columns_of("s");
+        let rows = query(find_sessions_sql(&columns))
+            .bind(user.trim())
+            .bind(name_pattern(user.trim()))
+            .bind(limit)
+            .fetch_all(self.db().read())
+            .await
+            .map_err(StoreError::db("finding sessions"))?;
+        rows.iter().map(rows::session_from_row).collect()
+    }
+
+    async fn all_reading_records(&self, limit: i64) -> Result<Vec<ReaderRecord>, StoreError> {
+        let rows = query(ALL_READING)
+            .bind(limit)
+            .fetch_all(self.db().read())
+            .await
+            .map_err(StoreError::db("reading every reading record"))?;
+        rows.iter().map(reader_record_from_row).collect()
+    }
+
+    async fn submission_by_id(&self, id: i64) -> Result<Option<SubmissionRecord>, StoreError> {
+        let row = query(SUBMISSION_BY_ID)
+            .bind(id)
+            .fetch_optional(self.db().read())
+            .await
+            .map_err(StoreError::db("reading a submission"))?;
+        row.as_ref().map(rows::submission_from_row).transpose()
+    }
+}
