@@ -7,8 +7,9 @@
 //! - [`flow`]: the [`flow::Flow`] trait; [`flows`] holds the flows themselves.
 //! - [`agent`]: the agent loop, tools with typed arguments, sub-tasks.
 //! - [`llm`]: the [`llm::ChatModel`] boundary and its OpenAI-compatible client.
-//! - [`store`]: the [`store::Store`] trait and its SQLite implementation;
-//!   [`store::StateChange`] is what a turn writes.
+//! - [`store`]: the [`store::Store`] traits, the queries both backends share written once
+//!   over a small dialect layer, and the two backends: SQLite (the default) and PostgreSQL
+//!   (several instances); [`store::StateChange`] is what a turn writes.
 //! - [`admin`]: notifications for the admins.
 //!
 //! Nothing here imports a platform library; configuration and the environment are read only

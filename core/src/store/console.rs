@@ -1,8 +1,8 @@
 //! What the browser console keeps and reads ([`Console`]): sign-in links and browser
 //! sessions (only hashes of their tokens), and the team's overviews across users (every
-//! help-desk ticket, sessions found by user, every reading record). Both backends run the
-//! same statements (`$1` placeholders, which SQLite takes as `?1`), implemented once by
-//! `console_impl!`.
+//! help-desk ticket, sessions found by user, every reading record): the trait, its rows and
+//! statements. Both backends run them through the queries written once in
+//! `store/queries/console.rs`.
 
 use super::reading::ReadingRecord;
 use super::rows::{Columns, corrupt, from_ms, reading_record_from_row, ticket_from_row};

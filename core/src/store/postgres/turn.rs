@@ -8,8 +8,8 @@
 use crate::store::rows::{applied, corrupt, from_ms, ms, pending_json};
 use crate::store::writes::{Arg, extra_statements};
 use crate::store::{
-    CommittedTurn, LlmCallRecord, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError,
-    StoredMessage, Submission, TurnCommit,
+    CommittedTurn, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, StoredMessage,
+    Submission, TurnCommit,
 };
 use chrono::Utc;
 use sqlx::PgConnection;
@@ -48,8 +48,11 @@ pub(super) async fn commit(
     }
     let messages = insert_messages(tx, session.id, &commit.changes, now_ms).await?;
     write_extras(tx, &session, &commit.changes, now_ms).await?;
-    let calls: Vec<_> = commit.llm_calls.iter().collect();
-    insert_llm_calls(tx, &calls, Some(session.id)).await?;
+    let mut calls = super::writer::CallColumns::default();
+    for call in &commit.llm_calls {
+        calls.push(call, Some(session.id));
+    }
+    calls.insert(tx).await?;
     let assistant_message_ids = messages
         .iter()
         .filter(|m| m.role == Role::Assistant)
@@ -259,33 +262,6 @@ async fn insert_submission(
     .execute(&mut *tx)
     .await
     .map_err(StoreError::db("saving the submission"))?;
-    Ok(())
-}
-
-/// Model calls, each of its own session or else `session_id`.
-pub(super) async fn insert_llm_calls(
-    tx: &mut PgConnection,
-    calls: &[&LlmCallRecord],
-    session_id: Option<i64>,
-) -> Result<(), StoreError> {
-    for call in calls {
-        sqlx::query(
-            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms, wasted) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(call.session_id.or(session_id))
-        .bind(&call.agent)
-        .bind(&call.model)
-        .bind(i64::try_from(call.prompt_tokens).unwrap_or(i64::MAX))
-        .bind(i64::try_from(call.completion_tokens).unwrap_or(i64::MAX))
-        .bind(i64::try_from(call.latency_ms).unwrap_or(i64::MAX))
-        .bind(&call.error)
-        .bind(ms(call.at))
-        .bind(call.wasted)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("recording model calls"))?;
-    }
     Ok(())
 }
 
