@@ -562,3 +562,173 @@ async fn discord_shards_split_across_instances_and_a_standby_takes_over_a_dead_o
         let _ = child.wait().await;
     }
 }
+
+/// Once the replies in `chat` stop coming.
+async fn settled(telegram: &FakeTelegram, chat: Chat) -> usize {
+    common::settle(
+        || telegram.texts_in(chat).len(),
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// The lease holder's process id (`host-pid-random`).
+fn holder_pid(holder: &str) -> Option<u32> {
+    holder.rsplitn(3, '-').nth(1)?.parse().ok()
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// An instance paused (SIGSTOP) in the middle of a turn, past its chat's lease: the other
+/// instance takes the chat over and answers the message and the next one; resumed, the
+/// paused instance finishes its turn from what it had read, and its commit is refused (the
+/// session moved on): nothing it wrote lands over the newer turns, and it tells the user
+/// nothing (the message was answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_paused_past_its_lease_does_not_write_over_the_newer_turn() {
+    use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let model = FakeOpenAi::serve(std::sync::Arc::new(|_| {
+        Reply::text("Green tea is steamed; black tea is oxidised.")
+    }))
+    .await
+    .expect("model");
+    let url = kaiwa_core::testing::postgres::database_url().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = format!(
+        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"fake-model\"\ntimeout_secs = 60\n",
+        config(telegram.url()),
+        model.base_url()
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), settings).expect("config");
+    let (mut one, log_one, _) = common::spawn_run_on(&url, dir.path(), TOKEN, None, "info");
+    let (mut two, log_two, _) = common::spawn_run_on(&url, dir.path(), TOKEN, None, "info");
+    let pids = [one.id().expect("a pid"), two.id().expect("a pid")];
+
+    let chat = Chat::private(4242);
+    telegram.send_text(chat, 4242, "hello");
+    telegram.wait_texts(chat, 1).await;
+    settled(&telegram, chat).await;
+
+    // the next answer is slow: the holder is paused while the model writes it
+    model.set_delay(Duration::from_secs(4));
+    let asked = model.requests().len();
+    let before = telegram.texts_in(chat).len();
+    telegram.send_text(
+        chat,
+        4242,
+        "What is the difference between green and black tea?",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while model.requests().len() == asked {
+        assert!(Instant::now() < deadline, "the turn calls the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let store = kaiwa_core::store::connect(&url).await.expect("store");
+    let leases = store.leases("chat:telegram:").await.expect("leases");
+    let holder = leases
+        .iter()
+        .find(|l| l.name == format!("chat:telegram:{}", chat.id))
+        .and_then(|l| holder_pid(&l.holder))
+        .expect("the chat's holder");
+    assert!(pids.contains(&holder), "{holder} is one of {pids:?}");
+    signal(holder, "-STOP");
+    let paused = Instant::now();
+
+    // the other instance takes the chat over once the lease expires, and answers
+    telegram
+        .wait_for(
+            "the other instance answers",
+            Duration::from_secs(60),
+            |_| telegram.texts_in(chat).len() > before,
+        )
+        .await;
+    settled(&telegram, chat).await;
+    telegram.send_text(chat, 4242, "And oolong?");
+    let answered = telegram.texts_in(chat).len();
+    telegram
+        .wait_for(
+            "the next message is answered",
+            Duration::from_secs(60),
+            |_| telegram.texts_in(chat).len() > answered,
+        )
+        .await;
+    settled(&telegram, chat).await;
+    let taken_over = paused.elapsed();
+    let replies = telegram.texts_in(chat);
+
+    // resumed: its turn (the model's answer waits for it) goes on from a stale session
+    signal(holder, "-CONT");
+    let stale_log = if holder == pids[0] {
+        &log_one
+    } else {
+        &log_two
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stale_log
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains("answered by another instance meanwhile")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the resumed instance's commit is refused: {}",
+            stale_log.lock().unwrap_or_else(|p| p.into_inner())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        telegram.texts_in(chat),
+        replies,
+        "the paused instance says nothing more"
+    );
+    let stored = common::stored_user_messages(&url).await;
+    assert_eq!(
+        stored
+            .get(&chat.id.to_string())
+            .cloned()
+            .unwrap_or_default(),
+        [
+            "hello",
+            "What is the difference between green and black tea?",
+            "And oolong?"
+        ],
+        "each message stored once, in order: the stale turn wrote nothing"
+    );
+    let session = store
+        .active_sessions(10)
+        .await
+        .expect("sessions")
+        .into_iter()
+        .find(|s| s.key.chat == chat.id.to_string())
+        .expect("the chat's session");
+    let transcript = store
+        .recent_messages(session.id, 100)
+        .await
+        .expect("messages");
+    let answers = transcript
+        .iter()
+        .filter(|m| m.role == kaiwa_core::store::Role::Assistant)
+        .count();
+    assert!(
+        answers <= replies.len(),
+        "no answer stored that was not sent: {transcript:#?}"
+    );
+    eprintln!(
+        "paused instance: the chat taken over and two messages answered {:.1} s after SIGSTOP",
+        taken_over.as_secs_f64()
+    );
+    for child in [&mut one, &mut two] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    store.close().await;
+}

@@ -94,6 +94,21 @@ impl Orchestrator {
         };
         let committed = match self.commit_with_retry(commit).await {
             Ok(c) => c,
+            // a turn that lost to a newer one of the same message (an instance paused past
+            // its lease while another took the chat over and answered it): the answer stands,
+            // and this instance, whose view was stale, says nothing more
+            Err(StoreError::Conflict { .. }) if self.answered_elsewhere(incoming).await => {
+                tracing::info!(
+                    chat = %incoming.chat,
+                    "this turn's message was answered by another instance meanwhile; dropped"
+                );
+                return Ok(TurnReport {
+                    session_id: 0,
+                    outgoing: Vec::new(),
+                    finished: false,
+                    duplicate: true,
+                });
+            }
             Err(StoreError::Duplicate { .. }) => {
                 return Ok(TurnReport {
                     session_id: 0,
@@ -118,6 +133,17 @@ impl Orchestrator {
             finished: committed.session.status == SessionStatus::Finished,
             duplicate: false,
         })
+    }
+
+    /// Whether `incoming` was committed by another turn (another instance's) since this
+    /// one loaded its session.
+    async fn answered_elsewhere(&self, incoming: &Incoming) -> bool {
+        !incoming.message_id.is_empty()
+            && self
+                .store
+                .is_processed(incoming.platform, &incoming.chat, &incoming.message_id)
+                .await
+                .unwrap_or(false)
     }
 
     /// SQLite busy / locked is retried a few times with a short, growing wait.
