@@ -40,12 +40,13 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use writer::{Job, writer_gone};
 
-/// The store on one PostgreSQL database: a connection pool, the writer task's queue and
-/// the cache of the sessions this instance holds.
+/// The store on one PostgreSQL database: a connection pool, the writers' queues and the
+/// cache of the sessions this instance holds.
 pub struct PgStore {
     pool: PgPool,
-    /// Turns, inbox entries and clears, delivery marks for the writer ([`writer`]).
-    jobs: mpsc::Sender<Job>,
+    /// Turns, inbox entries and clears, delivery marks for the writers ([`writer`]), one
+    /// queue each: a chat's jobs always go to the same writer, in the order asked.
+    jobs: Vec<mpsc::Sender<Job>>,
     /// Active sessions as this instance last committed or read them.
     hot: Arc<HotSessions>,
     /// Batches the writer could not commit since the store opened.
@@ -65,6 +66,9 @@ impl OnDb for PgStore {
 /// Most connections one instance opens, however large the server.
 const MAX_CONNECTIONS: u32 = 8;
 
+/// Most writers (each a connection in a transaction at a time) one instance runs.
+const MAX_WRITERS: u32 = 4;
+
 /// Jobs waiting for the writer before a sender waits too.
 const QUEUE: usize = 4096;
 
@@ -83,15 +87,22 @@ impl PgStore {
             .await
             .map_err(StoreError::db("connecting to PostgreSQL"))?;
         MIGRATOR.run(&pool).await?;
-        let (jobs, queue) = mpsc::channel(QUEUE);
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
         let write_failures = Arc::new(AtomicU64::new(0));
-        tokio::spawn(writer::group_commit(
-            pool.clone(),
-            queue,
-            hot.clone(),
-            write_failures.clone(),
-        ));
+        // half the connections write, each its own chats' batches; the rest read
+        let writers = (connections / 2).clamp(1, MAX_WRITERS);
+        let jobs = (0..writers)
+            .map(|_| {
+                let (jobs, queue) = mpsc::channel(QUEUE);
+                tokio::spawn(writer::group_commit(
+                    pool.clone(),
+                    queue,
+                    hot.clone(),
+                    write_failures.clone(),
+                ));
+                jobs
+            })
+            .collect();
         Ok(PgStore {
             db: Db::Postgres(pool.clone()),
             pool,
@@ -102,15 +113,31 @@ impl PgStore {
         })
     }
 
-    async fn submit(&self, job: Job) -> Result<(), StoreError> {
-        self.jobs.send(job).await.map_err(|_| writer_gone())
+    /// The writer of `chat`'s jobs (its turns, inbox entries and clears): always the same,
+    /// so that they commit in the order they were asked for.
+    fn writer_of(&self, platform: Platform, chat: &str) -> &mpsc::Sender<Job> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (platform.as_str(), chat).hash(&mut hasher);
+        &self.jobs[(hasher.finish() % self.jobs.len() as u64) as usize]
     }
 
-    /// Everything queued for the writer before now is written (or failed).
+    async fn submit(&self, writer: &mpsc::Sender<Job>, job: Job) -> Result<(), StoreError> {
+        writer.send(job).await.map_err(|_| writer_gone())
+    }
+
+    /// Everything queued for the writers before now is written (or failed).
     async fn flush(&self) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.submit(Job::Flush(tx)).await?;
-        rx.await.map_err(|_| writer_gone())
+        let mut done = Vec::with_capacity(self.jobs.len());
+        for writer in &self.jobs {
+            let (tx, rx) = oneshot::channel();
+            self.submit(writer, Job::Flush(tx)).await?;
+            done.push(rx);
+        }
+        for rx in done {
+            rx.await.map_err(|_| writer_gone())?;
+        }
+        Ok(())
     }
 
     /// The pool, for other stores of the same database (coordination, flows' own tables).
@@ -127,10 +154,10 @@ impl PgStore {
     }
 }
 
-/// The pool's size, from the server's: a writer and a few readers (every turn's writes go
-/// through the one writer, and a held chat's session is read from the cache), never more
-/// than an eighth of the server's connections, so that eight instances fit beside the
-/// team's other clients.
+/// The pool's size, from the server's: writers and as many readers (every turn's writes go
+/// through a writer, and a held chat's session is read from the cache), never more than an
+/// eighth of the server's connections, so that eight instances fit beside the team's other
+/// clients.
 async fn pool_size(options: &PgConnectOptions) -> Result<u32, StoreError> {
     let mut probe = sqlx::PgConnection::connect_with(options)
         .await
@@ -224,10 +251,14 @@ impl Store for PgStore {
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.submit(Job::Turn {
-            commit: Box::new(commit),
-            reply,
-        })
+        let writer = self.writer_of(commit.session.key.platform, &commit.session.key.chat);
+        self.submit(
+            writer,
+            Job::Turn {
+                commit: Box::new(commit),
+                reply,
+            },
+        )
         .await?;
         answer.await.map_err(|_| writer_gone())?
     }
@@ -236,9 +267,14 @@ impl Store for PgStore {
         if message_ids.is_empty() {
             return Ok(());
         }
-        self.submit(Job::Delivered {
-            ids: message_ids.to_vec(),
-        })
+        // its turn is committed: any writer will do
+        let writer = &self.jobs[(message_ids[0].unsigned_abs() % self.jobs.len() as u64) as usize];
+        self.submit(
+            writer,
+            Job::Delivered {
+                ids: message_ids.to_vec(),
+            },
+        )
         .await
     }
 
@@ -369,10 +405,14 @@ impl Store for PgStore {
 #[async_trait]
 impl Inbox for PgStore {
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
-        self.submit(Job::Keep {
-            entries: vec![incoming.clone()],
-            durable: None,
-        })
+        let writer = self.writer_of(incoming.platform, &incoming.chat);
+        self.submit(
+            writer,
+            Job::Keep {
+                entries: vec![incoming.clone()],
+                durable: None,
+            },
+        )
         .await
     }
 
@@ -382,11 +422,14 @@ impl Inbox for PgStore {
         chat: &str,
         message_id: &str,
     ) -> Result<(), StoreError> {
-        self.submit(Job::Done {
-            platform,
-            chat: chat.to_string(),
-            message_id: message_id.to_string(),
-        })
+        self.submit(
+            self.writer_of(platform, chat),
+            Job::Done {
+                platform,
+                chat: chat.to_string(),
+                message_id: message_id.to_string(),
+            },
+        )
         .await
     }
 
@@ -394,13 +437,37 @@ impl Inbox for PgStore {
         if incoming.is_empty() {
             return Ok(());
         }
-        let (durable, committed) = oneshot::channel();
-        self.submit(Job::Keep {
-            entries: incoming.to_vec(),
-            durable: Some(durable),
-        })
-        .await?;
-        committed.await.map_err(|_| writer_gone())?
+        // each chat's entries to its writer, all of them committed before the answer
+        let mut by_writer: Vec<Vec<Incoming>> = vec![Vec::new(); self.jobs.len()];
+        for message in incoming {
+            let writer = self.writer_of(message.platform, &message.chat);
+            let i = self
+                .jobs
+                .iter()
+                .position(|w| w.same_channel(writer))
+                .unwrap_or(0);
+            by_writer[i].push(message.clone());
+        }
+        let mut waiting = Vec::new();
+        for (writer, entries) in self.jobs.iter().zip(by_writer) {
+            if entries.is_empty() {
+                continue;
+            }
+            let (durable, committed) = oneshot::channel();
+            self.submit(
+                writer,
+                Job::Keep {
+                    entries,
+                    durable: Some(durable),
+                },
+            )
+            .await?;
+            waiting.push(committed);
+        }
+        for committed in waiting {
+            committed.await.map_err(|_| writer_gone())??;
+        }
+        Ok(())
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {

@@ -425,7 +425,8 @@ async fn insert_sessions(
     sessions: &[SessionRecord],
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    // users once each (an upsert may not touch a row twice)
+    // users once each (an upsert may not touch a row twice), in one order for every
+    // writer (two writers with users in common wait for each other, never deadlock)
     let mut seen = HashSet::new();
     let (mut platforms, mut ids, mut names) = (Vec::new(), Vec::new(), Vec::new());
     for (commit, session) in commits.iter().zip(sessions) {
@@ -437,7 +438,7 @@ async fn insert_sessions(
     }
     sqlx::query(
         "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) \
-         SELECT p, u, n, $4, $4 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(p, u, n) \
+         SELECT p, u, n, $4, $4 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(p, u, n) ORDER BY p, u \
          ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
     )
     .bind(&platforms)
