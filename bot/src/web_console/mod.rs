@@ -441,12 +441,53 @@ struct Back {
     back: Option<String>,
 }
 
+/// Whether `back` is a path of this site and nothing a browser could read as another one:
+/// printable ASCII only (browsers drop tabs and newlines from a URL, and a control character
+/// cannot be a header), one leading slash and no backslash (browsers read `\` as `/`), also
+/// once percent-decoded (so `/%2F/host` is refused too).
+fn is_console_path(back: &str) -> bool {
+    fn plain(path: &str) -> bool {
+        path.starts_with('/')
+            && !path.starts_with("//")
+            && path.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+    }
+    let decoded = percent_decoded(back);
+    plain(back) && decoded.as_deref().is_some_and(plain)
+}
+
+/// `text` with its `%XX` escapes decoded, repeatedly until none is left (`%252F` is `/` to
+/// a server that decodes twice); `None` when an escape is not two hex digits or the bytes are
+/// not UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let mut text = text.to_string();
+    for _ in 0..4 {
+        if !text.contains('%') {
+            return Some(text);
+        }
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        text = String::from_utf8(out).ok()?;
+    }
+    None
+}
+
 /// The language switch: a cookie, then back to the page (only a path of this site).
 async fn switch_language(Path(code): Path<String>, Query(back): Query<Back>) -> Response {
     let code = if code == "ja" { "ja" } else { "en" };
     let back = back
         .back
-        .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
+        .filter(|b| is_console_path(b))
         .unwrap_or_else(|| "/".into());
     let mut response = Redirect::to(&back).into_response();
     if let Ok(value) = HeaderValue::from_str(&format!(

@@ -582,3 +582,68 @@ async fn the_console_signs_admins_in_by_link_and_acts_as_the_admin_chat_does() {
     let _ = bot.start_kill();
     let _ = bot.wait().await;
 }
+
+/// The language switch goes back only to a path of the console: a tab, a newline or a
+/// backslash (which browsers drop or read as a slash), a second slash, a scheme or a host
+/// after them, sends the browser to `/` instead, and no query string makes it fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_language_switch_never_sends_the_browser_off_site() {
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("kaiwa.toml"), config(telegram.url(), "9")).expect("config");
+    let (mut bot, log) = common::spawn_run(dir.path(), TOKEN);
+    let address = common::logged_after(&log, "console at http://").await;
+    let base = format!("http://{}", address.trim_end_matches('/'));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for (back, to) in [
+        ("/reading", "/reading"),
+        (
+            "/applications%3Fform%3Dengineer",
+            "/applications?form=engineer",
+        ),
+        ("/%09/evil.example", "/"),
+        ("/%0a/evil.example", "/"),
+        ("/%0d%0a/evil.example", "/"),
+        ("%09//evil.example", "/"),
+        ("//evil.example", "/"),
+        ("/%5Cevil.example", "/"),
+        ("%5C%5Cevil.example", "/"),
+        ("/%2F/evil.example", "/"),
+        ("/%252F/evil.example", "/"),
+        ("https://evil.example", "/"),
+        ("https:evil.example", "/"),
+        ("/%00", "/"),
+        ("/%E3%81%82", "/"),
+        ("", "/"),
+    ] {
+        let url = format!("{base}/lang/ja?back={back}");
+        let answer = http.get(&url).send().await.expect("get");
+        assert_eq!(answer.status(), reqwest::StatusCode::SEE_OTHER, "{back}");
+        let location = answer
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(location, to, "back={back}");
+    }
+    // without a query string at all, and with one that is not a `back`
+    for query in ["", "?lang=1&back", "?back=%ZZ"] {
+        let answer = http
+            .get(format!("{base}/lang/en{query}"))
+            .send()
+            .await
+            .expect("get");
+        assert!(
+            answer.status() == reqwest::StatusCode::SEE_OTHER
+                || answer.status() == reqwest::StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            answer.status()
+        );
+    }
+    let _ = bot.start_kill();
+    let _ = bot.wait().await;
+}
