@@ -98,7 +98,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 concurrency: concurrency.unwrap_or(sessions),
                 model_latency: std::time::Duration::from_millis(model_latency_ms),
                 rate,
-                database,
+                // the global `--database-url` / KAIWA_DATABASE_URL names it too (the bench
+                // refuses a database that holds sessions)
+                database: database.or_else(|| cli.options.database_url.clone()),
                 instances,
             };
             commands::bench(options, settings).await?;

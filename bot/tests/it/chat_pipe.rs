@@ -853,6 +853,63 @@ async fn bench_at_an_offered_rate_stores_every_turn_and_refuses_a_bad_rate_or_a_
     );
 }
 
+/// `kaiwa bench` measures the database the global `--database-url` (here
+/// `KAIWA_DATABASE_URL`) names, as every other command does: PostgreSQL, beside a temporary
+/// SQLite file with the same load in the same run; `--instances 2` on it runs two instances
+/// with users of their own; on SQLite, more than one instance is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_measures_the_database_the_global_option_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = kaiwa_core::testing::postgres::database_url().await;
+    let run = kaiwa_on(
+        &url,
+        dir.path(),
+        &forms_config(),
+        &[
+            "bench",
+            "--sessions",
+            "4",
+            "--turns",
+            "3",
+            "--instances",
+            "2",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let last = run.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
+    assert_eq!(report["backend"], "postgres", "{report}");
+    assert_eq!(report["instances"], 2, "{report}");
+    assert_eq!(report["turns"], 12, "{report}");
+    assert!(
+        report["sqlite"]["turns_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["vs_sqlite"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    // both instances' users were stored, each chat's turns once
+    let store = kaiwa_core::store::connect(&url).await.expect("store");
+    let sessions = store.active_sessions(100).await.expect("sessions");
+    let mut chats: Vec<String> = sessions.iter().map(|s| s.key.chat.clone()).collect();
+    chats.sort();
+    assert_eq!(chats, ["bench-0", "bench-1", "bench-2", "bench-3"]);
+    store.close().await;
+
+    let refused = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["bench", "--sessions", "2", "--instances", "2"],
+        "",
+    )
+    .await;
+    assert_ne!(refused.code, Some(0), "{}", refused.stdout);
+    assert!(refused.stderr.contains("PostgreSQL"), "{}", refused.stderr);
+}
+
 #[tokio::test]
 async fn a_greeting_is_not_a_book_title() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1644,4 +1701,49 @@ async fn kb_search_and_check_use_the_embeddings_model() {
         "{}",
         run.stdout
     );
+}
+
+/// A model server where nothing listens (the connection refused) is not an overload to wait
+/// out: the help-desk's agents fall to their floor at once, with no retry, and the answer
+/// comes from the knowledge base.
+#[tokio::test]
+async fn a_refused_model_server_is_not_retried_and_the_helpdesk_answers_by_its_floor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    // the shipped retries (3, backoff from 0.5 s) and breaker
+    let config = format!(
+        "{}\n[llm]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\n",
+        forms_config()
+    );
+    let run = kaiwa(
+        dir.path(),
+        &config,
+        &["chat", "helpdesk", "--user", "ren"],
+        "How do I end a conversation?\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("/end"),
+        "the floor answered: {}",
+        run.stdout
+    );
+    let log = std::fs::read_to_string(dir.path().join("chat.log")).unwrap_or_default();
+    let said = format!("{log}{}", run.stderr);
+    assert!(
+        !said.contains("retrying"),
+        "a refused connection is not retried: {said}"
+    );
+    let stats = kaiwa(dir.path(), &config, &["stats", "--json"], "").await;
+    let usage: serde_json::Value = serde_json::from_str(&stats.stdout).expect("JSON");
+    let errors: u64 = usage
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u["errors"].as_u64())
+        .sum();
+    assert!(errors >= 1, "the refused calls are in the ledger: {usage}");
 }

@@ -61,7 +61,9 @@ impl Breaker {
         }
     }
 
-    fn record(&self, ok: bool) {
+    /// A result; a failure counts `weight` times (a refused connection more than a slow
+    /// answer: nothing is there).
+    fn record(&self, ok: bool, weight: u32) {
         let mut state = self.lock();
         if ok {
             if state.open_until.is_some() {
@@ -71,7 +73,7 @@ impl Breaker {
             state.open_until = None;
             return;
         }
-        state.failures += 1;
+        state.failures += weight;
         if state.failures >= self.threshold {
             if state.open_until.is_none() {
                 state.outages += 1;
@@ -144,8 +146,10 @@ impl ChatModel for BreakerModel {
 impl BreakerModel {
     fn record(&self, result: &Result<ChatResponse, ModelError>) {
         match result {
-            Ok(_) => self.breaker.record(true),
-            Err(e) if counts(e) => self.breaker.record(false),
+            Ok(_) => self.breaker.record(true, 0),
+            // a refused connection: the server is not there, which waits will not change
+            Err(ModelError::Connect(_)) => self.breaker.record(false, 2),
+            Err(e) if counts(e) => self.breaker.record(false, 1),
             Err(_) => {}
         }
     }
@@ -170,7 +174,7 @@ mod tests {
         async fn chat(&self, _r: ChatRequest) -> Result<ChatResponse, ModelError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.fail.load(Ordering::SeqCst) {
-                Err(ModelError::Connect("refused".into()))
+                Err(ModelError::Timeout(Duration::from_secs(1)))
             } else {
                 Ok(ChatResponse::text("ok"))
             }
@@ -195,7 +199,7 @@ mod tests {
         for _ in 0..3 {
             assert!(matches!(
                 model.chat(request()).await,
-                Err(ModelError::Connect(_))
+                Err(ModelError::Timeout(_))
             ));
         }
         assert_eq!(breaker.open_outage(), Some(1));
@@ -213,5 +217,34 @@ mod tests {
         );
         assert_eq!(breaker.open_outage(), None);
         assert!(model.chat(request()).await.is_ok());
+    }
+
+    /// A server that refuses connections is not there: its failures count double, so the
+    /// floors take over after fewer users waited for it.
+    #[tokio::test]
+    async fn refused_connections_open_the_circuit_sooner() {
+        struct Refused;
+        #[async_trait]
+        impl ChatModel for Refused {
+            fn name(&self) -> &str {
+                "refused"
+            }
+            async fn chat(&self, _r: ChatRequest) -> Result<ChatResponse, ModelError> {
+                Err(ModelError::Connect("connection refused".into()))
+            }
+        }
+        let breaker = Breaker::new(5, Duration::from_secs(60));
+        let model = BreakerModel::new(Arc::new(Refused), breaker.clone());
+        for _ in 0..3 {
+            assert!(matches!(
+                model.chat(request()).await,
+                Err(ModelError::Connect(_))
+            ));
+        }
+        assert_eq!(breaker.open_outage(), Some(1), "open after 3 of 5");
+        assert!(matches!(
+            model.chat(request()).await,
+            Err(ModelError::CircuitOpen)
+        ));
     }
 }

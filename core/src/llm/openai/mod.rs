@@ -7,8 +7,9 @@
 //! null), and `tool_choice: "required"` is sent as `auto` unless enabled. Every call has a
 //! timeout: the smaller of its own and what is left of the turn's budget
 //! ([`super::budget`]). A call that timed out is not sent again (the server may still be
-//! working on it); 429, 5xx and connect errors are retried with exponential backoff that
-//! honours `Retry-After`, only while the budget allows. At most `in_flight` requests go to
+//! working on it), nor one whose connection was refused (nothing listens: the floors answer
+//! at once); 429, 5xx and a connection lost mid-answer are retried with exponential backoff
+//! that honours `Retry-After`, only while the budget allows. At most `in_flight` requests go to
 //! the server at once; the wait for a slot counts against the budget. A call given up
 //! drops its connection, so the server stops working on it. The client does not log the
 //! API key and never puts it in an error.
@@ -114,6 +115,11 @@ impl OpenAiClient {
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) if e.is_timeout() => return Err(Attempt::Fatal(timed_out())),
+            // nothing listens there (refused, no such host): no overload to wait out, the
+            // agents' floors answer at once
+            Err(e) if e.is_connect() => {
+                return Err(Attempt::Fatal(ModelError::Connect(without_url(&e))));
+            }
             Err(e) => return Err(Attempt::Retry(ModelError::Connect(without_url(&e)), None)),
         };
         let status = response.status();
