@@ -575,7 +575,7 @@ async fn settled(telegram: &FakeTelegram, chat: Chat) -> usize {
 
 /// The lease holder's process id (`host-pid-random`).
 fn holder_pid(holder: &str) -> Option<u32> {
-    holder.rsplitn(3, '-').nth(1)?.parse().ok()
+    holder.rsplit('-').nth(1)?.parse().ok()
 }
 
 fn signal(pid: u32, signal: &str) {

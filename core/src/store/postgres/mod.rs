@@ -7,7 +7,7 @@
 //! Writes go through one writer task per instance (`writer`: group commit, the turns that
 //! finish together in one transaction and one WAL flush, their rows in multi-row
 //! statements). The sessions of the chats this instance holds stay in a cache
-//! ([`super::hot`], fenced): another instance writes the same rows, so an entry answers only
+//! (`store/hot.rs`, fenced): another instance writes the same rows, so an entry answers only
 //! for a chat lease's life after it was last confirmed, and the optimistic session `version`
 //! checked by every commit (with the `processed_updates` key) keeps a stale instance from
 //! writing over a newer turn: its commit fails, and its entry goes.

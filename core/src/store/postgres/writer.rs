@@ -40,7 +40,7 @@ pub(super) const MAX_BATCH: usize = 512;
 pub(super) enum Job {
     Turn {
         commit: Box<TurnCommit>,
-        reply: oneshot::Sender<Result<CommittedTurn, StoreError>>,
+        reply: Reply,
     },
     /// Received messages kept until their turns are done; `durable`: answered once
     /// committed ([`crate::store::Inbox::inbox_keep`]), else not answered
@@ -85,13 +85,13 @@ pub(super) async fn group_commit(
     }
 }
 
+/// Where a turn's outcome goes.
+type Reply = oneshot::Sender<Result<CommittedTurn, StoreError>>;
+
 /// One batch, sorted by kind (each kind keeps the order it was asked in).
 #[derive(Default)]
 struct Work {
-    turns: Vec<(
-        Box<TurnCommit>,
-        oneshot::Sender<Result<CommittedTurn, StoreError>>,
-    )>,
+    turns: Vec<(Box<TurnCommit>, Reply)>,
     keeps: Vec<Incoming>,
     durable: Vec<oneshot::Sender<Result<(), StoreError>>>,
     done: Vec<(Platform, String, String)>,
