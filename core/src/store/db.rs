@@ -72,6 +72,24 @@ impl Db {
         }
     }
 
+    /// The condition "not delivered" on `messages` (`alias.` prefixed), as each backend's
+    /// partial index of undelivered messages is written (SQLite uses an index only for the
+    /// condition it was made with).
+    pub(crate) fn not_delivered(&self, alias: &str) -> String {
+        match self {
+            Db::Sqlite { .. } => format!("{alias}delivered = 0"),
+            Db::Postgres(_) => format!("NOT {alias}delivered"),
+        }
+    }
+
+    /// The inbox's order of keeping, after its time: SQLite's row id, PostgreSQL's identity.
+    pub(crate) fn inbox_order(&self) -> &'static str {
+        match self {
+            Db::Sqlite { .. } => "rowid",
+            Db::Postgres(_) => "seq",
+        }
+    }
+
     /// Runs `statements` in one transaction on the writer; returns the rows each changed.
     pub(crate) async fn transaction(
         &self,

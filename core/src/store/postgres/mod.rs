@@ -26,9 +26,8 @@ use super::{
 use crate::message::{Incoming, Platform, SessionKey};
 use crate::store::db::{Db, OnDb};
 use crate::store::hot::HotSessions;
-use crate::store::rows::{
-    corrupt, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
-};
+use crate::store::queries::turns;
+use crate::store::rows::{session_columns_of, turn_load_from_row};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -147,10 +146,7 @@ impl PgStore {
 
     /// How many sessions the database holds, active or finished.
     pub async fn session_count(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM sessions")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("counting sessions"))
+        turns::session_count(&self.db).await
     }
 }
 
@@ -191,15 +187,7 @@ impl Store for PgStore {
         chat: &str,
         message_id: &str,
     ) -> Result<bool, StoreError> {
-        sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = $1 AND chat = $2 AND message_id = $3)",
-        )
-        .bind(platform.as_str())
-        .bind(chat)
-        .bind(message_id)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(StoreError::db("checking processed updates"))
+        turns::is_processed(&self.db, platform, chat, message_id).await
     }
 
     async fn load_for_turn(
@@ -279,34 +267,14 @@ impl Store for PgStore {
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, session_id, role, text, created_ms FROM messages WHERE session_id = $1 AND NOT delivered ORDER BY id",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("loading undelivered messages"))?;
-        rows.iter().map(message_from_row).collect()
+        turns::undelivered(&self.db, session_id).await
     }
 
     async fn unreached_sessions(
         &self,
         platform: Platform,
     ) -> Result<Vec<SessionRecord>, StoreError> {
-        static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                "SELECT {} FROM sessions s JOIN \
-                 (SELECT session_id, min(id) AS first FROM messages WHERE NOT delivered GROUP BY session_id) AS u \
-                 ON s.id = u.session_id WHERE s.platform = $1 ORDER BY u.first",
-                session_columns_of("s")
-            )
-        });
-        let rows = sqlx::query(SQL.as_str())
-            .bind(platform.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db("listing sessions with undelivered replies"))?;
-        rows.iter().map(session_from_row).collect()
+        turns::unreached_sessions(&self.db, platform).await
     }
 
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError> {
@@ -346,15 +314,9 @@ impl Store for PgStore {
 
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.hot.clear();
-        let done = sqlx::query(
-            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE updated_ms < $1)",
-        )
-        .bind(ms(before))
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::db("deleting old transcripts"))?;
+        let done = turns::delete_transcripts_before(&self.db, before).await;
         self.hot.clear();
-        Ok(done.rows_affected())
+        done
     }
 
     async fn claim_sole_use(&self) -> Result<(), StoreError> {
@@ -471,15 +433,6 @@ impl Inbox for PgStore {
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT incoming FROM inbox WHERE platform = $1 ORDER BY created_ms, seq",
-        )
-        .bind(platform.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("reading the inbox"))?;
-        rows.into_iter()
-            .map(|(json,)| serde_json::from_str(&json).map_err(|e| corrupt("inbox entry", e)))
-            .collect()
+        turns::inbox_pending(&self.db, platform).await
     }
 }

@@ -2,7 +2,8 @@
 //! ([`super::db`]), as the traits of any store that says where its database is
 //! ([`super::db::OnDb`]): [`super::Reads`] (`reads.rs`), [`super::Leases`] (`leases.rs`),
 //! [`super::Staff`] (`staff.rs`), [`super::SearchCache`] (`search_cache.rs`) and
-//! [`super::console::Console`] (`console.rs`); and `/forget`'s deletions (`privacy.rs`). The statements they share with a backend's own
+//! [`super::console::Console`] (`console.rs`); `/forget`'s deletions (`privacy.rs`); and the reads and deletions around turns each
+//! backend's `Store` calls beside its own write path (`turns.rs`). The statements they share with a backend's own
 //! code (a turn's reading rows and tickets, `/forget`) are in [`super::writes`].
 
 mod console;
@@ -11,3 +12,4 @@ pub(crate) mod privacy;
 mod reads;
 mod search_cache;
 mod staff;
+pub(crate) mod turns;

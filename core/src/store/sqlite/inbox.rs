@@ -180,15 +180,6 @@ impl Inbox for SqliteStore {
     }
 
     async fn inbox_pending(&self, platform: Platform) -> Result<Vec<Incoming>, StoreError> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT incoming FROM inbox WHERE platform = ? ORDER BY created_ms, rowid",
-        )
-        .bind(platform.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("reading the inbox"))?;
-        rows.into_iter()
-            .map(|(json,)| serde_json::from_str(&json).map_err(|e| corrupt("inbox entry", e)))
-            .collect()
+        crate::store::queries::turns::inbox_pending(&self.db, platform).await
     }
 }

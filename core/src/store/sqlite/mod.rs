@@ -31,14 +31,13 @@ pub(crate) mod write_paths;
 
 use super::db::{Db, OnDb};
 use super::hot::HotSessions;
+use super::queries::turns;
 use super::{
     CommittedTurn, LlmCallRecord, SessionRecord, Store, StoreError, StoredMessage, TurnCommit,
     TurnLoad,
 };
 use crate::message::{Platform, SessionKey};
-use crate::store::rows::{
-    SESSION_COLUMNS, message_from_row, ms, session_columns_of, session_from_row, turn_load_from_row,
-};
+use crate::store::rows::{session_columns_of, turn_load_from_row};
 use crate::store::sqlite::inbox::InboxEntry;
 use crate::store::sqlite::rows::Prepared;
 use crate::store::sqlite::turn::insert_llm_calls;
@@ -164,11 +163,7 @@ impl SqliteStore {
 
     /// How many sessions the database holds, active or finished.
     pub async fn session_count(&self) -> Result<i64, StoreError> {
-        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("counting sessions"))?;
-        Ok(n)
+        turns::session_count(&self.db).await
     }
 
     /// The pool, for other stores of the same database (flows' own tables).
@@ -189,16 +184,7 @@ impl Store for SqliteStore {
         chat: &str,
         message_id: &str,
     ) -> Result<bool, StoreError> {
-        let row = sqlx::query(
-            "SELECT 1 FROM processed_updates WHERE platform = ? AND chat = ? AND message_id = ?",
-        )
-        .bind(platform.as_str())
-        .bind(chat)
-        .bind(message_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::db("checking processed updates"))?;
-        Ok(row.is_some())
+        turns::is_processed(&self.db, platform, chat, message_id).await
     }
 
     async fn load_for_turn(
@@ -272,34 +258,14 @@ impl Store for SqliteStore {
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, session_id, role, text, created_ms FROM messages WHERE session_id = ? AND delivered = 0 ORDER BY id",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::db("loading undelivered messages"))?;
-        rows.iter().map(message_from_row).collect()
+        turns::undelivered(&self.db, session_id).await
     }
 
     async fn unreached_sessions(
         &self,
         platform: crate::message::Platform,
     ) -> Result<Vec<SessionRecord>, StoreError> {
-        // (the undelivered messages through `messages_undelivered`, a few at most)
-        static SQL_ROWS: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions JOIN \
-             (SELECT session_id, min(id) AS first FROM messages WHERE delivered = 0 GROUP BY session_id) AS u \
-             ON sessions.id = u.session_id WHERE sessions.platform = ? ORDER BY u.first"
-            )
-        });
-        let rows = sqlx::query(SQL_ROWS.as_str())
-            .bind(platform.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db("listing sessions with undelivered replies"))?;
-        rows.iter().map(session_from_row).collect()
+        turns::unreached_sessions(&self.db, platform).await
     }
 
     async fn record_llm_calls(&self, calls: &[LlmCallRecord]) -> Result<(), StoreError> {
@@ -336,15 +302,9 @@ impl Store for SqliteStore {
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         // cached histories go, before and after (see forget_user)
         self.hot.clear();
-        let done = sqlx::query(
-            "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE updated_ms < ?)",
-        )
-        .bind(ms(before))
-        .execute(&self.writer)
-        .await
-        .map_err(StoreError::db("deleting old transcripts"));
+        let done = turns::delete_transcripts_before(&self.db, before).await;
         self.hot.clear();
-        Ok(done?.rows_affected())
+        done
     }
 
     async fn claim_sole_use(&self) -> Result<(), StoreError> {
