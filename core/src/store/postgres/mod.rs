@@ -4,17 +4,19 @@
 //! [`PgStore::connect`] under sqlx's advisory lock, so that instances started together
 //! migrate once.
 //!
-//! Writes go through one writer task per instance (`writer`: group commit, the turns that
-//! finish together in one transaction and one WAL flush, their rows in multi-row
-//! statements). The sessions of the chats this instance holds stay in a cache
-//! (`store/hot.rs`, fenced): another instance writes the same rows, so an entry answers only
-//! for a chat lease's life after it was last confirmed, and the optimistic session `version`
-//! checked by every commit (with the `processed_updates` key) keeps a stale instance from
-//! writing over a newer turn: its commit fails, and its entry goes.
+//! Writes go through the instance's writer tasks (`writer`: group commit, a chat's jobs
+//! always to the same writer, the turns that finish together in one transaction and one
+//! WAL flush, their rows in multi-row statements). The sessions of the chats this instance
+//! holds stay in a cache (`store/hot.rs`, fenced): another instance writes the same rows,
+//! so an entry answers only for a chat lease's life after it was last confirmed, and the
+//! optimistic session `version` checked by every commit (with the `processed_updates` key)
+//! keeps a stale instance from writing over a newer turn: its commit fails, and its entry
+//! goes.
 //!
 //! Where things are: `writer` (group commit), `turn` (one turn in one transaction, the
-//! writer's path for a turn out of the ordinary), `reads` ([`super::Reads`]), this file
-//! ([`Store`], [`Inbox`], connecting).
+//! writer's path for a turn out of the ordinary), this file ([`Store`], [`Inbox`],
+//! connecting, the turn's one-row load). The queries both backends share are in
+//! `store/queries/`.
 
 mod turn;
 mod writer;

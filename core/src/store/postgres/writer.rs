@@ -1,6 +1,8 @@
-//! Group commit on PostgreSQL: one writer task per instance drains a queue of turns, inbox
-//! entries, inbox clears and delivery marks into one transaction, so that turns finishing at
-//! the same time share one commit (one WAL flush) instead of waiting for one each.
+//! Group commit on PostgreSQL: each writer task (up to three per instance, a chat's jobs
+//! always to the same one, so they commit in the order asked) drains its queue of turns,
+//! inbox entries, inbox clears and delivery marks into one transaction, so that turns
+//! finishing at the same time share one commit (one WAL flush) instead of waiting for one
+//! each.
 //!
 //! In the transaction, in the order they were asked for:
 //! 1. the inbox entries (one `INSERT … SELECT … FROM UNNEST`); an entry whose turn is in the
