@@ -56,6 +56,14 @@ impl Db {
         }
     }
 
+    /// The function that builds a JSON array from its arguments.
+    pub(crate) fn json_array(&self) -> &'static str {
+        match self {
+            Db::Sqlite { .. } => "json_array",
+            Db::Postgres(_) => "json_build_array",
+        }
+    }
+
     /// An aggregate: the JSON array of `expr` over the rows (`[]` for none).
     pub(crate) fn json_array_of(&self, expr: &str) -> String {
         match self {

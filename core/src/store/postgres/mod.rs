@@ -29,14 +29,13 @@ use crate::message::{Incoming, Platform, SessionKey};
 use crate::store::db::{Db, OnDb};
 use crate::store::hot::HotSessions;
 use crate::store::queries::turns;
-use crate::store::rows::{session_columns_of, turn_load_from_row};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use writer::{Job, writer_gone};
@@ -202,34 +201,7 @@ impl Store for PgStore {
             return Ok(load);
         }
         let epoch = self.hot.epoch();
-        // one round trip: the dedupe check, the active session and its recent messages (as
-        // one JSON array, so that the session's columns are not repeated per message), or
-        // without one the user's chosen language and whether one ended here
-        static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = $1 AND chat = $2 AND message_id = $3) AS dup, \
-                 {}, (SELECT json_agg(json_build_array(m.id, m.role, m.text, m.created_ms))::text \
-                 FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT $6) m) AS history, \
-                 CASE WHEN s.id IS NULL THEN (SELECT text FROM profile_entries WHERE platform = $1 AND user_id = $5 \
-                 AND kind = 'language' ORDER BY created_ms DESC, id DESC LIMIT 1) END AS chosen_language, \
-                 CASE WHEN s.id IS NULL THEN EXISTS (SELECT 1 FROM sessions f WHERE f.platform = $1 AND f.user_id = $5 \
-                 AND f.chat = $2 AND f.thread = $4 AND f.status = 'finished') ELSE false END AS ended_before \
-                 FROM (SELECT 1) AS one LEFT JOIN sessions s ON s.platform = $1 AND s.chat = $2 AND s.thread = $4 \
-                 AND s.user_id = $5 AND s.status = 'active'",
-                session_columns_of("s")
-            )
-        });
-        let row = sqlx::query(SQL.as_str())
-            .bind(key.platform.as_str())
-            .bind(&key.chat)
-            .bind(message_id)
-            .bind(&key.thread)
-            .bind(&key.user)
-            .bind(i64::try_from(history).unwrap_or(i64::MAX))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("loading the session"))?;
-        let load = turn_load_from_row(&row, message_id)?;
+        let load = turns::load_for_turn(&self.db, key, message_id, history).await?;
         if let Some(session) = &load.session
             && !load.duplicate
         {

@@ -110,3 +110,43 @@ pub(crate) async fn session_count(db: &Db) -> Result<i64, StoreError> {
         .and_then(|r| r.at(0))
         .map_err(StoreError::db("counting sessions"))
 }
+
+/// What a turn needs first, in one round trip and one row: whether `message_id` was
+/// processed in the key's chat, the key's active session and its newest `history` messages
+/// (as one JSON array, so that the session's columns are not repeated per message), or
+/// without one the user's chosen language and whether one ended in this place. Each
+/// backend answers from its cache first.
+pub(crate) async fn load_for_turn(
+    db: &Db,
+    key: &crate::message::SessionKey,
+    message_id: &str,
+    history: usize,
+) -> Result<crate::store::TurnLoad, StoreError> {
+    let messages = db.json_array_of(&format!(
+        "{}(m.id, m.role, m.text, m.created_ms)",
+        db.json_array()
+    ));
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM processed_updates WHERE platform = $1 AND chat = $2 AND message_id = $3) AS dup, \
+         {}, CASE WHEN s.id IS NULL THEN NULL ELSE CAST((SELECT {messages} \
+         FROM (SELECT id, role, text, created_ms FROM messages WHERE session_id = s.id ORDER BY id DESC LIMIT $6) m) AS TEXT) END AS history, \
+         CASE WHEN s.id IS NULL THEN (SELECT text FROM profile_entries WHERE platform = $1 AND user_id = $5 \
+         AND kind = 'language' ORDER BY created_ms DESC, id DESC LIMIT 1) END AS chosen_language, \
+         CASE WHEN s.id IS NULL THEN EXISTS (SELECT 1 FROM sessions f WHERE f.platform = $1 AND f.user_id = $5 \
+         AND f.chat = $2 AND f.thread = $4 AND f.status = 'finished') ELSE (1 = 0) END AS ended_before \
+         FROM (SELECT 1) AS one LEFT JOIN sessions s ON s.platform = $1 AND s.chat = $2 AND s.thread = $4 \
+         AND s.user_id = $5 AND s.status = 'active'",
+        session_columns_of("s")
+    );
+    let row = query(sql)
+        .bind(key.platform.as_str())
+        .bind(&key.chat)
+        .bind(message_id)
+        .bind(&key.thread)
+        .bind(&key.user)
+        .bind(i64::try_from(history).unwrap_or(i64::MAX))
+        .fetch_one(db.read())
+        .await
+        .map_err(StoreError::db("loading the session"))?;
+    crate::store::rows::turn_load_from_row(&row, message_id)
+}
