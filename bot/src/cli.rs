@@ -98,6 +98,11 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         instances: usize,
     },
+    /// Copy, back up and restore the database.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
     /// Knowledge-base maintenance.
     Kb {
         #[command(subcommand)]
@@ -118,7 +123,8 @@ pub enum Command {
     /// Exit 0 when the running bot's /healthz answers 200, 1 otherwise (a container's
     /// health check).
     Health {
-        /// The health URL (default: http://[server] listen/healthz).
+        /// The health URL, or the instance's base address (`/healthz` is added to a URL
+        /// without a path); default: http://[server] listen/healthz.
         #[arg(long)]
         url: Option<String>,
     },
@@ -132,6 +138,28 @@ pub enum Command {
         /// Output file (default: stdout).
         #[arg(long)]
         output: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DbCommand {
+    /// Copy everything Kaiwa stores from one database to another, either way between SQLite
+    /// and PostgreSQL (the target migrated first, and empty). The source is read in one
+    /// consistent snapshot, so the bot may keep running on it. Restores a backup too:
+    /// `--from sqlite://backup.db`.
+    Copy {
+        /// The database to copy (sqlite://path or postgres://…).
+        #[arg(long)]
+        from: String,
+        /// The database to copy into: new or empty.
+        #[arg(long)]
+        to: String,
+    },
+    /// A consistent copy of the configured database while the bot runs (SQLite: a new file
+    /// at PATH; PostgreSQL: says which pg_dump command to run).
+    Backup {
+        /// The backup file to write (its folder must exist; an existing file is kept).
+        path: std::path::PathBuf,
     },
 }
 
@@ -223,6 +251,12 @@ pub fn init_logging(cli: &Cli) {
     // kept out of the log unless asked for by name
     if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("serenity"))
         && let Ok(quiet) = "serenity::gateway::ws=error".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
+    // a copy reads whole tables: sqlx's slow-statement warnings would only be noise there
+    if matches!(cli.command, Command::Db { .. })
+        && let Ok(quiet) = "sqlx::query=error".parse()
     {
         filter = filter.add_directive(quiet);
     }

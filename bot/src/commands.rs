@@ -15,7 +15,7 @@ macro_rules! say {
 }
 
 use crate::bench;
-use crate::cli::{DiscordCommand, ExportFormat, KbCommand, WebhookCommand};
+use crate::cli::{DbCommand, DiscordCommand, ExportFormat, KbCommand, WebhookCommand};
 use anyhow::{Context, bail};
 use kaiwa::app;
 use kaiwa::config::Settings;
@@ -398,6 +398,91 @@ pub async fn webhook(settings: &Settings, command: WebhookCommand) -> anyhow::Re
 
 /// `kaiwa health`: whether `url` (a running bot's `/healthz`) answers 200; what it said
 /// is printed either way.
+/// `url`, or its `/healthz` when it names only an instance's address (no path).
+pub fn health_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.path() == "/" && !url.trim_end().ends_with("/?") => {
+            format!("{}/healthz", url.trim_end().trim_end_matches('/'))
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// `kaiwa db copy|backup`.
+pub async fn db(database_url: &str, command: DbCommand) -> anyhow::Result<()> {
+    match command {
+        DbCommand::Copy { from, to } => {
+            let started = std::time::Instant::now();
+            eprintln!(
+                "copying {} → {} (the source read in one snapshot)",
+                app::redact_url(&from),
+                app::redact_url(&to)
+            );
+            let mut say = |line: String| eprintln!("  {line}");
+            let copied = kaiwa_core::store::copy::copy(&from, &to, &mut say)
+                .await
+                .with_context(|| format!("kaiwa db copy into {}", app::redact_url(&to)))?;
+            let rows: i64 = copied.iter().map(|t| t.target_rows).sum();
+            say!(
+                "copied {rows} rows in {} tables in {:.1} s; every table's rows counted on both sides",
+                copied.len(),
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        DbCommand::Backup { path } => backup(database_url, &path).await,
+    }
+}
+
+/// `kaiwa db backup PATH`: SQLite's `VACUUM INTO`, a consistent copy while the bot writes.
+async fn backup(database_url: &str, path: &Path) -> anyhow::Result<()> {
+    use kaiwa_core::store::Backend;
+    match Backend::of(database_url)? {
+        Backend::Postgres => bail!(
+            "kaiwa db backup copies SQLite files; for PostgreSQL use its own tool:\n  pg_dump --format=custom --file={} '{}'\n(restore with pg_restore, or copy a SQLite backup in with kaiwa db copy)",
+            path.display(),
+            app::redact_url(database_url)
+        ),
+        Backend::Sqlite => {}
+    }
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !folder.is_dir() {
+        bail!(
+            "cannot write the backup: the folder {} does not exist",
+            folder.display()
+        );
+    }
+    if path.exists() {
+        bail!(
+            "{} exists already: kaiwa db backup writes a new file (choose another name)",
+            path.display()
+        );
+    }
+    let live = kaiwa_core::store::copy::sqlite_file(database_url)
+        .filter(|f| f.exists())
+        .with_context(|| format!("no SQLite database at {}", app::redact_url(database_url)))?;
+    let started = std::time::Instant::now();
+    kaiwa_core::store::copy::backup_sqlite(database_url, path)
+        .await
+        .with_context(|| format!("backing up {}", live.display()))?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let wal = PathBuf::from(format!("{}-wal", live.display()));
+    say!(
+        "backed up {} ({} bytes, {} in its write-ahead log) to {} ({} bytes) in {:.1} s; restore with: kaiwa db copy --from sqlite://{} --to URL",
+        live.display(),
+        size(&live),
+        size(&wal),
+        path.display(),
+        size(path),
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(())
+}
+
 pub async fn health(url: &str) -> bool {
     let client = match reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(5))

@@ -45,6 +45,10 @@ pub enum Error {
          terminal instead"
     )]
     NoPlatform { telegram: String, discord: String },
+    #[error(
+        "database {url} is the target of a `kaiwa db copy` that did not finish: run that copy again (it starts over) before kaiwa run"
+    )]
+    UnfinishedCopy { url: String },
     /// A platform adapter failed (it could not connect, or stopped).
     #[error("{platform}: {source}")]
     Platform {

@@ -105,11 +105,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             commands::bench(options, settings).await?;
         }
+        Command::Db { command } => commands::db(&database_url, command).await?,
         Command::Kb { command } => commands::kb(&settings, &database_url, command).await?,
         Command::Webhook { command } => commands::webhook(&settings, command).await?,
         Command::Discord { command } => commands::discord(&settings, command).await?,
         Command::Health { url } => {
-            let url = url.unwrap_or_else(|| format!("http://{}/healthz", settings.server.listen));
+            let url = url
+                .map(|u| commands::health_url(&u))
+                .unwrap_or_else(|| format!("http://{}/healthz", settings.server.listen));
             if !commands::health(&url).await {
                 return Err(anyhow::anyhow!("unhealthy"));
             }

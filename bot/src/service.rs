@@ -135,6 +135,15 @@ pub(crate) async fn run(
         });
     }
     let orchestrator = kaiwa.orchestrator.clone();
+    // a database a `kaiwa db copy` is still writing (or left half-written) is not run on
+    if kaiwa_core::store::copy::unfinished_copy(kaiwa.store.as_ref())
+        .await
+        .unwrap_or(false)
+    {
+        return Err(Error::UnfinishedCopy {
+            url: crate::app::redact_url(&kaiwa.settings.database_url),
+        });
+    }
     kaiwa
         .store
         .claim_sole_use()

@@ -294,6 +294,11 @@ async fn two_instances_take_webhook_deliveries_once_and_refuse_forged_ones() {
         let (status, stdout, _) = kaiwa(dir.path(), &["health", "--url", address], &[]).await;
         assert!(status.success(), "{address}: {stdout}");
         assert!(stdout.contains("\"telegram_webhook\":true"), "{stdout}");
+        // the instance's base address, as container checks are written: /healthz added
+        let base = address.trim_end_matches("/healthz");
+        let (status, stdout, _) = kaiwa(dir.path(), &["health", "--url", base], &[]).await;
+        assert!(status.success(), "{base}: {stdout}");
+        assert!(stdout.contains("\"telegram_webhook\":true"), "{stdout}");
     }
 
     // how many replies a chat's messages get

@@ -5,6 +5,7 @@ mod chat_pipe;
 mod common;
 mod console;
 mod crash;
+mod db_copy;
 mod instances;
 mod plugin;
 mod run_service;

@@ -14,6 +14,7 @@ mod change;
 pub mod console;
 #[cfg(test)]
 mod contract;
+pub mod copy;
 pub(crate) mod db;
 mod hot;
 pub mod postgres;
@@ -413,6 +414,11 @@ pub enum StoreError {
     },
     #[error("could not apply migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database was migrated by a newer Kaiwa: nothing is applied or changed.
+    #[error(
+        "this database was upgraded by a newer Kaiwa (its migration {0} is unknown to this binary): run that version or a newer one, or restore a backup made before the upgrade; nothing was changed"
+    )]
+    NewerDatabase(i64),
     #[error("session {session_id} changed while this turn ran")]
     Conflict { session_id: i64 },
     #[error("platform update {message_id} in {chat} was already processed")]

@@ -86,7 +86,13 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(StoreError::db("connecting to PostgreSQL"))?;
-        MIGRATOR.run(&pool).await?;
+        match MIGRATOR.run(&pool).await {
+            Ok(()) => {}
+            Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+                return Err(StoreError::NewerDatabase(version));
+            }
+            Err(e) => return Err(e.into()),
+        }
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
         let write_failures = Arc::new(AtomicU64::new(0));
         // half the connections write, each its own chats' batches; the rest read

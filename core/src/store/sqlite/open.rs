@@ -86,6 +86,9 @@ async fn migrate(writer: &SqlitePool) -> Result<(), StoreError> {
     loop {
         match MIGRATOR.run(writer).await {
             Ok(()) => return Ok(()),
+            Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+                return Err(StoreError::NewerDatabase(version));
+            }
             Err(e) if tries < 20 => {
                 tries += 1;
                 tracing::debug!(error = %e, tries, "migrations raced another process; trying again");
