@@ -9,3 +9,4 @@ mod db_copy;
 mod instances;
 mod plugin;
 mod run_service;
+mod upgrade;
