@@ -407,3 +407,58 @@ async fn bad_copies_and_backups_are_refused_clearly_and_a_killed_copy_is_finishe
     a.close().await;
     b.close().await;
 }
+
+/// A target the copy may not write (a PostgreSQL role without rights on the schema): said,
+/// with the database named, and the source is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_without_permissions_is_refused_clearly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("kaiwa.toml"), config("http://127.0.0.1:9")).expect("config");
+    let sqlite = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let reading = kaiwa(
+        dir.path(),
+        &sqlite,
+        &["chat", "reading", "--user", "mika"],
+        "Kokoro\n",
+    )
+    .await;
+    assert_eq!(reading.code, Some(0), "{}", reading.stderr);
+    let postgres = kaiwa_core::testing::postgres::database_url().await;
+    // a role that may connect but not create anything (PostgreSQL 15: no CREATE on public)
+    let role = format!("visitor_{}", std::process::id());
+    let admin = sqlx::PgPool::connect(&postgres).await.expect("server");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$; \
+         REVOKE CREATE ON SCHEMA public FROM PUBLIC"
+    )))
+    .execute(&admin)
+    .await
+    .expect("a role without rights");
+    admin.close().await;
+    let target = postgres.replacen("postgres://kaiwa@", &format!("postgres://{role}@"), 1);
+    let refused = kaiwa(
+        dir.path(),
+        &sqlite,
+        &["db", "copy", "--from", &sqlite, "--to", &target],
+        "",
+    )
+    .await;
+    assert_ne!(refused.code, Some(0), "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("permission denied"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("kaiwa db copy into postgres://"), "{}", refused.stderr);
+    // the source is as it was
+    let store = kaiwa_core::store::connect(&sqlite).await.expect("source");
+    assert_eq!(
+        store
+            .reading_records(kaiwa_core::message::Platform::Console, "mika")
+            .await
+            .expect("records")
+            .len(),
+        1
+    );
+    store.close().await;
+}
