@@ -1747,3 +1747,34 @@ async fn a_refused_model_server_is_not_retried_and_the_helpdesk_answers_by_its_f
         .sum();
     assert!(errors >= 1, "the refused calls are in the ledger: {usage}");
 }
+
+/// `kaiwa chat recommend` opened with nothing asked: it asks what the reader would like,
+/// and the wish that comes ("like Soseki", in Japanese) shapes the picks, in its language;
+/// nothing is recommended before the reader speaks, and the wish gets its answer.
+#[tokio::test]
+async fn a_recommendation_waits_for_the_wish_and_answers_it_in_its_language() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = kaiwa(
+        dir.path(),
+        &forms_config(),
+        &["chat", "recommend", "--user", "aya"],
+        "おすすめの本を教えてください。夏目漱石のような日本文学が好きです。\n",
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let asked = run
+        .stdout
+        .find("What would you like to read?")
+        .expect("the wish is asked for first");
+    let answered = run
+        .stdout
+        .find("あなたへのおすすめ")
+        .expect("answered in Japanese");
+    assert!(asked < answered, "{}", run.stdout);
+    assert!(!run.stdout.contains("Books for you"), "{}", run.stdout);
+    let list = &run.stdout[answered..];
+    assert!(
+        list.contains("夏目漱石") && list.contains("ご希望に合っています"),
+        "the wish shapes the picks: {list}"
+    );
+}

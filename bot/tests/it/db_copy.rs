@@ -449,7 +449,11 @@ async fn a_target_without_permissions_is_refused_clearly() {
         "{}",
         refused.stderr
     );
-    assert!(refused.stderr.contains("kaiwa db copy into postgres://"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("kaiwa db copy into postgres://"),
+        "{}",
+        refused.stderr
+    );
     // the source is as it was
     let store = kaiwa_core::store::connect(&sqlite).await.expect("source");
     assert_eq!(

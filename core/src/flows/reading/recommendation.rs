@@ -353,17 +353,38 @@ impl Flow for RecommendFlow {
             out.unknown_command = true;
             return Ok(out);
         }
-        // the request's own words say its language (「どんな本がありますか？」 in a
+        // what the user asked for: the words that brought them here (a hand-off), or the
+        // message that answers the question below
+        let wish = match &input {
+            TurnInput::Text(text) => Some(text.as_str()),
+            _ => ctx.start_arg,
+        }
+        .map(str::trim)
+        .filter(|w| !w.is_empty());
+        let (mut profile, logged) = reader_of(&ctx).await?;
+        if wish.is_none() && profile.is_empty() && logged.is_empty() {
+            // opened with nothing to go on (no wish, no profile, no book logged): ask
+            // first, and answer the wish that comes
+            out.say(pick(
+                ctx.language(),
+                "What would you like to read? Tell me a book or an author you liked, or the kind of story you are in the mood for (or say \"anything\").",
+                "どんな本を読みたいですか？好きだった本や作家、読みたい気分の話を教えてください（「なんでも」でも大丈夫です）。",
+            ));
+            return Ok(out);
+        }
+        // the wish's own words say its language (「どんな本がありますか？」 in a
         // conversation that chose English), else the conversation's
-        let lang = ctx
-            .start_arg
+        let lang = wish
             .and_then(written_language)
             .unwrap_or(ctx.language())
             .to_string();
-        let (profile, logged) = reader_of(&ctx).await?;
+        // the wish first: it shapes the picks more than what the profile says
+        if let Some(wish) = wish {
+            profile.insert(0, wish.to_string());
+        }
         let mut picks = self.model_picks(&ctx, &profile, &logged, &lang).await;
         if picks.picks.is_empty() {
-            picks = self.floor_picks(&profile, &logged, &lang).await;
+            picks = self.floor_picks(&profile, &logged, &lang, wish).await;
         }
         let text = self.render(&picks, &lang, &mut out);
         out.say(text);
@@ -467,7 +488,15 @@ impl RecommendFlow {
 
     /// The rules' picks: the catalogue ranked by the profile's words, and the books API's
     /// best match for them.
-    async fn floor_picks(&self, profile: &[String], logged: &[String], lang: &str) -> Picks {
+    /// The catalogue's (and the books API's) picks for `profile` (the user's `wish` first,
+    /// when they said one).
+    async fn floor_picks(
+        &self,
+        profile: &[String],
+        logged: &[String],
+        lang: &str,
+        wish: Option<&str>,
+    ) -> Picks {
         let mut picks = Picks::default();
         let from_api = match &self.api {
             Some(api) => match api_pick(api, profile, logged, &[]).await {
@@ -483,7 +512,9 @@ impl RecommendFlow {
         picks.picks = rank(&self.catalogue, profile, logged, room)
             .into_iter()
             .map(|(t, why)| {
-                let reason = if why.is_empty() {
+                let reason = if Some(why.as_str()) == wish {
+                    pick(lang, "it fits what you asked for", "ご希望に合っています")
+                } else if why.is_empty() {
                     pick(
                         lang,
                         "a well-loved book to start with",
