@@ -1231,3 +1231,23 @@ async fn status_says_how_far_and_asks_the_waiting_question_again() {
         Some("remote")
     );
 }
+
+/// `/status` during the greeting said "0 of 0 questions answered": there is no plan yet. It
+/// says what is being asked instead, in the applicant's language.
+#[tokio::test]
+async fn status_during_the_greeting_says_what_is_being_asked() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let status = h.say("/status").await;
+    assert!(!status[0].contains("0 of 0"), "{status:?}");
+    assert!(
+        status[0].contains("I am asking which country you live in"),
+        "{status:?}"
+    );
+    h.say("Japan").await;
+    assert!(
+        !h.say("/status").await[0].contains("before the questions"),
+        "the plan's count once the questions began"
+    );
+}

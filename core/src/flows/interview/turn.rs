@@ -329,9 +329,30 @@ impl InterviewFlow {
         }
     }
 
-    /// How far the interview is: questions answered of the plan's.
+    /// How far the interview is: questions answered of the plan's; during the greeting
+    /// (no plan yet), what is being asked.
     pub(super) fn progress(&self, form: &Form, st: &InterviewState) -> String {
         let lang = lang_of(st);
+        if st.stage == Stage::Greeting {
+            let (en, ja) = match greeter::section(st) {
+                Section::Language => ("which language you prefer", "ご希望の言語"),
+                Section::Country => ("which country you live in", "お住まいの国"),
+                Section::Timezone | Section::Completed => {
+                    ("which time zone you are in", "お住まいの地域のタイムゾーン")
+                }
+            };
+            return pick(
+                &lang,
+                &format!(
+                    "{}: before the questions, a few details about you. I am asking {en}.",
+                    form.title.get("en")
+                ),
+                &format!(
+                    "{}: 質問の前に、あなたについて少し伺っています。いまは{ja}をお聞きしています。",
+                    form.title.get("ja")
+                ),
+            );
+        }
         let done = st.closed_count();
         pick(
             &lang,
