@@ -30,9 +30,9 @@ pub enum Section {
 pub fn section(state: &InterviewState) -> Section {
     if state.language.is_none() {
         Section::Language
-    } else if state.country.is_none() {
+    } else if state.country.is_none() && state.country_unresolved.is_none() {
         Section::Country
-    } else if state.timezone.is_none() {
+    } else if state.timezone.is_none() && state.timezone_unresolved.is_none() {
         Section::Timezone
     } else {
         Section::Completed

@@ -77,8 +77,8 @@ impl InterviewFlow {
                     out.say(zone_question_in_words(&lang));
                     false
                 } else {
-                    // the seed's last fallback, after asking
-                    self.set_timezone(st, out, greeter::FALLBACK_TIMEZONE);
+                    // asked and not answered with a zone: none is assumed
+                    st.timezone_unresolved.get_or_insert_with(String::new);
                     true
                 }
             }
@@ -246,9 +246,9 @@ impl InterviewFlow {
                         false,
                     );
                 }
-                // a second try we do not know either, but a place's name: taken as typed
-                // (its zone is asked)
-                None => self.set_country(st, out, text.trim()),
+                // a second try we do not know either: kept as written, unresolved (never
+                // the answer; the admins are told), and its zone is asked in words
+                None => st.country_unresolved = Some(text.trim().to_string()),
             },
             Section::Timezone => {
                 let wanted = text.trim().to_lowercase().replace(' ', "_");
@@ -265,6 +265,9 @@ impl InterviewFlow {
                     });
                 if let Some(zone) = found {
                     self.set_timezone(st, out, &zone);
+                } else if st.zone_asked && st.zone_choices.is_empty() {
+                    // asked in words and not understood: kept as written, no zone assumed
+                    st.timezone_unresolved = Some(text.trim().to_string());
                 }
             }
             Section::Language | Section::Completed => {}

@@ -103,6 +103,14 @@ pub struct InterviewState {
     /// is used only after that.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub zone_asked: bool,
+    /// What the applicant wrote for the country when it was not recognised at the second
+    /// ask: kept as written, never taken as the country (the admins are told).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country_unresolved: Option<String>,
+    /// Likewise for the time zone asked in words (empty: nothing usable was written); no
+    /// zone is assumed in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone_unresolved: Option<String>,
     /// Field ids in interview order (the Architect's plan).
     pub plan: Vec<String>,
     pub fields: BTreeMap<String, FieldProgress>,

@@ -66,6 +66,7 @@ impl InterviewFlow {
                 "missing_required": missing,
                 "blocked_drafts": st.blocked_drafts,
                 "applicant_questions": st.applicant_questions,
+                "unresolved": unresolved(st),
             }),
             audit: audit.as_ref().and_then(|a| serde_json::to_value(a).ok()),
         };
@@ -91,6 +92,9 @@ impl InterviewFlow {
                     },
                 ),
             ];
+            if let Some(said) = unresolved_said(st) {
+                fields.push(("Not recognised".into(), said));
+            }
             if !st.applicant_questions.is_empty() {
                 fields.push((
                     "Applicant's questions".into(),
@@ -129,4 +133,32 @@ impl InterviewFlow {
         st.stage = Stage::Finished;
         out.end();
     }
+}
+
+/// What the applicant wrote that the greeting did not recognise (country, time zone), as
+/// written; `null` when everything was recognised.
+fn unresolved(st: &InterviewState) -> Value {
+    if st.country_unresolved.is_none() && st.timezone_unresolved.is_none() {
+        return Value::Null;
+    }
+    json!({
+        "country": st.country_unresolved,
+        "timezone": st.timezone_unresolved,
+    })
+}
+
+/// [`unresolved`] for the admins' notice: what was written, and that no zone was assumed.
+fn unresolved_said(st: &InterviewState) -> Option<String> {
+    let mut said = Vec::new();
+    if let Some(country) = &st.country_unresolved {
+        said.push(format!(
+            "country as written: «{country}» (not a country we know)"
+        ));
+    }
+    match st.timezone_unresolved.as_deref() {
+        Some("") => said.push("time zone: not given (none assumed)".into()),
+        Some(zone) => said.push(format!("time zone as written: «{zone}» (none assumed)")),
+        None => {}
+    }
+    (!said.is_empty()).then(|| said.join("\n"))
 }

@@ -1251,3 +1251,66 @@ async fn status_during_the_greeting_says_what_is_being_asked() {
         "the plan's count once the questions began"
     );
 }
+
+/// A country not recognised at the second ask ("Taro Yamada", typed for what the applicant
+/// took for the next question) was taken as the country, and a zone nobody gave followed.
+/// Now it is kept as written, unresolved: never the session's country, the zone asked in
+/// words and none assumed when that is not understood either, and the interview goes on.
+#[tokio::test]
+async fn a_country_not_recognised_twice_is_kept_as_written_and_no_zone_is_invented() {
+    let h = Harness::new("sqlite::memory:", ModelRouter::none(), "engineer").await;
+    h.open().await;
+    h.choose("en").await;
+    let again = h.say("1").await;
+    assert!(
+        again
+            .iter()
+            .any(|t| t.contains("I don't know the country «1»")),
+        "{again:?}"
+    );
+    let zone = h.say("Taro Yamada").await;
+    assert!(
+        zone.iter()
+            .any(|t| t.contains("Which time zone are you in?")),
+        "the zone is asked in words: {zone:?}"
+    );
+    let st = h.state().await;
+    assert_eq!(st.country, None);
+    assert_eq!(st.country_unresolved.as_deref(), Some("Taro Yamada"));
+    let first = h.say("no idea").await;
+    let st = h.state().await;
+    assert_eq!(st.timezone, None, "no zone assumed");
+    assert_eq!(st.timezone_unresolved.as_deref(), Some("no idea"));
+    assert!(!first.is_empty(), "the interview goes on");
+    let session = h.active().await.expect("active");
+    assert_eq!(session.country, None, "{session:?}");
+    assert_eq!(session.timezone, None, "{session:?}");
+    // to the end: the admins are told, and the submission says what was written
+    for answer in [
+        "Hanako Yamada",
+        "hanako@example.com",
+        "7",
+        "Rust, Go",
+        "I want to build developer tools",
+    ] {
+        h.say(answer).await;
+    }
+    h.choose("remote").await;
+    h.say("2026-04-01").await;
+    h.say("https://github.com/hanako").await;
+    let subs = h.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs.len(), 1, "finished");
+    let submission = &subs[0].submission;
+    assert_eq!(submission.country, None);
+    assert_eq!(submission.timezone, None);
+    assert_eq!(submission.flags["unresolved"]["country"], "Taro Yamada");
+    let notices = h.admin.notices();
+    let flagged = notices
+        .iter()
+        .flat_map(|n| n.fields.iter())
+        .find(|(name, _)| name == "Not recognised")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(flagged.contains("«Taro Yamada»"), "{notices:?}");
+    assert!(flagged.contains("none assumed"), "{notices:?}");
+}
