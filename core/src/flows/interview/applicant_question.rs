@@ -294,7 +294,7 @@ impl InterviewFlow {
             self.pass_on(ctx, form, st, out, asked_at, question);
         }
         if section == Section::Timezone && st.zone_asked && st.zone_choices.is_empty() {
-            // asked once in words: asking again must not take the fallback zone
+            // asked once in words: asking again must not give it up as unresolved
             out.say(super::greeting::zone_question_in_words(&lang));
         } else {
             self.greeting_step(st, out);

@@ -16,7 +16,6 @@ use serde::Deserialize;
 use std::str::FromStr;
 
 pub const AGENT: &str = "greeter";
-pub const FALLBACK_TIMEZONE: &str = "Asia/Tokyo";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
@@ -455,7 +454,12 @@ impl TypedTool<GreeterWork> for SetTimezoneTool {
             None => {
                 let zones = zones_of(w.state.country.as_deref().unwrap_or_default());
                 match zones.as_slice() {
-                    [] => FALLBACK_TIMEZONE.to_string(),
+                    // never assumed: the applicant says it
+                    [] => {
+                        return Err(ToolError::Rejected(
+                            "no time zone is known for this country; ask the applicant which time zone they are in (an IANA name such as Europe/Berlin), then call set_timezone with it".into(),
+                        ));
+                    }
                     [one] => one.to_string(),
                     many => {
                         return Err(ToolError::Rejected(format!(
@@ -591,7 +595,6 @@ mod tests {
                 assert!(is_valid_zone(z), "{code}: {z}");
             }
         }
-        assert!(is_valid_zone(FALLBACK_TIMEZONE));
     }
 
     #[test]
@@ -625,7 +628,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn set_timezone_infers_asks_or_falls_back() {
+    async fn set_timezone_infers_or_asks_and_never_assumes() {
         let mut w = GreeterWork::default();
         w.state.country = Some("JP".into());
         SetTimezoneTool
@@ -640,12 +643,14 @@ mod tests {
             .await
             .err();
         assert!(matches!(err, Some(ToolError::Rejected(m)) if m.contains("America/Chicago")));
+        // a country with no zone we know: asked, never assumed
         w.state.country = Some("Atlantis".into());
-        SetTimezoneTool
+        let err = SetTimezoneTool
             .run(&mut w, SetTimezone { timezone: None })
             .await
-            .expect("fallback");
-        assert_eq!(w.state.timezone.as_deref(), Some(FALLBACK_TIMEZONE));
+            .err();
+        assert!(matches!(err, Some(ToolError::Rejected(m)) if m.contains("ask the applicant")));
+        assert_eq!(w.state.timezone, None);
         assert!(
             SetTimezoneTool
                 .run(

@@ -99,8 +99,8 @@ pub struct InterviewState {
     /// it could be a place's name).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub country_asked_again: bool,
-    /// The time zone was asked for (a country with no zone we know): the fallback zone
-    /// is used only after that.
+    /// The time zone was asked for in words (a country with no zone we know); what is
+    /// written then is the zone, or kept as unresolved (none is assumed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub zone_asked: bool,
     /// What the applicant wrote for the country when it was not recognised at the second
