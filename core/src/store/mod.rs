@@ -706,8 +706,11 @@ pub trait Store: Reads + Inbox + Leases + Staff + SearchCache + console::Console
     /// Writes one turn atomically. Fails with [`StoreError::Duplicate`] when the update was
     /// processed already and [`StoreError::Conflict`] when the session moved on meanwhile.
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError>;
-    /// Marks assistant messages as delivered to the platform. May return before the mark
-    /// is durable (SQLite writes it with the next batch of turns).
+    /// Marks assistant messages as delivered to the platform. SQLite may return before the
+    /// mark is durable (it rides with the next batch of turns: after a crash the same
+    /// process resends at most what was in flight); PostgreSQL returns once it is committed
+    /// (with other writes of its batch), because another instance taking the chat over
+    /// resends every reply not marked.
     async fn mark_delivered(&self, message_ids: &[i64]) -> Result<(), StoreError>;
     /// Assistant messages committed but not yet delivered (after a crash), oldest first.
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError>;

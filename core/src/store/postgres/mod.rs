@@ -235,15 +235,19 @@ impl Store for PgStore {
         if message_ids.is_empty() {
             return Ok(());
         }
-        // its turn is committed: any writer will do
+        // its turn is committed: any writer will do; answered once the mark is committed
+        // (the instance that takes the chat over if this one dies resends what is not)
         let writer = &self.jobs[(message_ids[0].unsigned_abs() % self.jobs.len() as u64) as usize];
+        let (done, committed) = oneshot::channel();
         self.submit(
             writer,
             Job::Delivered {
                 ids: message_ids.to_vec(),
+                done,
             },
         )
-        .await
+        .await?;
+        committed.await.map_err(|_| writer_gone())?
     }
 
     async fn undelivered(&self, session_id: i64) -> Result<Vec<StoredMessage>, StoreError> {

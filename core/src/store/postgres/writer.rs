@@ -57,8 +57,12 @@ pub(super) enum Job {
         chat: String,
         message_id: String,
     },
-    /// Not answered: a turn does not wait for its delivery mark.
-    Delivered { ids: Vec<i64> },
+    /// Answered once committed: another instance that takes the chat over resends what is
+    /// not marked, so a mark lost with this instance would repeat a reply that arrived.
+    Delivered {
+        ids: Vec<i64>,
+        done: oneshot::Sender<Result<(), StoreError>>,
+    },
     /// Answered once everything queued before it is written.
     Flush(oneshot::Sender<()>),
 }
@@ -95,6 +99,7 @@ type Reply = oneshot::Sender<Result<CommittedTurn, StoreError>>;
 struct Work {
     turns: Vec<(Box<TurnCommit>, Reply)>,
     keeps: Vec<Incoming>,
+    /// Keeps and delivery marks answered once committed.
     durable: Vec<oneshot::Sender<Result<(), StoreError>>>,
     done: Vec<(Platform, String, String)>,
     delivered: Vec<i64>,
@@ -116,7 +121,10 @@ impl Work {
                     chat,
                     message_id,
                 } => work.done.push((platform, chat, message_id)),
-                Job::Delivered { ids } => work.delivered.extend(ids),
+                Job::Delivered { ids, done } => {
+                    work.delivered.extend(ids);
+                    work.durable.push(done);
+                }
                 Job::Flush(reply) => work.flushes.push(reply),
             }
         }
