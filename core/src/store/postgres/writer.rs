@@ -225,6 +225,12 @@ async fn write_batch(
     {
         return Ok(Vec::new());
     }
+    if commits.is_empty() && work.keeps.is_empty() {
+        // only clears and delivery marks (the common batch between turns): one statement,
+        // its own transaction, one round trip
+        clear_and_mark(pool, &work.done, &work.delivered).await?;
+        return Ok(Vec::new());
+    }
     let mut tx = pool
         .begin()
         .await
@@ -815,6 +821,31 @@ async fn clear_entries(
     .execute(&mut *tx)
     .await
     .map_err(StoreError::db("clearing handled messages"))?;
+    Ok(())
+}
+
+/// Handled messages cleared and assistant messages marked delivered, in one statement
+/// (autocommitted).
+async fn clear_and_mark(
+    pool: &PgPool,
+    done: &[(Platform, String, String)],
+    delivered: &[i64],
+) -> Result<(), StoreError> {
+    let platforms: Vec<&str> = done.iter().map(|(p, _, _)| p.as_str()).collect();
+    let chats: Vec<String> = done.iter().map(|(_, c, _)| clean(c).into_owned()).collect();
+    let ids: Vec<String> = done.iter().map(|(_, _, m)| clean(m).into_owned()).collect();
+    sqlx::query(
+        "WITH cleared AS (DELETE FROM inbox AS i USING UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(p, c, m) \
+         WHERE i.platform = t.p AND i.chat = t.c AND i.message_id = t.m) \
+         UPDATE messages SET delivered = TRUE WHERE id = ANY($4)",
+    )
+    .bind(&platforms)
+    .bind(&chats)
+    .bind(&ids)
+    .bind(delivered)
+    .execute(pool)
+    .await
+    .map_err(StoreError::db("clearing handled messages and marking replies delivered"))?;
     Ok(())
 }
 
