@@ -91,19 +91,26 @@ async fn conversations_of_the_three_flows_go_on_after_a_copy_to_postgres() {
     // on SQLite: an interview half answered, a help-desk conversation a person took over
     let (mut bot, _log) = run_on(&sqlite, dir.path());
     let applicant = Chat::private(501);
+    // each step once its question is there (a reply may come in several messages)
+    let says = |chat: Chat, words: &'static str| {
+        let telegram = &telegram;
+        async move {
+            telegram
+                .wait_for(words, Duration::from_secs(30), |_| {
+                    telegram
+                        .texts_in(chat)
+                        .iter()
+                        .any(|t| t.to_lowercase().contains(words))
+                })
+                .await
+        }
+    };
     telegram.send_text(applicant, 501, "hello");
-    telegram.wait_texts(applicant, 1).await;
-    let asked = telegram.texts_in(applicant).len();
+    says(applicant, "language").await;
     telegram.send_text(applicant, 501, "English");
-    telegram.wait_texts(applicant, asked + 1).await;
-    let asked = telegram.texts_in(applicant).len();
+    says(applicant, "country").await;
     telegram.send_text(applicant, 501, "Japan");
-    let replies = telegram.wait_texts(applicant, asked + 1).await;
-    let name_question = replies.last().cloned().unwrap_or_default();
-    assert!(
-        name_question.to_lowercase().contains("name"),
-        "the interview asks for the name: {replies:?}"
-    );
+    says(applicant, "name").await;
     let user = Chat::topic(-100_800, 3);
     let admin = Chat::private(ADMIN);
     telegram.send_text(user, 55, "How do I export submissions?");
@@ -193,10 +200,12 @@ async fn conversations_of_the_three_flows_go_on_after_a_copy_to_postgres() {
     let (mut bot, _log) = run_on(&postgres, dir.path());
     let asked = telegram.texts_in(applicant).len();
     telegram.send_text(applicant, 501, "Aiko Sato");
-    let replies = telegram.wait_texts(applicant, asked + 1).await;
-    let next = replies.last().cloned().unwrap_or_default();
+    says(applicant, "email").await;
+    let replies = telegram.texts_in(applicant);
     assert!(
-        next.to_lowercase().contains("email"),
+        replies[asked..]
+            .iter()
+            .all(|t| !t.contains("Which language")),
         "the next question, not the first: {replies:?}"
     );
     // the held conversation is relayed to the team, not answered by the agent
