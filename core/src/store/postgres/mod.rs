@@ -13,11 +13,13 @@
 //! keeps a stale instance from writing over a newer turn: its commit fails, and its entry
 //! goes.
 //!
-//! Where things are: `writer` (group commit), `turn` (one turn in one transaction, the
+//! Where things are: `writer` (group commit), `batch` (a batch's ordinary turns in one
+//! statement per table), `turn` (one turn in one transaction, the
 //! writer's path for a turn out of the ordinary), this file ([`Store`], [`Inbox`],
 //! connecting, the turn's one-row load). The queries both backends share are in
 //! `store/queries/`.
 
+mod batch;
 mod turn;
 mod writer;
 
@@ -270,7 +272,7 @@ impl Store for PgStore {
             .begin()
             .await
             .map_err(StoreError::db("starting a ledger write"))?;
-        let mut columns = writer::CallColumns::default();
+        let mut columns = batch::CallColumns::default();
         for call in calls {
             columns.push(call, None);
         }

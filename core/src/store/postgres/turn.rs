@@ -48,7 +48,7 @@ pub(super) async fn commit(
     }
     let messages = insert_messages(tx, session.id, &commit.changes, now_ms).await?;
     write_extras(tx, &session, &commit.changes, now_ms).await?;
-    let mut calls = super::writer::CallColumns::default();
+    let mut calls = super::batch::CallColumns::default();
     for call in &commit.llm_calls {
         calls.push(call, Some(session.id));
     }
