@@ -261,21 +261,44 @@ async fn copy_between(
     target: &Db,
     say: &mut (dyn FnMut(String) + Send),
 ) -> Result<Vec<TableCopied>, CopyError> {
-    let marker = |db: &Db| {
-        let db = db.clone();
-        async move {
-            super::db::query("SELECT name FROM leases WHERE name = $1")
-                .bind(COPY_MARKER)
-                .fetch_optional(db.write())
-                .await
-                .map(|r| r.is_some())
-                .map_err(failed("reading the copy marker"))
-        }
-    };
-    if marker(source).await? {
+    if has_marker(source).await? {
         return Err(CopyError::SourceUnfinished);
     }
-    if marker(target).await? {
+    prepare_target(target, say).await?;
+    let mut snapshot = Snapshot::open(source).await?;
+    let mut read = HashMap::new();
+    for table in TABLES {
+        let rows = copy_table(source, target, table, snapshot.reader()).await?;
+        say(format!("{table}: {rows} rows"));
+        read.insert(*table, rows);
+    }
+    snapshot.end().await?;
+    move_ids_on(target).await?;
+    super::db::query("DELETE FROM leases WHERE name = $1")
+        .bind(COPY_MARKER)
+        .execute(target.write())
+        .await
+        .map_err(failed("ending the copy"))?;
+    compare_counts(target, &read).await
+}
+
+/// Whether `db` carries the marker of a copy into it that did not finish.
+async fn has_marker(db: &Db) -> Result<bool, CopyError> {
+    super::db::query("SELECT name FROM leases WHERE name = $1")
+        .bind(COPY_MARKER)
+        .fetch_optional(db.write())
+        .await
+        .map(|r| r.is_some())
+        .map_err(failed("reading the copy marker"))
+}
+
+/// The target made ready: empty (what a killed copy wrote goes; data of any other kind
+/// refuses the copy, nothing written), then marked as a copy in progress.
+async fn prepare_target(
+    target: &Db,
+    say: &mut (dyn FnMut(String) + Send),
+) -> Result<(), CopyError> {
+    if has_marker(target).await? {
         say(
             "a copy into this database did not finish: emptying what it wrote, then copying again"
                 .into(),
@@ -308,61 +331,41 @@ async fn copy_between(
     .execute(target.write())
     .await
     .map_err(failed("marking the copy in progress"))?;
-    let source_counts = match source {
-        Db::Sqlite { read, .. } => {
-            let mut tx = read.begin().await.map_err(failed("reading the source"))?;
-            let mut counts = HashMap::new();
-            for table in TABLES {
-                let copied = copy_table(source, target, table, SourceTx::Sqlite(&mut tx)).await?;
-                say(format!("{table}: {copied} rows"));
-                counts.insert(*table, copied);
-            }
-            tx.rollback().await.map_err(failed("ending the read"))?;
-            counts
-        }
-        Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.map_err(failed("reading the source"))?;
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *tx)
-                .await
-                .map_err(failed("taking a snapshot of the source"))?;
-            let mut counts = HashMap::new();
-            for table in TABLES {
-                let copied = copy_table(source, target, table, SourceTx::Postgres(&mut tx)).await?;
-                say(format!("{table}: {copied} rows"));
-                counts.insert(*table, copied);
-            }
-            tx.rollback().await.map_err(failed("ending the read"))?;
-            counts
-        }
+    Ok(())
+}
+
+/// PostgreSQL's identity sequences moved past the ids copied (nothing to do on SQLite).
+async fn move_ids_on(target: &Db) -> Result<(), CopyError> {
+    let Db::Postgres(pool) = target else {
+        return Ok(());
     };
-    if let Db::Postgres(pool) = target {
-        // the identity sequences past the ids copied
-        for table in TABLES {
-            let has_id = columns(target, table)
-                .await?
-                .iter()
-                .any(|(name, _)| name == "id");
-            if has_id {
-                let sql = format!(
-                    "SELECT setval(pg_get_serial_sequence('{table}', 'id'), GREATEST((SELECT MAX(id) FROM {table}), 1))"
-                );
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(pool)
-                    .await
-                    .map_err(failed(format!("moving the ids of {table} on")))?;
-            }
+    for table in TABLES {
+        let has_id = columns(target, table)
+            .await?
+            .iter()
+            .any(|(name, _)| name == "id");
+        if has_id {
+            let sql = format!(
+                "SELECT setval(pg_get_serial_sequence('{table}', 'id'), GREATEST((SELECT MAX(id) FROM {table}), 1))"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(pool)
+                .await
+                .map_err(failed(format!("moving the ids of {table} on")))?;
         }
     }
-    super::db::query("DELETE FROM leases WHERE name = $1")
-        .bind(COPY_MARKER)
-        .execute(target.write())
-        .await
-        .map_err(failed("ending the copy"))?;
+    Ok(())
+}
+
+/// Every table's rows on the target against those read from the source.
+async fn compare_counts(
+    target: &Db,
+    read: &HashMap<&str, u64>,
+) -> Result<Vec<TableCopied>, CopyError> {
     let mut copied = Vec::with_capacity(TABLES.len());
     let mut differ = Vec::new();
     for table in TABLES {
-        let source_rows = source_counts.get(table).copied().unwrap_or_default() as i64;
+        let source_rows = read.get(table).copied().unwrap_or_default() as i64;
         let target_rows = count(target, table, true).await?;
         if source_rows != target_rows {
             differ.push(format!(
@@ -379,6 +382,46 @@ async fn copy_between(
         return Err(CopyError::Counts(differ.join("; ")));
     }
     Ok(copied)
+}
+
+/// The source read in one snapshot: a read transaction (SQLite's WAL keeps what it saw;
+/// PostgreSQL at `REPEATABLE READ`).
+enum Snapshot {
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+impl Snapshot {
+    async fn open(source: &Db) -> Result<Snapshot, CopyError> {
+        Ok(match source {
+            Db::Sqlite { read, .. } => {
+                Snapshot::Sqlite(read.begin().await.map_err(failed("reading the source"))?)
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(failed("reading the source"))?;
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed("taking a snapshot of the source"))?;
+                Snapshot::Postgres(tx)
+            }
+        })
+    }
+
+    fn reader(&mut self) -> SourceTx<'_> {
+        match self {
+            Snapshot::Sqlite(tx) => SourceTx::Sqlite(tx),
+            Snapshot::Postgres(tx) => SourceTx::Postgres(tx),
+        }
+    }
+
+    async fn end(self) -> Result<(), CopyError> {
+        match self {
+            Snapshot::Sqlite(tx) => tx.rollback().await,
+            Snapshot::Postgres(tx) => tx.rollback().await,
+        }
+        .map_err(failed("ending the read"))
+    }
 }
 
 /// The source's read transaction (its snapshot).
