@@ -32,35 +32,9 @@ poll_timeout_secs = 1
     )
 }
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 /// `kaiwa ARGS` in `dir` (its `kaiwa.toml`) on the database `url`, `stdin` piped in.
-async fn kaiwa(dir: &Path, url: &str, args: &[&str], stdin: &str) -> Run {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .args(args)
-        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
-        .env("KAIWA_DATABASE_URL", url)
-        .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kaiwa starts");
-    if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin.as_bytes()).await.expect("stdin");
-    }
-    let output = child.wait_with_output().await.expect("kaiwa ends");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+async fn kaiwa(dir: &Path, url: &str, args: &[&str], stdin: &str) -> common::Ran {
+    common::kaiwa_in(dir, &dir.join("kaiwa.toml"), url, args, stdin).await
 }
 
 /// `kaiwa ARGS` fails, saying `says` on stderr.

@@ -3,6 +3,7 @@
 //! conversation a person holds, a reading record, an inbox row not handled) is migrated by
 //! this release's `kaiwa migrate`, on SQLite and on PostgreSQL, and every conversation goes on.
 
+use crate::common;
 use kaiwa_core::message::Platform;
 use std::path::{Path, PathBuf};
 
@@ -27,27 +28,8 @@ fn config(dir: &Path) -> PathBuf {
 
 /// `kaiwa ARGS` on `url`, `stdin` piped in; (exit code, stdout, stderr).
 async fn kaiwa(dir: &Path, url: &str, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .args(args)
-        .env("KAIWA_CONFIG", config(dir))
-        .env("KAIWA_DATABASE_URL", url)
-        .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kaiwa starts");
-    if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin.as_bytes()).await.expect("stdin");
-    }
-    let output = child.wait_with_output().await.expect("kaiwa ends");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let ran = common::kaiwa_in(dir, &config(dir), url, args, stdin).await;
+    (ran.code, ran.stdout, ran.stderr)
 }
 
 /// Migrates the fixture at `url` and goes on with each of its conversations.

@@ -176,3 +176,44 @@ pub async fn logged_after(log: &Mutex<String>, marker: &str) -> String {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What a finished `kaiwa` command said.
+#[allow(dead_code)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `kaiwa ARGS` with the configuration `config` on the database `url`, `stdin` piped in
+/// (a `kaiwa chat`'s log goes to `dir`).
+#[allow(dead_code)]
+pub async fn kaiwa_in(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    url: &str,
+    args: &[&str],
+    stdin: &str,
+) -> Ran {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(args)
+        .env("KAIWA_CONFIG", config)
+        .env("KAIWA_DATABASE_URL", url)
+        .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kaiwa starts");
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes()).await.expect("stdin");
+    }
+    let output = child.wait_with_output().await.expect("kaiwa ends");
+    Ran {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
