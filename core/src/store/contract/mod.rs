@@ -5,6 +5,7 @@
 
 mod console;
 mod instances;
+mod migrations;
 mod reading;
 mod same_turns;
 mod staff;
@@ -20,6 +21,8 @@ use staff::{
     the_first_decision_stands_and_goes_with_the_submission,
 };
 
+use migrations::a_database_from_a_newer_kaiwa_is_refused_unchanged;
+
 use instances::{
     a_lease_is_held_by_one_instance_until_it_expires,
     a_stale_instance_cannot_write_over_a_newer_turn,
@@ -28,9 +31,8 @@ use instances::{
 };
 
 use super::{
-    Backend, CommittedTurn, FlowState, LlmCallRecord, ProcessedUpdate, SessionRecord,
-    SessionStatus, StateChange, Store, StoreError, Submission, SubmissionStatus, Ticket,
-    TurnCommit, connect,
+    CommittedTurn, FlowState, LlmCallRecord, ProcessedUpdate, SessionRecord, SessionStatus,
+    StateChange, Store, StoreError, Submission, SubmissionStatus, Ticket, TurnCommit, connect,
 };
 use crate::message::{Body, Incoming, Platform, SessionKey, UserRef};
 use chrono::Utc;
@@ -774,45 +776,4 @@ async fn old_transcripts_are_deleted(db: Db) {
             .is_some()
     );
     store.close().await;
-}
-
-/// A database a newer Kaiwa migrated is refused with a clear error, and left as it is.
-async fn a_database_from_a_newer_kaiwa_is_refused_unchanged(db: Db) {
-    let store = db.open().await;
-    first_turn(&*store, "c1").await;
-    store.close().await;
-    drop(store);
-    let newer = 99_991_231_000_001_i64;
-    match Backend::of(&db.url).expect("a URL") {
-        Backend::Sqlite => {
-            let pool = sqlx::SqlitePool::connect(&db.url).await.expect("file");
-            sqlx::query(
-                "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-                 VALUES (?1, 'from the future', 1, x'00', 0)",
-            )
-            .bind(newer)
-            .execute(&pool)
-            .await
-            .expect("marked");
-            pool.close().await;
-        }
-        Backend::Postgres => {
-            let pool = sqlx::PgPool::connect(&db.url).await.expect("database");
-            sqlx::query(
-                "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-                 VALUES ($1, 'from the future', true, '\\x00', 0)",
-            )
-            .bind(newer)
-            .execute(&pool)
-            .await
-            .expect("marked");
-            pool.close().await;
-        }
-    }
-    let refused = connect(&db.url).await.err().expect("refused");
-    assert!(
-        matches!(refused, StoreError::NewerDatabase(v) if v == newer),
-        "{refused}"
-    );
-    assert!(refused.to_string().contains("newer Kaiwa"), "{refused}");
 }
