@@ -152,7 +152,7 @@ fn japanese_dictionary(settings: &Settings) -> anyhow::Result<Option<Arc<Morphol
         return Ok(Some(morphology.clone()));
     }
     let started = std::time::Instant::now();
-    // compiled once, then read from the user's cache (a tenth of the time and memory)
+    // compiled once into the user's cache, then mapped from there (shared between processes)
     match Morphology::cached(Path::new(&dir), &crate::config::cache_dir()) {
         Ok(morphology) => {
             tracing::info!(dictionary = %dir, ms = started.elapsed().as_millis() as u64, "Japanese dictionary ready");

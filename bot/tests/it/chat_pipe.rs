@@ -1778,3 +1778,120 @@ async fn a_recommendation_waits_for_the_wish_and_answers_it_in_its_language() {
         "the wish shapes the picks: {list}"
     );
 }
+
+/// The mapping of the compiled Japanese dictionary in the process `pid`: its resident and
+/// whole size in kB, from `/proc/PID/smaps`; `None` when no such file is mapped.
+fn dictionary_mapping(pid: u32) -> Option<(u64, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let mut lines = smaps.lines();
+    while let Some(line) = lines.next() {
+        if !(line.contains("/kaiwa/kaiwa-ipadic-") && line.ends_with(".dic")) {
+            continue;
+        }
+        let (mut size, mut rss) = (None, None);
+        for field in lines.by_ref() {
+            let kb = || {
+                field
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse::<u64>().ok())
+            };
+            if field.starts_with("Size:") {
+                size = kb();
+            } else if field.starts_with("Rss:") {
+                rss = kb();
+            } else if field.starts_with("VmFlags:") {
+                break;
+            }
+        }
+        return Some((rss?, size?));
+    }
+    None
+}
+
+/// Asks the help-desk a Japanese question that needs base forms in the `kaiwa chat` of
+/// `dir` (its cache in `dir/cache`) and returns the dictionary's mapping while it runs.
+async fn japanese_question_mapping(dir: &Path) -> Option<(u64, u64)> {
+    use tokio::io::AsyncReadExt;
+    let config = format!(
+        "[flows]\nkb_dir = \"{}/../config/kb\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let config_path = dir.join("kaiwa.toml");
+    std::fs::write(&config_path, config).expect("config written");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
+        .args(["chat", "helpdesk", "--user", "kana"])
+        .current_dir(dir)
+        .env("KAIWA_CONFIG", &config_path)
+        .env(
+            "KAIWA_DATABASE_URL",
+            format!("sqlite://{}/kaiwa.db", dir.display()),
+        )
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env("KAIWA_CHAT_LOG", dir.join("chat.log"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kaiwa starts");
+    let pid = child.id().expect("a pid");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all("パスワードを忘れたときはどうすればいいですか？\n".as_bytes())
+        .await
+        .expect("asked");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("ja/user-guide.md#パスワードの再設定")
+        {
+            let n = stdout.read(&mut chunk).await.expect("stdout read");
+            assert!(
+                n > 0,
+                "ended before answering: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(
+        answered.is_ok(),
+        "no cited answer: {}",
+        String::from_utf8_lossy(&seen)
+    );
+    let mapping = dictionary_mapping(pid);
+    drop(input);
+    let status = child.wait().await.expect("kaiwa exits");
+    assert!(status.success(), "{status}");
+    mapping
+}
+
+/// Japanese search's dictionary is compiled once into the user's cache; the process that
+/// compiled it and every later one map that file instead of holding a copy in their heap,
+/// and a later process has only the pages its searches touched resident (shared with every
+/// other process mapping the file).
+#[tokio::test]
+async fn the_japanese_dictionary_is_mapped_from_its_cache_not_copied_into_each_process() {
+    if !Path::new("/usr/share/mecab/dic/ipadic").is_dir() {
+        eprintln!("skipped: no IPADIC (Debian's mecab-ipadic; .ci/run installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = japanese_question_mapping(dir.path()).await;
+    assert!(
+        first.is_some(),
+        "the process that compiled it maps the cache"
+    );
+    let (rss, size) = japanese_question_mapping(dir.path())
+        .await
+        .expect("a later process maps the cache");
+    assert!(size > 10_000, "the whole dictionary: {size} kB");
+    assert!(
+        rss * 2 < size,
+        "only the pages a search touched are resident: {rss} of {size} kB"
+    );
+}

@@ -2,7 +2,9 @@
 //! content words (詰まって → 詰まる, 割れて → 割れる, 間違えたら → 間違える), after full-width
 //! and half-width forms are folded (NFKC: ｐａｓｓ → pass, ﾊﾟｽﾜｰﾄﾞ → パスワード). The
 //! dictionary is MeCab's IPADIC, compiled from its source folder when the knowledge base
-//! opens (Debian's `mecab-ipadic` installs it at [`DEBIAN_IPADIC`]; about a second).
+//! opens (Debian's `mecab-ipadic` installs it at [`DEBIAN_IPADIC`]; about a second) and
+//! kept in a cache file that later starts map into memory instead of reading: the pages a
+//! tokenizer touches are all it costs, and they are shared by every process on the machine.
 
 use super::KbError;
 use std::path::Path;
@@ -50,7 +52,7 @@ const STOP_LEMMAS: &[&str] = &[
 
 /// A compiled IPADIC and its tokenizer.
 pub struct Morphology {
-    tokenizer: vibrato::Tokenizer,
+    tokenizer: vibrato_rkyv::Tokenizer,
 }
 
 impl std::fmt::Debug for Morphology {
@@ -82,9 +84,10 @@ fn read_text(path: &Path) -> Result<String, KbError> {
 
 impl Morphology {
     /// [`Self::from_mecab_dir`], the compiled dictionary kept in `cache_dir` (a file named
-    /// by the source's path and modification times): the next start reads it (a tenth of
-    /// the time and of the peak memory of compiling). A cache that cannot be written is
-    /// only logged.
+    /// by the source's path and modification times) and mapped from there: the next start
+    /// maps it in microseconds, and only the pages that tokenizing touches become resident,
+    /// shared with every other process that maps the same file. A cache that cannot be
+    /// written is only logged, and the dictionary then lives in this process's heap.
     pub fn cached(dir: &Path, cache_dir: &Path) -> Result<Morphology, KbError> {
         let key = {
             let mut stamp = dir.display().to_string();
@@ -100,47 +103,69 @@ impl Morphology {
             std::hash::Hash::hash(&stamp, &mut hasher);
             std::hash::Hasher::finish(&hasher)
         };
-        let file = cache_dir.join(format!("kaiwa-ipadic-vibrato05-{key:016x}.dic"));
-        if let Ok(cached) = std::fs::File::open(&file)
-            && let Ok(dictionary) = vibrato::Dictionary::read(std::io::BufReader::new(cached))
-        {
-            return Ok(Morphology {
-                tokenizer: vibrato::Tokenizer::new(dictionary),
-            });
+        let file = cache_dir.join(format!("kaiwa-ipadic-vibrato-rkyv07-{key:016x}.dic"));
+        if file.is_file() {
+            match mapped(&file) {
+                Ok(tokenizer) => return Ok(Morphology { tokenizer }),
+                Err(e) => {
+                    tracing::warn!(error = %e, cache = %file.display(), "the compiled Japanese dictionary is compiled again")
+                }
+            }
         }
-        let dictionary = compile(dir)?;
+        let dictionary = vibrato_rkyv::Dictionary::from_inner(compile(dir)?);
         if let Err(e) = std::fs::create_dir_all(cache_dir) {
             tracing::warn!(error = %e, cache = %cache_dir.display(), "no folder for the compiled Japanese dictionary");
         }
-        let mut bytes = Vec::new();
-        match dictionary.write(&mut bytes) {
-            Ok(_) => {
-                let partial = file.with_extension(format!("{}.partial", std::process::id()));
-                let written = std::fs::write(&partial, &bytes)
-                    .and_then(|()| std::fs::rename(&partial, &file));
-                if let Err(e) = written {
-                    let _ = std::fs::remove_file(&partial);
-                    tracing::warn!(error = %e, cache = %file.display(), "the compiled Japanese dictionary was not cached");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "the compiled Japanese dictionary was not cached"),
+        let partial = file.with_extension(format!("{}.partial", std::process::id()));
+        let written = std::fs::File::create(&partial)
+            .map_err(|e| e.to_string())
+            .and_then(|out| {
+                let mut out = std::io::BufWriter::new(out);
+                dictionary.write(&mut out).map_err(|e| e.to_string())?;
+                std::io::Write::flush(&mut out).map_err(|e| e.to_string())
+            })
+            .and_then(|()| std::fs::rename(&partial, &file).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&partial);
+            tracing::warn!(error = %e, cache = %file.display(), "the compiled Japanese dictionary was not cached");
+            return Ok(Morphology {
+                tokenizer: vibrato_rkyv::Tokenizer::new(dictionary),
+            });
         }
-        Ok(Morphology {
-            tokenizer: vibrato::Tokenizer::new(dictionary),
-        })
+        // The heap copy goes; the mapped file replaces it.
+        drop(dictionary);
+        match mapped(&file) {
+            Ok(tokenizer) => Ok(Morphology { tokenizer }),
+            Err(e) => {
+                tracing::warn!(error = %e, cache = %file.display(), "the compiled Japanese dictionary cannot be mapped");
+                Self::from_mecab_dir(dir)
+            }
+        }
     }
 
     /// Compiles the IPADIC source in `dir` (its `*.csv`, `matrix.def`, `char.def`,
     /// `unk.def`).
     pub fn from_mecab_dir(dir: &Path) -> Result<Morphology, KbError> {
         Ok(Morphology {
-            tokenizer: vibrato::Tokenizer::new(compile(dir)?),
+            tokenizer: vibrato_rkyv::Tokenizer::new(vibrato_rkyv::Dictionary::from_inner(compile(
+                dir,
+            )?)),
         })
     }
 }
 
+/// A tokenizer over the compiled dictionary in `file`, mapped into memory. The archive is
+/// checked in full the first time a file is seen (vibrato-rkyv then leaves a proof of the
+/// check, named by the file's size and times, in the user's cache folder); later loads
+/// trust that proof and touch nothing.
+fn mapped(file: &Path) -> Result<vibrato_rkyv::Tokenizer, KbError> {
+    let dictionary = vibrato_rkyv::Dictionary::from_path(file, vibrato_rkyv::LoadMode::TrustCache)
+        .map_err(|e| KbError::Dictionary(format!("{}: {e}", file.display())))?;
+    Ok(vibrato_rkyv::Tokenizer::new(dictionary))
+}
+
 /// The dictionary compiled from the IPADIC source in `dir`.
-fn compile(dir: &Path) -> Result<vibrato::Dictionary, KbError> {
+fn compile(dir: &Path) -> Result<vibrato_rkyv::dictionary::DictionaryInner, KbError> {
     let io = |source| KbError::Io {
         path: dir.display().to_string(),
         source,
@@ -167,7 +192,7 @@ fn compile(dir: &Path) -> Result<vibrato::Dictionary, KbError> {
     }
     let [matrix, chars, unknown] =
         ["matrix.def", "char.def", "unk.def"].map(|name| read_text(&dir.join(name)));
-    let dictionary = vibrato::SystemDictionaryBuilder::from_readers(
+    let dictionary = vibrato_rkyv::SystemDictionaryBuilder::from_readers(
         lexicon.as_bytes(),
         matrix?.as_bytes(),
         chars?.as_bytes(),
