@@ -4,6 +4,7 @@
 mod chat_pipe;
 mod common;
 mod console;
+mod container;
 mod crash;
 mod db_copy;
 mod instances;
