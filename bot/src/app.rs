@@ -184,8 +184,9 @@ pub fn build_semantic(
             .as_deref()
             .map(secret_from_env)
             .transpose()?,
-        Duration::from_secs(llm.timeout_secs),
-    )?;
+        Duration::from_secs(llm.embeddings_timeout_secs),
+    )?
+    .with_input_type(llm.embeddings_input_type);
     // (the store keeps the vectors)
     let cache = cache.map(|store| store as Arc<dyn kaiwa_core::store::SearchCache>);
     let prefixes = Prefixes {
@@ -193,7 +194,9 @@ pub fn build_semantic(
         passage: llm.embeddings_passage_prefix.clone(),
     };
     Ok(Some(Arc::new(
-        Semantic::new(Arc::new(embedder), cache).with_prefixes(prefixes),
+        Semantic::new(Arc::new(embedder), cache)
+            .with_prefixes(prefixes)
+            .with_batch(llm.embeddings_batch),
     )))
 }
 

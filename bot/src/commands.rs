@@ -260,14 +260,38 @@ pub async fn kb(settings: &Settings, database_url: &str, command: KbCommand) -> 
     let meaning = app::build_semantic(settings.llm.as_ref(), store.clone())
         .context("[llm] embeddings_model")?;
     if let Some(meaning) = &meaning {
-        match meaning.prepare(&kb).await {
-            Ok(checks) => {
-                say!("embeddings: {} (passages embedded)", meaning.model());
-                for check in checks {
-                    say!("  {check}");
-                }
+        // each batch as it arrives, on one line a terminal rewrites
+        let progress = |done: usize, of: usize| {
+            eprint!("\rembedding passages: {done} of {of}");
+            if done == of {
+                eprintln!();
             }
-            Err(e) => say!("embeddings: {e}; searching by words alone"),
+        };
+        // a batch that fails is tried again a few times (what was embedded is kept)
+        let mut wait = std::time::Duration::from_secs(2);
+        for tries_left in (0..4).rev() {
+            match meaning.prepare_with_progress(&kb, &progress).await {
+                Ok(checks) => {
+                    say!("embeddings: {} (passages embedded)", meaning.model());
+                    for check in checks {
+                        say!("  {check}");
+                    }
+                }
+                Err(e @ kaiwa_core::kb::KbError::WeakEmbeddings { .. }) => {
+                    say!("embeddings: {e}; searching by words alone")
+                }
+                Err(e) if tries_left > 0 => {
+                    eprintln!("\nembeddings: {e}; trying again in {} s", wait.as_secs());
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                    continue;
+                }
+                Err(e) => say!(
+                    "embeddings: {e}; searching by words alone (what was embedded is kept: \
+                     `kaiwa kb index` again, or `kaiwa run`, goes on from there)"
+                ),
+            }
+            break;
         }
     }
     match command {

