@@ -173,6 +173,15 @@ pub enum KbCommand {
         #[arg(long, default_value_t = 3)]
         k: usize,
     },
+    /// How the knowledge base answers a question without a model: the ranking with each
+    /// passage's word and meaning scores and coverage, the floor's cut, and the passage it
+    /// answers from (to fix a page).
+    Explain {
+        question: String,
+        /// Passages shown.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+    },
 }
 
 #[derive(Subcommand)]

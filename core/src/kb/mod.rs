@@ -38,7 +38,7 @@ mod semantic;
 pub(crate) mod vocabulary;
 
 pub use japanese::Morphology;
-use ranking::{best_in_language, fuse, lexical, question};
+use ranking::{best_in_language, fuse, fuse_explained, lexical, question};
 pub use semantic::{DEFAULT_BATCH, KbSearch, LanguageCheck, Prefixes, Progress, Semantic};
 
 /// A passage found by a search.
@@ -52,6 +52,20 @@ pub struct Passage {
     /// The share of the question's words (or their synonyms) the passage contains, 0–1.
     #[serde(default)]
     pub coverage: f32,
+}
+
+/// A passage of a ranking with what it was ranked by ([`KnowledgeBase::explain`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    /// The passage; its `score` is the ranking's (0–1 with meaning, BM25's without).
+    pub passage: Passage,
+    /// BM25's score for the question's words (0: found by meaning alone).
+    pub bm25: f32,
+    /// The cosine similarity of the passage to the question, with meaning.
+    pub similarity: Option<f32>,
+    /// How far that similarity stands above the mean of the passages, in standard
+    /// deviations, with meaning.
+    pub above_mean: Option<f32>,
 }
 
 impl Passage {
@@ -586,6 +600,44 @@ impl KnowledgeBase {
             ));
         }
         Ok(fuse(&i, &question, found, (similarity, alone_at), k))
+    }
+
+    /// The ranking [`Self::search`] (`meaning`: `None`) or [`Self::search_by_meaning`]
+    /// (`Some((built_at, similarity, alone_at))`) makes for `query`, at most `k`, each
+    /// passage with what it was ranked by: what `kaiwa kb explain` shows.
+    pub fn explain(
+        &self,
+        query: &str,
+        k: usize,
+        meaning: Option<(chrono::DateTime<chrono::Utc>, &[f32], f32)>,
+    ) -> Result<Vec<Explained>, KbError> {
+        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let question = question(&i, self.morphology.as_deref(), query)?;
+        let found = lexical(&i, &question)?;
+        match meaning {
+            Some((built_at, similarity, alone_at))
+                if i.built_at == built_at && similarity.len() == i.sections.len() =>
+            {
+                Ok(fuse_explained(
+                    &i,
+                    &question,
+                    found,
+                    (similarity, alone_at),
+                    k,
+                ))
+            }
+            _ => Ok(
+                best_in_language(found.into_iter().map(|(_, p)| p).collect(), query, k)
+                    .into_iter()
+                    .map(|p| Explained {
+                        bm25: p.score,
+                        passage: p,
+                        similarity: None,
+                        above_mean: None,
+                    })
+                    .collect(),
+            ),
+        }
     }
 
     /// A whole indexed document by its relative path.

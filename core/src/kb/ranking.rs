@@ -5,7 +5,8 @@
 
 use super::vocabulary::SYNONYMS;
 use super::{
-    Indexed, KbError, Morphology, Passage, Section, is_cjk, is_cjk_token, is_kanji, tokens,
+    Explained, Indexed, KbError, Morphology, Passage, Section, is_cjk, is_cjk_token, is_kanji,
+    tokens,
 };
 use std::collections::BTreeMap;
 use tantivy::collector::TopDocs;
@@ -311,9 +312,23 @@ pub(super) fn fuse(
     i: &Indexed,
     q: &Question,
     lexical: Vec<(usize, Passage)>,
-    (similarity, alone_at): (&[f32], f32),
+    meaning: (&[f32], f32),
     k: usize,
 ) -> Vec<Passage> {
+    fuse_explained(i, q, lexical, meaning, k)
+        .into_iter()
+        .map(|e| e.passage)
+        .collect()
+}
+
+/// [`fuse`], each passage with what it was ranked by.
+pub(super) fn fuse_explained(
+    i: &Indexed,
+    q: &Question,
+    lexical: Vec<(usize, Passage)>,
+    (similarity, alone_at): (&[f32], f32),
+    k: usize,
+) -> Vec<Explained> {
     // the language words chose (the question's, unless the other's passages meet more of it)
     let asked_in_japanese = q.text.chars().any(is_cjk);
     let best_coverage = |japanese: bool| {
@@ -356,10 +371,11 @@ pub(super) fn fuse(
             candidates.insert(o, found_passage(i, q, o, 0.0));
         }
     }
-    let mut ranked: Vec<Passage> = candidates
+    let mut ranked: Vec<Explained> = candidates
         .into_iter()
         .filter(|(o, p)| p.coverage > 0.0 || alone(*o))
         .map(|(o, mut p)| {
+            let bm25_raw = p.score;
             let bm25 = if best_bm25 > 0.0 {
                 p.score / best_bm25
             } else {
@@ -375,10 +391,15 @@ pub(super) fn fuse(
                 meaning *= 0.5;
             }
             p.score = (1.0 - MEANING_WEIGHT) * words + MEANING_WEIGHT * meaning;
-            p
+            Explained {
+                passage: p,
+                bm25: bm25_raw,
+                similarity: Some(similarity[o]),
+                above_mean: Some(stands_out(o)),
+            }
         })
         .collect();
-    ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+    ranked.sort_by(|a, b| b.passage.score.total_cmp(&a.passage.score));
     ranked.truncate(k.clamp(1, 20));
     ranked
 }

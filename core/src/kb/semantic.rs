@@ -557,6 +557,35 @@ impl Semantic {
         kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
     }
 
+    /// [`KnowledgeBase::explain`] for `query` as [`Self::search`] ranks it: with meaning
+    /// when the passages' vectors are ready, its language is searched by meaning and the
+    /// question can be embedded (the second value says whether it was), by words otherwise.
+    pub async fn explain(
+        &self,
+        kb: &KnowledgeBase,
+        query: &str,
+        k: usize,
+    ) -> Result<(Vec<super::Explained>, bool), KbError> {
+        let meaning = match self.current(kb) {
+            Some(vectors) => match vectors.alone_at_for(query) {
+                Some(alone_at) => self.question_vector(&vectors, query).await.map(|asked| {
+                    let similarity: Vec<f32> =
+                        vectors.unit.iter().map(|p| dot(p, &asked)).collect();
+                    (vectors.built_at, similarity, alone_at)
+                }),
+                None => None,
+            },
+            None => None,
+        };
+        match &meaning {
+            Some((built_at, similarity, alone_at)) => Ok((
+                kb.explain(query, k, Some((*built_at, similarity, *alone_at)))?,
+                true,
+            )),
+            None => Ok((kb.explain(query, k, None)?, false)),
+        }
+    }
+
     /// Embeds `query` ahead of a search of it (kept with the last questions' vectors), where
     /// its language is searched by meaning and it was not asked before: a help-desk turn
     /// embeds its question beside the planner's call, so the rule-based floor still finds

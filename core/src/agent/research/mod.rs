@@ -166,6 +166,34 @@ pub struct ResearchAnswer {
 /// closest match.
 pub const STRONG_COVERAGE: f32 = 0.5;
 
+/// How many passages the rule-based floor reads for a question.
+pub const FLOOR_READS: usize = 3;
+
+/// The floor keeps the passages scoring at least this share of the best: weak matches
+/// next to a strong one are noise, not sources.
+pub const FLOOR_CUT: f32 = 0.4;
+
+/// What the rule-based floor keeps of a search's passages (best first): those scoring at
+/// least [`FLOOR_CUT`] of the best.
+pub fn floor_cut(mut passages: Vec<Passage>) -> Vec<Passage> {
+    let best = passages.first().map_or(0.0, |p| p.score);
+    passages.retain(|p| p.score >= best * FLOOR_CUT);
+    passages
+}
+
+/// The floor's sources in the order it answers from them, with their places among
+/// `sources`: the one meeting most of the question first (an answer when it meets
+/// [`STRONG_COVERAGE`], otherwise "the closest I found"), ties by score.
+pub fn floor_order(sources: &[Passage]) -> Vec<(usize, &Passage)> {
+    let mut ranked: Vec<(usize, &Passage)> = sources.iter().enumerate().collect();
+    ranked.sort_by(|a, b| {
+        b.1.coverage
+            .total_cmp(&a.1.coverage)
+            .then(b.1.score.total_cmp(&a.1.score))
+    });
+    ranked
+}
+
 /// A question that leans on the one before ("and on Mac?", 「それは CSV でも？」): the floor
 /// searches it together with that one.
 pub fn is_follow_up(question: &str) -> bool {
@@ -334,11 +362,9 @@ impl Research<'_> {
     }
 
     async fn floor_attempt(&self, task: &str) -> SubAnswer {
-        let mut passages = (self.library.search)(task.to_string(), 3).await;
+        let mut passages = (self.library.search)(task.to_string(), FLOOR_READS).await;
         passages.retain(|p| self.allowed(p));
-        // weak matches next to a strong one are noise, not sources
-        let best = passages.first().map_or(0.0, |p| p.score);
-        passages.retain(|p| p.score >= best * 0.4);
+        let passages = floor_cut(passages);
         SubAnswer {
             text: passages
                 .iter()
@@ -363,12 +389,7 @@ impl Research<'_> {
                 )
             };
         }
-        let mut ranked: Vec<(usize, &Passage)> = sources.iter().enumerate().collect();
-        ranked.sort_by(|a, b| {
-            b.1.coverage
-                .total_cmp(&a.1.coverage)
-                .then(b.1.score.total_cmp(&a.1.score))
-        });
+        let ranked = floor_order(sources);
         let ja = self.lang == "ja";
         let mut out = String::new();
         let (best_index, best) = ranked[0];
