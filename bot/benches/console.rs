@@ -68,6 +68,7 @@ async fn seed(kaiwa: &kaiwa::Kaiwa) {
                 },
                 StateChange::AddAssistantMessage {
                     text: "Thank you. Next question?".into(),
+                    trace: None,
                 },
             ];
             if flow == "interview" {

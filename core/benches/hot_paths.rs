@@ -128,6 +128,7 @@ fn store_commit(c: &mut Criterion) {
                         },
                         StateChange::AddAssistantMessage {
                             text: "an answer".into(),
+                            trace: None,
                         },
                     ],
                     llm_calls: vec![],

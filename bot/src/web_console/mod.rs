@@ -112,6 +112,7 @@ pub(crate) fn router(state: ConsoleState) -> Router {
         .route("/reading", get(pages::reading))
         .route("/sessions", get(pages::sessions))
         .route("/sessions/{id}", get(pages::session))
+        .route("/sessions/{id}/trace/{message}", get(pages::trace))
         .route("/sessions/{id}/takeover", post(pages::take_over))
         .route("/sessions/{id}/handback", post(pages::hand_back))
         .route("/sessions/{id}/reply", post(pages::reply))

@@ -12,6 +12,7 @@
 pub mod research;
 pub mod subtask;
 pub mod tool;
+pub mod trace;
 pub mod workflow;
 
 pub use tool::{Control, Tool, ToolError, ToolOutput, TypedTool, typed};
@@ -372,10 +373,12 @@ impl Drop for PendingCall<'_> {
     }
 }
 
-/// The model calls of one turn, written to the `llm_calls` table with the turn.
+/// The model calls of one turn, written to the `llm_calls` table with the turn, and what
+/// its agents noted of why it answered as it did ([`trace::Note`]: the turn's trace).
 #[derive(Clone, Default)]
 pub struct LlmLedger {
     calls: Arc<Mutex<Vec<LlmCallRecord>>>,
+    notes: Arc<Mutex<Vec<trace::Note>>>,
 }
 
 impl LlmLedger {
@@ -429,10 +432,26 @@ impl LlmLedger {
         }
     }
 
-    /// Takes the calls `other` recorded into this ledger.
+    /// Takes the calls and notes `other` recorded into this ledger.
     pub fn absorb(&self, other: &LlmLedger) {
         let taken = other.drain();
         self.lock().extend(taken);
+        let notes = other.drain_notes();
+        self.notes_lock().extend(notes);
+    }
+
+    /// Notes something for the turn's trace.
+    pub fn note(&self, note: trace::Note) {
+        self.notes_lock().push(note);
+    }
+
+    /// Takes the notes collected so far.
+    pub fn drain_notes(&self) -> Vec<trace::Note> {
+        std::mem::take(&mut *self.notes_lock())
+    }
+
+    fn notes_lock(&self) -> std::sync::MutexGuard<'_, Vec<trace::Note>> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes the records collected so far.

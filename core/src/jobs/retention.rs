@@ -40,6 +40,7 @@ mod tests {
                     crate::store::StateChange::AddUserMessage { text: "hi".into() },
                     crate::store::StateChange::AddAssistantMessage {
                         text: "hello".into(),
+                        trace: None,
                     },
                 ],
             ))

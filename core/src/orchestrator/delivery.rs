@@ -69,9 +69,16 @@ impl Orchestrator {
             changes.push(StateChange::AddUserMessage { text: said });
         }
         changes.extend(output.changes);
+        // why it answered so: on the turn's first bot message
+        let llm_calls = ledger.drain();
+        let mut trace = crate::agent::trace::Trace::of(ledger.drain_notes(), &llm_calls)
+            .map(crate::agent::trace::Trace::to_json);
         for item in &output.outgoing {
             if let Some(text) = item.transcript_text() {
-                changes.push(StateChange::AddAssistantMessage { text });
+                changes.push(StateChange::AddAssistantMessage {
+                    text,
+                    trace: trace.take(),
+                });
             }
         }
         let pending = output.outgoing.iter().rev().find_map(|o| match o {
@@ -82,7 +89,6 @@ impl Orchestrator {
             changes.push(StateChange::SetPendingOptions { options: pending });
         }
         let flow = session.flow.clone();
-        let llm_calls = ledger.drain();
         self.metrics.model_calls(&llm_calls);
         let commit = TurnCommit {
             session,

@@ -30,6 +30,10 @@ pub enum StateChange {
     },
     AddAssistantMessage {
         text: String,
+        /// Why the turn answered as it did (its trace, JSON), on the turn's first bot
+        /// message; kept and deleted with the transcript.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
     /// Replaces the flow's own state (JSON owned by the flow).
     SetFlowState {

@@ -116,6 +116,14 @@ pub trait Console: Send + Sync {
     async fn all_reading_records(&self, limit: i64) -> Result<Vec<ReaderRecord>, StoreError>;
     /// One stored submission by its id.
     async fn submission_by_id(&self, id: i64) -> Result<Option<SubmissionRecord>, StoreError>;
+    /// The ids of session `session_id`'s bot messages that carry a turn's trace.
+    async fn traced_messages(&self, session_id: i64) -> Result<Vec<i64>, StoreError>;
+    /// The trace (JSON) kept with message `message_id` of session `session_id`.
+    async fn message_trace(
+        &self,
+        session_id: i64,
+        message_id: i64,
+    ) -> Result<Option<String>, StoreError>;
 }
 
 pub(crate) const LINK_PUT: &str = "INSERT INTO console_links (token_hash, platform, user_id, name, expires_ms) VALUES ($1, $2, $3, $4, $5)";

@@ -6,6 +6,7 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use kaiwa_core::admin::{AdminAction, AdminActionKind};
+use kaiwa_core::agent::trace::{By, Note, Trace};
 use kaiwa_core::flows::interview::auditor::AuditResult;
 use kaiwa_core::store::SubmissionRecord;
 use maud::{Markup, html};
@@ -238,13 +239,40 @@ pub(in crate::web_console) async fn application(
         Ok(None) => return not_found(headers).await,
         Err(e) => return failed(lang, e),
     };
-    let messages = match s.session_id {
-        Some(session) => match state.store.recent_messages(session, 1_000).await {
+    let (messages, traced) = match s.session_id {
+        Some(session) => match tokio::try_join!(
+            state.store.recent_messages(session, 1_000),
+            state.store.traced_messages(session)
+        ) {
             Ok(m) => m,
             Err(e) => return failed(lang, e),
         },
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
+    // why each follow-up was asked and what QuickCheck stopped, per question
+    let mut why: BTreeMap<String, Vec<(i64, Note)>> = BTreeMap::new();
+    if let Some(session) = s.session_id {
+        for &message in &traced {
+            let trace = match state.store.message_trace(session, message).await {
+                Ok(Some(json)) => serde_json::from_str::<Trace>(&json).ok(),
+                Ok(None) => None,
+                Err(e) => return failed(lang, e),
+            };
+            for note in trace.map(|t| t.notes).unwrap_or_default() {
+                match &note {
+                    Note::Review {
+                        field,
+                        complete: false,
+                        ..
+                    }
+                    | Note::QuickCheckStopped { field, .. } => {
+                        why.entry(field.clone()).or_default().push((message, note));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
     let audit = audit_of(&s);
     let sub = &s.submission;
     let empty = serde_json::Map::new();
@@ -322,9 +350,40 @@ pub(in crate::web_console) async fn application(
                 None => p.hint { (t(lang, "No audit.", "監査はありません。")) },
             }
         }
+        section #why {
+            h2 { (t(lang, "Follow-ups and stopped questions", "追加の質問と止められた質問")) }
+            @if why.is_empty() {
+                p.hint { (t(lang, "No follow-up was asked and QuickCheck stopped no question.", "追加の質問はなく、QuickCheck が止めた質問もありません。")) }
+            }
+            @for (field, notes) in &why {
+                article.field-why id={ "why-" (field) } {
+                    h3 { code { (field) } }
+                    ul { @for (message, note) in notes {
+                        li {
+                            @match note {
+                                Note::Review { missing, feedback, by: who, .. } => {
+                                    (t(lang, "Follow-up: ", "追加の質問: "))
+                                    @if missing.is_empty() { (t(lang, "the answer was not complete", "回答が不十分")) }
+                                    @else { (t(lang, "missing ", "不足: ")) (missing.join(", ")) }
+                                    @if let Some(f) = feedback { " — " (f) }
+                                    span.hint { " (" (match who { By::Model => t(lang, "the model's review", "モデルの確認"), By::Floor => t(lang, "the rule-based review", "ルールによる確認") }) ")" }
+                                },
+                                Note::QuickCheckStopped { draft, finding, .. } => {
+                                    (t(lang, "QuickCheck stopped ", "QuickCheck が止めた質問: ")) q { (draft) } " — " (finding)
+                                },
+                                _ => {},
+                            }
+                            @if let Some(session) = s.session_id {
+                                " " a.why href={ "/sessions/" (session) "/trace/" (message) } { (t(lang, "trace", "記録")) }
+                            }
+                        }
+                    } }
+                }
+            }
+        }
         section {
             h2 { (t(lang, "Transcript", "会話記録")) }
-            (transcript(lang, &messages))
+            (transcript(lang, &messages, &traced))
         }
     };
     page(

@@ -48,7 +48,7 @@ pub(in crate::web_console) async fn helpdesk(
             @for hold in &holds {
                 article.conversation id={ "session-" (hold.session_id) } {
                     h3 { a href={ "/sessions/" (hold.session_id) } { "#" (hold.session_id) } " · " (hold.key.platform) ":" (hold.key.user) }
-                    (transcript(lang, recent.get(&hold.session_id).map_or(&[][..], Vec::as_slice)))
+                    (transcript(lang, recent.get(&hold.session_id).map_or(&[][..], Vec::as_slice), &[]))
                     (conversation_actions(&signed, hold.session_id, Some(hold), "/helpdesk"))
                 }
             }

@@ -208,7 +208,8 @@ pub(super) async fn home(State(state): State<ConsoleState>, headers: HeaderMap) 
 }
 
 /// A transcript, oldest first.
-fn transcript(lang: &str, messages: &[StoredMessage]) -> Markup {
+/// A transcript; a bot message whose turn kept a trace (`traced`: their ids) links to it.
+fn transcript(lang: &str, messages: &[StoredMessage], traced: &[i64]) -> Markup {
     html! {
         @if messages.is_empty() {
             p.hint { (t(lang, "No messages.", "メッセージはありません。")) }
@@ -216,7 +217,12 @@ fn transcript(lang: &str, messages: &[StoredMessage]) -> Markup {
         ol.transcript {
             @for m in messages {
                 li class=(m.role.as_str()) {
-                    span.meta { (m.role.as_str()) " · " (when(m.at)) }
+                    span.meta {
+                        (m.role.as_str()) " · " (when(m.at))
+                        @if traced.contains(&m.id) {
+                            " · " a.why href={ "/sessions/" (m.session_id) "/trace/" (m.id) } { (t(lang, "Why this answer?", "この回答の理由")) }
+                        }
+                    }
                     div.text { (m.text) }
                 }
             }
@@ -270,4 +276,4 @@ pub(super) use applications::{application, applications, decide};
 pub(super) use helpdesk::{gaps, hand_back, helpdesk, reply, take_over};
 pub(super) use knowledge_base::{knowledge_base, reindex};
 pub(super) use reading::reading;
-pub(super) use sessions::{session, sessions};
+pub(super) use sessions::{session, sessions, trace};

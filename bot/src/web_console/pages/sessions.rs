@@ -1,12 +1,14 @@
-//! Sessions: found by user, one with its transcript.
+//! Sessions: found by user, one with its transcript, and each turn's trace (why the bot
+//! answered or asked as it did).
 
 use super::{conversation_actions, failed, not_found, page, t, transcript, when};
 use crate::web_console::ConsoleState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use kaiwa_core::agent::trace::{By, Note, Trace};
 use kaiwa_core::store::SessionRecord;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -66,10 +68,11 @@ pub(in crate::web_console) async fn session(
     let Some(s) = found else {
         return not_found(headers).await;
     };
-    let (messages, tickets, holds) = match tokio::try_join!(
+    let (messages, tickets, holds, traced) = match tokio::try_join!(
         state.store.recent_messages(id, 1_000),
         state.store.tickets(id),
-        state.store.holds()
+        state.store.holds(),
+        state.store.traced_messages(id)
     ) {
         Ok(all) => all,
         Err(e) => return failed(lang, e),
@@ -97,7 +100,7 @@ pub(in crate::web_console) async fn session(
         }
         section {
             h2 { (t(lang, "Transcript", "会話記録")) }
-            (transcript(lang, &messages))
+            (transcript(lang, &messages, &traced))
         }
     };
     page(
@@ -106,4 +109,127 @@ pub(in crate::web_console) async fn session(
         &format!("{} #{id}", t(lang, "Session", "セッション")),
         body,
     )
+}
+
+/// One turn's trace: why the bot answered (or asked) as it did.
+pub(in crate::web_console) async fn trace(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+    Path((id, message)): Path<(i64, i64)>,
+) -> Response {
+    let signed = signed!(state, headers);
+    let lang = signed.lang;
+    let stored = match state.store.message_trace(id, message).await {
+        Ok(Some(json)) => json,
+        Ok(None) => return not_found(headers).await,
+        Err(e) => return failed(lang, e),
+    };
+    let body = html! {
+        p { a href={ "/sessions/" (id) } { (t(lang, "← The conversation", "← 会話へ")) } }
+        @match serde_json::from_str::<Trace>(&stored) {
+            Ok(trace) => (trace_view(lang, &trace)),
+            Err(_) => p.hint { (t(lang, "This trace cannot be read.", "この記録は読めません。")) },
+        }
+    };
+    page(
+        &signed,
+        "/sessions",
+        &format!(
+            "{} #{id} · {}",
+            t(lang, "Session", "セッション"),
+            t(lang, "Why this answer", "この回答の理由")
+        ),
+        body,
+    )
+}
+
+/// `model` or `rule-based floor`, in the console's language.
+fn by(lang: &str, by: By) -> &'static str {
+    match by {
+        By::Model => t(lang, "the model", "モデル"),
+        By::Floor => t(lang, "the rule-based floor", "ルールによる応答"),
+    }
+}
+
+/// A trace's notes in order, then its model calls.
+pub(super) fn trace_view(lang: &str, trace: &Trace) -> Markup {
+    html! {
+        @if trace.shortened {
+            p.hint { (t(lang, "Shortened to stay within its size.", "容量のため一部を省略しています。")) }
+        }
+        ol.trace {
+            @for note in &trace.notes {
+                @match note {
+                    Note::Plan { subtasks, by: who, why } => li.plan {
+                        strong { (t(lang, "Plan", "計画")) } " · " (by(lang, *who))
+                        @if let Some(why) = why { " (" (why) ")" }
+                        ol { @for task in subtasks { li { (task) } } }
+                    },
+                    Note::Search { subtask, tool, query, passages } => li.search {
+                        strong { (t(lang, "Search", "検索")) } " · " code { (tool) } " · " q { (query) }
+                        @if subtask != query { span.hint { " — " (t(lang, "for ", "サブタスク: ")) (subtask) } }
+                        @if passages.is_empty() {
+                            p.hint { (t(lang, "Nothing found.", "見つかりませんでした。")) }
+                        } @else {
+                            table.passages {
+                                thead { tr {
+                                    th { (t(lang, "Passage", "箇所")) }
+                                    th { (t(lang, "Score", "スコア")) }
+                                    th { (t(lang, "Covers", "一致")) }
+                                } }
+                                tbody { @for p in passages { tr {
+                                    td { code { (p.citation) } }
+                                    td { (format!("{:.2}", p.score)) }
+                                    td { ((p.coverage * 100.0).round() as u32) " %" }
+                                } } }
+                            }
+                        }
+                    },
+                    Note::Reflection { subtask, sufficient, advice } => li.reflection {
+                        strong { (t(lang, "Reflection", "振り返り")) } " · " (subtask) " · "
+                        @if *sufficient { (t(lang, "sufficient", "十分")) } @else { (t(lang, "not sufficient", "不十分")) }
+                        @if !advice.is_empty() { p { (advice) } }
+                    },
+                    Note::Answer { by: who, why, cited } => li.answer {
+                        strong { (t(lang, "Answered by ", "回答: ")) (by(lang, *who)) }
+                        @if let Some(why) = why { " — " (t(lang, "because: ", "理由: ")) (why) }
+                        @if !cited.is_empty() {
+                            p { (t(lang, "Cited: ", "引用: ")) @for (n, c) in cited.iter().enumerate() {
+                                @if n > 0 { ", " } code { (c) }
+                            } }
+                        }
+                    },
+                    Note::Review { field, by: who, complete, missing, feedback } => li.review {
+                        strong { (t(lang, "Review of ", "回答の確認: ")) code { (field) } } " · " (by(lang, *who)) " · "
+                        @if *complete { (t(lang, "complete", "完了")) } @else {
+                            (t(lang, "a follow-up is needed", "追加の質問が必要"))
+                        }
+                        @if !missing.is_empty() { p { (t(lang, "Missing: ", "不足: ")) (missing.join(", ")) } }
+                        @if let Some(f) = feedback { p.hint { (f) } }
+                    },
+                    Note::QuickCheckStopped { field, draft, finding } => li.quickcheck {
+                        strong { (t(lang, "QuickCheck stopped a draft for ", "QuickCheck が止めた質問案: ")) code { (field) } }
+                        p { q { (draft) } }
+                        p { (t(lang, "Finding: ", "指摘: ")) (finding) }
+                    },
+                }
+            }
+        }
+        section.calls {
+            h2 { (t(lang, "Model calls", "モデル呼び出し")) " (" (trace.calls.len()) ")" }
+            @if trace.calls.is_empty() {
+                p.hint { (t(lang, "None: no model answered in this turn.", "なし: このターンではモデルを呼び出していません。")) }
+            } @else {
+                table { thead { tr {
+                    th { (t(lang, "Agent", "エージェント")) } th { (t(lang, "Model", "モデル")) }
+                    th { "ms" } th { (t(lang, "Tokens in / out", "トークン 入力 / 出力")) } th { (t(lang, "Outcome", "結果")) }
+                } }
+                tbody { @for c in &trace.calls { tr class=(c.outcome) {
+                    td { (c.agent) } td { (c.model) } td { (c.ms) }
+                    td { (c.prompt_tokens) " / " (c.completion_tokens) }
+                    td { (c.outcome) @if let Some(e) = &c.error { span.hint { " — " (e) } } }
+                } } } }
+            }
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! that says nothing beyond its citations, or names two or more people or places its
 //! sources never mention, gives way to the floor's, which quotes the passages.
 
+use crate::agent::trace::{By, Note, TracedPassage};
 use crate::agent::workflow::{
     PlanExecuteReflect, Reflection, ReflectionLike, TaskOutcome, structured,
 };
@@ -228,6 +229,20 @@ pub fn is_follow_up(question: &str) -> bool {
 pub struct ResearchWork {
     pub passages: Vec<Passage>,
     pub searched: bool,
+    /// Each tool call's tool, query and what it returned, for the turn's trace.
+    pub searches: Vec<(String, String, Vec<TracedPassage>)>,
+}
+
+impl ResearchWork {
+    /// A search by `tool` for `query` returned `found`: noted for the trace.
+    pub fn note_search(&mut self, tool: &str, query: &str, found: &[Passage]) {
+        self.searched = true;
+        self.searches.push((
+            tool.to_string(),
+            query.to_string(),
+            found.iter().map(TracedPassage::from).collect(),
+        ));
+    }
 }
 
 fn render(passages: &[Passage]) -> String {
@@ -277,7 +292,7 @@ impl TypedTool<ResearchWork> for SearchKb {
             .search(&args.query, args.k.unwrap_or(3).clamp(1, 10))
             .await
             .map_err(|e| ToolError::Rejected(e.to_string()))?;
-        work.searched = true;
+        work.note_search(Self::NAME, &args.query, &found);
         remember(work, &found);
         Ok(ToolOutput::ok(render(&found)))
     }
@@ -303,7 +318,7 @@ impl TypedTool<ResearchWork> for GetKbDocument {
         work: &mut ResearchWork,
         args: DocumentArgs,
     ) -> Result<ToolOutput, ToolError> {
-        work.searched = true;
+        work.note_search(Self::NAME, &args.path, &[]);
         self.0
             .document(&args.path)
             .map(ToolOutput::ok)
@@ -361,18 +376,27 @@ impl Research<'_> {
         }
     }
 
-    async fn floor_attempt(&self, task: &str) -> SubAnswer {
+    async fn floor_attempt(
+        &self,
+        task: &str,
+    ) -> (SubAnswer, Vec<(String, String, Vec<TracedPassage>)>) {
         let mut passages = (self.library.search)(task.to_string(), FLOOR_READS).await;
         passages.retain(|p| self.allowed(p));
         let passages = floor_cut(passages);
-        SubAnswer {
+        let searched = vec![(
+            "floor".to_string(),
+            task.to_string(),
+            passages.iter().map(TracedPassage::from).collect(),
+        )];
+        let answer = SubAnswer {
             text: passages
                 .iter()
                 .map(|p| excerpt(&p.text, 300))
                 .collect::<Vec<_>>()
                 .join("\n"),
             passages,
-        }
+        };
+        (answer, searched)
     }
 
     fn floor_answer(&self, sources: &[Passage]) -> String {
@@ -456,8 +480,64 @@ impl PlanExecuteReflect for Research<'_> {
     type Output = ResearchAnswer;
 
     async fn plan(&self) -> Vec<String> {
+        let (tasks, by, why) = self.planned().await;
+        self.ledger.note(Note::Plan {
+            subtasks: tasks.clone(),
+            by,
+            why,
+        });
+        tasks
+    }
+
+    async fn attempt(
+        &self,
+        task: &String,
+        previous: Option<(&SubAnswer, &ResearchReflection)>,
+        try_no: u32,
+    ) -> SubAnswer {
+        let (answer, searches) = self.attempted(task, previous, try_no).await;
+        for (tool, query, passages) in searches {
+            self.ledger.note(Note::Search {
+                subtask: task.clone(),
+                tool,
+                query,
+                passages,
+            });
+        }
+        answer
+    }
+
+    async fn reflect(&self, task: &String, attempt: &SubAnswer) -> ResearchReflection {
+        let reflection = self.reflected(task, attempt).await;
+        if self.models.for_agent(&self.library.reflector).is_some() {
+            self.ledger.note(Note::Reflection {
+                subtask: task.clone(),
+                sufficient: reflection.base.is_sufficient,
+                advice: reflection.base.feedback.clone(),
+            });
+        }
+        reflection
+    }
+
+    async fn integrate(
+        &self,
+        outcomes: Vec<TaskOutcome<String, SubAnswer, ResearchReflection>>,
+    ) -> ResearchAnswer {
+        let (answer, by, why) = self.integrated(outcomes).await;
+        self.ledger.note(Note::Answer {
+            by,
+            why,
+            cited: answer.sources.iter().map(Passage::citation).collect(),
+        });
+        answer
+    }
+}
+
+impl Research<'_> {
+    /// The sub-tasks, who planned them and why the floor did.
+    async fn planned(&self) -> (Vec<String>, By, Option<String>) {
         let Some(model) = self.models.for_agent(&self.library.planner) else {
-            return vec![self.as_one_task()];
+            return (vec![self.as_one_task()], By::Floor, Some("no model".into()));
         };
         let previous = self
             .previous
@@ -491,24 +571,29 @@ impl PlanExecuteReflect for Research<'_> {
                     .take(MAX_SUBTASKS)
                     .collect();
                 if tasks.is_empty() {
-                    vec![self.as_one_task()]
+                    (
+                        vec![self.as_one_task()],
+                        By::Floor,
+                        Some("the model planned no sub-task".into()),
+                    )
                 } else {
-                    tasks
+                    (tasks, By::Model, None)
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "planner failed; one sub-task");
-                vec![self.as_one_task()]
+                (vec![self.as_one_task()], By::Floor, Some(e.to_string()))
             }
         }
     }
 
-    async fn attempt(
+    /// A sub-task's answer and the searches made for it (tool, query, passages).
+    async fn attempted(
         &self,
         task: &String,
         previous: Option<(&SubAnswer, &ResearchReflection)>,
         _try_no: u32,
-    ) -> SubAnswer {
+    ) -> (SubAnswer, Vec<(String, String, Vec<TracedPassage>)>) {
         let Some(model) = self.models.for_agent(&self.library.executor) else {
             return self.floor_attempt(task).await;
         };
@@ -555,10 +640,13 @@ impl PlanExecuteReflect for Research<'_> {
             )
             .await
         {
-            Ok(result) => SubAnswer {
-                text: result.response_text,
-                passages: result.state.passages,
-            },
+            Ok(result) => (
+                SubAnswer {
+                    text: result.response_text,
+                    passages: result.state.passages,
+                },
+                result.state.searches,
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "sub-task failed; using the search floor");
                 self.floor_attempt(task).await
@@ -566,7 +654,7 @@ impl PlanExecuteReflect for Research<'_> {
         }
     }
 
-    async fn reflect(&self, task: &String, attempt: &SubAnswer) -> ResearchReflection {
+    async fn reflected(&self, task: &String, attempt: &SubAnswer) -> ResearchReflection {
         let floor = ResearchReflection {
             base: Reflection {
                 // retrying the same search cannot find more
@@ -604,10 +692,11 @@ impl PlanExecuteReflect for Research<'_> {
         .unwrap_or(floor)
     }
 
-    async fn integrate(
+    /// The answer, who wrote it and why the floor did.
+    async fn integrated(
         &self,
         outcomes: Vec<TaskOutcome<String, SubAnswer, ResearchReflection>>,
-    ) -> ResearchAnswer {
+    ) -> (ResearchAnswer, By, Option<String>) {
         let mut sources: Vec<Passage> = Vec::new();
         for o in &outcomes {
             for p in o.attempt.passages.iter().filter(|p| self.allowed(p)) {
@@ -628,6 +717,7 @@ impl PlanExecuteReflect for Research<'_> {
             }))
             .collect::<Vec<_>>());
         let model = self.models.for_agent(&self.library.answerer);
+        let (mut by, mut why) = (By::Floor, None::<String>);
         let text = match model {
             Some(model) if !sources.is_empty() => {
                 let numbered = sources
@@ -676,28 +766,52 @@ impl PlanExecuteReflect for Research<'_> {
                 {
                     // (an answer of citations alone, or one that names people and places
                     // its sources never mention, gives way to the passages themselves)
+                    Ok(r) if !says_something(&r.response_text) => {
+                        why = Some("the model's answer said nothing beyond its citations".into());
+                        self.floor_answer(&sources)
+                    }
                     Ok(r)
-                        if says_something(&r.response_text)
-                            && names_not_in(&r.response_text, &sources, &self.question).len()
-                                < 2 =>
+                        if names_not_in(&r.response_text, &sources, &self.question).len() >= 2 =>
                     {
+                        why = Some(
+                            "the model's answer named people or places its sources never mention"
+                                .into(),
+                        );
+                        self.floor_answer(&sources)
+                    }
+                    Ok(r) => {
+                        by = By::Model;
                         let checked = check_citations(r.response_text.trim(), sources.len());
                         let (text, cited) = keep_cited(&checked, std::mem::take(&mut sources));
                         sources = cited;
                         format!("{text}\n\n{}", sources_block(&sources, &self.lang))
                     }
-                    _ => self.floor_answer(&sources),
+                    Err(e) => {
+                        why = Some(e.to_string());
+                        self.floor_answer(&sources)
+                    }
                 }
             }
-            _ => self.floor_answer(&sources),
+            Some(_) => {
+                why = Some("no passage to answer from".into());
+                self.floor_answer(&sources)
+            }
+            None => {
+                why = Some("no model".into());
+                self.floor_answer(&sources)
+            }
         };
         let confident = sources.iter().any(|p| p.coverage >= STRONG_COVERAGE);
-        ResearchAnswer {
-            text,
-            plan,
-            sources,
-            sub_answers,
-            confident,
-        }
+        (
+            ResearchAnswer {
+                text,
+                plan,
+                sources,
+                sub_answers,
+                confident,
+            },
+            by,
+            why,
+        )
     }
 }

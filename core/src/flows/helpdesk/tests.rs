@@ -191,6 +191,90 @@ async fn three_sub_tasks_run_at_once_and_the_answer_cites_what_they_used() {
         );
     }
     assert_eq!(last_options_prompt(&h), "Did this answer your question?");
+    // the answer keeps its trace: the plan, each search with its passages, the
+    // reflections, who answered and what it cited, the model calls
+    let session = h.session_id().await;
+    let traced = crate::store::console::Console::traced_messages(h.store.as_ref(), session)
+        .await
+        .expect("traced");
+    assert_eq!(traced.len(), 1, "the answer's turn has one trace");
+    let json = crate::store::console::Console::message_trace(h.store.as_ref(), session, traced[0])
+        .await
+        .expect("read")
+        .expect("a trace");
+    let trace: crate::agent::trace::Trace = serde_json::from_str(&json).expect("JSON");
+    use crate::agent::trace::{By, Note};
+    assert!(
+        matches!(&trace.notes[0], Note::Plan { subtasks, by: By::Model, .. } if subtasks == &TASKS)
+    );
+    let searched_in_trace: Vec<String> = trace
+        .notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::Search { tool, passages, .. } if tool == "search_kb" => {
+                passages.first().map(|p| p.citation.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for source in &searched {
+        assert!(searched_in_trace.contains(source), "{trace:?}");
+    }
+    assert_eq!(
+        trace
+            .notes
+            .iter()
+            .filter(|n| matches!(
+                n,
+                Note::Reflection {
+                    sufficient: true,
+                    ..
+                }
+            ))
+            .count(),
+        3
+    );
+    assert!(
+        trace
+            .notes
+            .iter()
+            .any(|n| matches!(n, Note::Answer { by: By::Model, cited, .. } if cited == &searched)),
+        "{trace:?}"
+    );
+    assert!(
+        trace.calls.len() >= 7,
+        "plan, 3 × (search, answer), 3 reflections, answer: {trace:?}"
+    );
+    assert!(trace.calls.iter().all(|c| c.outcome == "ok"), "{trace:?}");
+    assert!(json.len() <= crate::agent::trace::MAX_BYTES);
+}
+
+/// The last trace kept in the harness's conversation.
+async fn last_trace(h: &Harness) -> crate::agent::trace::Trace {
+    use crate::store::console::Console;
+    let session = h.session_id().await;
+    let traced = h.store.traced_messages(session).await.expect("traced");
+    let last = *traced.last().expect("a traced message");
+    let json = h
+        .store
+        .message_trace(session, last)
+        .await
+        .expect("read")
+        .expect("a trace");
+    serde_json::from_str(&json).expect("JSON")
+}
+
+/// Who answered, in the last trace, and why the floor did.
+async fn last_answer(h: &Harness) -> (crate::agent::trace::By, Option<String>) {
+    last_trace(h)
+        .await
+        .notes
+        .into_iter()
+        .find_map(|n| match n {
+            crate::agent::trace::Note::Answer { by, why, .. } => Some((by, why)),
+            _ => None,
+        })
+        .expect("an answer noted")
 }
 
 fn last_options_prompt(h: &Harness) -> String {
@@ -263,6 +347,10 @@ async fn without_a_model_the_floor_answers_from_the_knowledge_base_in_both_langu
     assert!(en[0].starts_with("**Changing an answer**\n"), "{en:?}");
     assert!(!en[0].contains("found"), "{en:?}");
     assert!(en[0].contains("Sources:\n[1] en/user-guide.md#Changing an answer"));
+    // the trace says the floor answered, and why
+    let (by, why) = last_answer(&h).await;
+    assert_eq!(by, crate::agent::trace::By::Floor);
+    assert_eq!(why.as_deref(), Some("no model"));
     let ja = h.ask("パスワードを忘れました").await;
     assert!(ja[0].starts_with("**パスワードの再設定**\n"), "{ja:?}");
     assert!(ja[0].contains("出典:\n[1] ja/user-guide.md#パスワードの再設定"));
@@ -533,6 +621,12 @@ async fn an_answer_of_citations_alone_gives_way_to_the_passages() {
     assert!(
         answer[0].contains("user-guide.md#Stopping a conversation"),
         "{answer:?}"
+    );
+    let (by, why) = last_answer(&h).await;
+    assert_eq!(by, crate::agent::trace::By::Floor);
+    assert_eq!(
+        why.as_deref(),
+        Some("the model's answer said nothing beyond its citations")
     );
 }
 

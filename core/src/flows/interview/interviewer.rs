@@ -122,6 +122,11 @@ impl TypedTool<AskWork> for AskTool {
             .map(|v| format!("{:?}: {}", v.kind, v.message))
             .collect();
         tracing::info!(field = %w.field_id, blocked = w.blocked, "QuickCheck blocked a draft: {}", listed.join("; "));
+        w.ledger.note(crate::agent::trace::Note::QuickCheckStopped {
+            field: w.field_id.clone(),
+            draft: args.question.clone(),
+            finding: listed.join("; "),
+        });
         if w.blocked >= MAX_BLOCKED_DRAFTS {
             return Ok(ToolOutput::finish(
                 "QuickCheck blocked too many drafts; the template question will be used.",

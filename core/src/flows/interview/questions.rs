@@ -347,6 +347,7 @@ impl InterviewFlow {
         if from_user {
             st.record_answer(id, answer);
         }
+        let mut reviewed_by = crate::agent::trace::By::Floor;
         let review = match reviewer::validate(field, answer, &lang) {
             Err(message) => reviewer::ReviewResult {
                 passed: false,
@@ -373,6 +374,9 @@ impl InterviewFlow {
                     }
                     None => None,
                 };
+                if model_review.is_some() {
+                    reviewed_by = crate::agent::trace::By::Model;
+                }
                 let mut review = model_review.unwrap_or_else(|| {
                     // this field's answers since it was last opened
                     let mut answers: Vec<&str> = st
@@ -410,6 +414,13 @@ impl InterviewFlow {
                 review
             }
         };
+        ctx.ledger.note(crate::agent::trace::Note::Review {
+            field: id.to_string(),
+            by: reviewed_by,
+            complete: review.passed,
+            missing: review.missing_facts.clone(),
+            feedback: review.feedback.clone(),
+        });
         for fact in &review.extracted_facts {
             if form.field(&fact.field_id).is_none() || fact.value.trim().is_empty() {
                 continue;

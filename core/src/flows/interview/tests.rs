@@ -333,6 +333,32 @@ async fn the_model_quick_check_blocks_a_draft_and_the_interviewer_redrafts() {
     let asked = h.say("Japan").await;
     assert_eq!(last(&asked), "What draws you to us?");
     assert_eq!(h.state().await.blocked_drafts, 1);
+    // the turn's trace keeps the stopped draft and QuickCheck's finding
+    let notes = traced_notes(&h).await;
+    assert!(
+        notes.iter().any(|n| matches!(n,
+            crate::agent::trace::Note::QuickCheckStopped { field, draft, finding }
+                if field == "motivation" && draft.contains("salary") && finding.contains("too pushy"))),
+        "{notes:?}"
+    );
+}
+
+/// Every note of the traces kept in the harness's conversation, in order.
+async fn traced_notes(h: &Harness) -> Vec<crate::agent::trace::Note> {
+    use crate::store::console::Console;
+    let session = h.active().await.expect("a session").id;
+    let mut notes = Vec::new();
+    for id in h.store.traced_messages(session).await.expect("traced") {
+        let json = h
+            .store
+            .message_trace(session, id)
+            .await
+            .expect("read")
+            .expect("a trace");
+        let trace: crate::agent::trace::Trace = serde_json::from_str(&json).expect("JSON");
+        notes.extend(trace.notes);
+    }
+    notes
 }
 
 #[tokio::test]
@@ -372,7 +398,16 @@ async fn no_field_advances_without_the_reviewer_and_exhausted_follow_ups_block_t
     h.open().await;
     h.choose("en").await;
     h.say("Japan").await;
-    for i in 0..3 {
+    h.say("vague answer").await;
+    // why the follow-up was asked: the Reviewer's verdict, in the turn's trace
+    let notes = traced_notes(&h).await;
+    assert!(
+        notes.iter().any(|n| matches!(n,
+            crate::agent::trace::Note::Review { field, by: crate::agent::trace::By::Model, complete: false, missing, feedback }
+                if field == "motivation" && missing == &["reason".to_string()] && feedback.as_deref() == Some("too vague"))),
+        "{notes:?}"
+    );
+    for i in 1..3 {
         let follow = h.say(&format!("vague answer {i}")).await;
         assert_eq!(
             last(&follow),

@@ -165,6 +165,7 @@ fn said(user: &str, assistant: &str) -> Vec<StateChange> {
         StateChange::AddUserMessage { text: user.into() },
         StateChange::AddAssistantMessage {
             text: assistant.into(),
+            trace: None,
         },
     ]
 }
@@ -224,6 +225,7 @@ async fn a_session_survives_closing_and_reopening(db: Db) {
                 },
                 StateChange::AddAssistantMessage {
                     text: "こんにちは".into(),
+                    trace: None,
                 },
             ],
         ))

@@ -312,12 +312,15 @@ async fn insert_messages(
     let mut written = Vec::with_capacity(commits.len());
     let (mut all_ids, mut session_ids, mut roles, mut texts, mut delivered) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut traces: Vec<Option<&str>> = Vec::new();
     for (commit, session) in commits.iter().zip(sessions) {
         let mut messages = Vec::new();
         for change in &commit.changes {
-            let (role, text) = match change {
-                StateChange::AddUserMessage { text } => (Role::User, text),
-                StateChange::AddAssistantMessage { text } => (Role::Assistant, text),
+            let (role, text, trace) = match change {
+                StateChange::AddUserMessage { text } => (Role::User, text, None),
+                StateChange::AddAssistantMessage { text, trace } => {
+                    (Role::Assistant, text, trace.as_deref())
+                }
                 _ => continue,
             };
             let id = ids
@@ -328,6 +331,7 @@ async fn insert_messages(
             session_ids.push(session.id);
             roles.push(role.as_str());
             delivered.push(role != Role::Assistant);
+            traces.push(trace);
             texts.push(text.clone());
             messages.push(StoredMessage {
                 id,
@@ -341,15 +345,16 @@ async fn insert_messages(
     }
     if !all_ids.is_empty() {
         sqlx::query(
-            "INSERT INTO messages (id, session_id, role, text, delivered, created_ms) \
-             SELECT i, s, r, t, d, $6 FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BOOL[]) \
-             AS u(i, s, r, t, d)",
+            "INSERT INTO messages (id, session_id, role, text, delivered, trace, created_ms) \
+             SELECT i, s, r, t, d, w, $7 FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BOOL[], $6::TEXT[]) \
+             AS u(i, s, r, t, d, w)",
         )
         .bind(&all_ids)
         .bind(&session_ids)
         .bind(&roles)
         .bind(&texts)
         .bind(&delivered)
+        .bind(&traces)
         .bind(now_ms)
         .execute(&mut *tx)
         .await

@@ -203,18 +203,21 @@ async fn insert_messages(
 ) -> Result<Vec<StoredMessage>, StoreError> {
     let mut written = Vec::new();
     for change in changes {
-        let (role, text) = match change {
-            StateChange::AddUserMessage { text } => (Role::User, text),
-            StateChange::AddAssistantMessage { text } => (Role::Assistant, text),
+        let (role, text, trace) = match change {
+            StateChange::AddUserMessage { text } => (Role::User, text, None),
+            StateChange::AddAssistantMessage { text, trace } => {
+                (Role::Assistant, text, trace.as_deref())
+            }
             _ => continue,
         };
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (session_id, role, text, delivered, created_ms) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            "INSERT INTO messages (session_id, role, text, delivered, trace, created_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
         )
         .bind(session_id)
         .bind(role.as_str())
         .bind(clean(text))
         .bind(role != Role::Assistant)
+        .bind(trace.map(clean))
         .bind(now_ms)
         .fetch_one(&mut *tx)
         .await

@@ -9,7 +9,7 @@ use crate::store::console::{
     name_pattern, reader_record_from_row, ticket_record_from_row,
 };
 use crate::store::db::{OnDb, query};
-use crate::store::rows;
+use crate::store::rows::{self, Columns};
 use crate::store::{SessionRecord, StoreError, SubmissionRecord};
 
 #[async_trait::async_trait]
@@ -144,5 +144,35 @@ impl<S: OnDb> Console for S {
             .await
             .map_err(StoreError::db("reading a submission"))?;
         row.as_ref().map(rows::submission_from_row).transpose()
+    }
+
+    async fn traced_messages(&self, session_id: i64) -> Result<Vec<i64>, StoreError> {
+        let rows = query(
+            "SELECT id FROM messages WHERE session_id = $1 AND trace IS NOT NULL ORDER BY id",
+        )
+        .bind(session_id)
+        .fetch_all(self.db().read())
+        .await
+        .map_err(StoreError::db("reading which messages have a trace"))?;
+        rows.iter()
+            .map(|r| r.int("id").map_err(StoreError::db("a traced message")))
+            .collect()
+    }
+
+    async fn message_trace(
+        &self,
+        session_id: i64,
+        message_id: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row = query("SELECT trace FROM messages WHERE session_id = $1 AND id = $2")
+            .bind(session_id)
+            .bind(message_id)
+            .fetch_optional(self.db().read())
+            .await
+            .map_err(StoreError::db("reading a trace"))?;
+        Ok(match row {
+            Some(row) => row.maybe_text("trace").map_err(StoreError::db("a trace"))?,
+            None => None,
+        })
     }
 }

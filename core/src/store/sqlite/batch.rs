@@ -235,7 +235,7 @@ fn committed(
     now_ms: i64,
 ) -> Vec<(CommittedTurn, HotChange)> {
     let mut ids: HashMap<i64, Vec<i64>> = HashMap::new();
-    for ((session_id, _, _), id) in messages.iter().zip(next.message..) {
+    for ((session_id, _, _, _), id) in messages.iter().zip(next.message..) {
         ids.entry(*session_id).or_default().push(id);
     }
     next.message += messages.len() as i64;

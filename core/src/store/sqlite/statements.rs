@@ -305,8 +305,8 @@ pub(super) fn push_processed(
     Ok(())
 }
 
-/// A transcript message's row: session, role, text.
-pub(super) type MessageRow<'a> = (i64, Role, &'a str);
+/// A transcript message's row: session, role, text, trace.
+pub(super) type MessageRow<'a> = (i64, Role, &'a str, Option<&'a str>);
 
 /// The transcript messages among the changes of each session's turn.
 pub(super) fn message_rows<'a>(
@@ -316,10 +316,10 @@ pub(super) fn message_rows<'a>(
         .flat_map(|(session_id, changes)| {
             changes.iter().filter_map(move |change| match change {
                 StateChange::AddUserMessage { text } => {
-                    Some((session_id, Role::User, text.as_str()))
+                    Some((session_id, Role::User, text.as_str(), None))
                 }
-                StateChange::AddAssistantMessage { text } => {
-                    Some((session_id, Role::Assistant, text.as_str()))
+                StateChange::AddAssistantMessage { text, trace } => {
+                    Some((session_id, Role::Assistant, text.as_str(), trace.as_deref()))
                 }
                 _ => None,
             })
@@ -338,19 +338,20 @@ pub(super) fn push_messages(
     let rows: Vec<_> = messages
         .iter()
         .zip(0..)
-        .map(|((session_id, role, text), i)| {
+        .map(|((session_id, role, text, trace), i)| {
             (
                 *session_id,
                 role.as_str(),
                 *text,
                 *role != Role::Assistant,
                 first.map(|first| first + i),
+                *trace,
             )
         })
         .collect();
     sql.push(
-        "INSERT INTO messages (session_id, role, text, delivered, id, created_ms) \
-         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ",
+        "INSERT INTO messages (session_id, role, text, delivered, id, trace, created_ms) \
+         SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, ",
     );
     sql.push_bind(now_ms).push(" FROM ");
     push_rows(sql, &rows)?;

@@ -105,6 +105,7 @@ fn turn_of(i: usize, session: SessionRecord, message_id: &str) -> TurnCommit {
                 },
                 StateChange::AddAssistantMessage {
                     text: format!("answer {i} {message_id}"),
+                    trace: None,
                 },
             ],
         )
@@ -276,6 +277,7 @@ async fn the_wal_restarts_under_a_steady_stream_of_turns() {
                         },
                         StateChange::AddAssistantMessage {
                             text: "an answer ".repeat(60),
+                            trace: None,
                         },
                     ],
                 );
@@ -876,6 +878,7 @@ pub(crate) fn said(user: &str, assistant: &str) -> Vec<StateChange> {
         StateChange::AddUserMessage { text: user.into() },
         StateChange::AddAssistantMessage {
             text: assistant.into(),
+            trace: None,
         },
     ]
 }

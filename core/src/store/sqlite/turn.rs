@@ -220,7 +220,7 @@ pub(super) fn turn_written(
     let messages: Vec<StoredMessage> = said
         .into_iter()
         .zip(ids)
-        .map(|((session_id, role, text), id)| StoredMessage {
+        .map(|((session_id, role, text, _), id)| StoredMessage {
             id,
             session_id,
             role,

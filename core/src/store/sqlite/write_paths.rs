@@ -76,7 +76,7 @@ pub(crate) fn turn() -> impl Strategy<Value = Turn> {
 pub(crate) fn state_change(change: &Change, ticket_no: i64) -> StateChange {
     match change.clone() {
         Change::User(text) => StateChange::AddUserMessage { text },
-        Change::Assistant(text) => StateChange::AddAssistantMessage { text },
+        Change::Assistant(text) => StateChange::AddAssistantMessage { text, trace: None },
         Change::Language(language) => StateChange::SetLanguage { language },
         Change::State(n) => StateChange::SetFlowState {
             state: FlowState::of(&serde_json::json!({ "step": n })).expect("a state"),
