@@ -647,3 +647,163 @@ async fn the_language_switch_never_sends_the_browser_off_site() {
     let _ = bot.start_kill();
     let _ = bot.wait().await;
 }
+
+/// A help-desk question answered by a scripted model from two passages: its trace in the
+/// console shows the plan, the searches, both passages with their scores and the
+/// citations; the same kind of question while the model fails: the trace says the floor
+/// answered and why; `/forget` removes the traces with the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_answer_opens_its_trace_in_the_console_until_forgotten() {
+    use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let failing = Arc::new(AtomicBool::new(false));
+    let down = failing.clone();
+    let model = FakeOpenAi::serve(Arc::new(move |req: &serde_json::Value| {
+        if down.load(Ordering::SeqCst) {
+            return Reply::status(500, r#"{"error":{"message":"the model is down"}}"#);
+        }
+        let tools = req["tools"].to_string();
+        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+        let user = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        if tools.contains("subtasks") {
+            return Reply::tool_call(
+                "respond",
+                serde_json::json!({"subtasks": ["reset a password", "change an answer"]}),
+            );
+        }
+        if tools.contains("is_sufficient") {
+            return Reply::tool_call(
+                "respond",
+                serde_json::json!({"is_sufficient": true, "feedback": "", "additional_queries": []}),
+            );
+        }
+        if tools.contains("search_kb") {
+            let task = user
+                .lines()
+                .find_map(|l| l.strip_prefix("Sub-task: "))
+                .unwrap_or("reset a password")
+                .to_string();
+            return if messages.iter().any(|m| m["role"] == "tool") {
+                Reply::text(&format!("How to {task}."))
+            } else {
+                Reply::tool_call("search_kb", serde_json::json!({"query": task, "k": 1}))
+            };
+        }
+        Reply::text("Reset it from the account page [1], and change an answer before you send the form [2].")
+    }))
+    .await
+    .expect("the model");
+    let telegram = FakeTelegram::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}/kaiwa.db", dir.path().display());
+    let config = format!(
+        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_secs = 5\nmax_retries = 0\n",
+        config(telegram.url(), "9"),
+        model.base_url()
+    );
+    std::fs::write(dir.path().join("kaiwa.toml"), config).expect("config");
+    let (mut bot, log) = common::spawn_run(dir.path(), TOKEN);
+    let address = common::logged_after(&log, "console at http://").await;
+    let base = format!("http://{}", address.trim_end_matches('/'));
+
+    const ASKER: i64 = 601;
+    let group = Chat::topic(-100600, 7);
+    let answer = say(
+        &telegram,
+        group,
+        ASKER,
+        "How do I reset my password and change an answer?",
+    )
+    .await
+    .join("\n");
+    assert!(
+        answer.contains("Reset it from the account page"),
+        "{answer}"
+    );
+    failing.store(true, Ordering::SeqCst);
+    let floor = say(&telegram, group, ASKER, "How do I stop a conversation?")
+        .await
+        .join("\n");
+    assert!(floor.contains("/end"), "the floor's answer: {floor}");
+
+    let session: i64 = {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&db).await.expect("db");
+        sqlx::query_scalar("SELECT id FROM sessions WHERE user_id = ?")
+            .bind(ASKER.to_string())
+            .fetch_one(&mut conn)
+            .await
+            .expect("the asker's session")
+    };
+    let browser = browser().await;
+    let client = &browser.client;
+    client
+        .goto(&ask_for_link(&telegram, ADMIN).await)
+        .await
+        .expect("sign in");
+    click(client, "#sign-in").await;
+    page_with(client, "Applications").await;
+    client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .expect("the session");
+    page_with(client, "Why this answer?").await;
+    let links = client
+        .find_all(Locator::Css("a.why"))
+        .await
+        .expect("the links");
+    assert_eq!(links.len(), 2, "one trace per answered turn");
+    links[0].click().await.expect("the first trace");
+    let first = page_with(client, "Answered by the model").await;
+    for expected in [
+        "Plan · the model",
+        "reset a password",
+        "change an answer",
+        "search_kb",
+        "en/user-guide.md#Resetting your password",
+        "en/user-guide.md#Changing an answer",
+        "Cited: en/user-guide.md#Resetting your password, en/user-guide.md#Changing an answer",
+        "Model calls",
+        "helpdesk",
+    ] {
+        assert!(first.contains(expected), "{expected:?} not in: {first}");
+    }
+    let scores = client
+        .find_all(Locator::Css("table.passages tbody tr"))
+        .await
+        .expect("the passages");
+    assert!(scores.len() >= 2, "both passages with their scores");
+    screenshot(client, "trace").await;
+    client.back().await.expect("back");
+    page_with(client, "Why this answer?").await;
+    let links = client
+        .find_all(Locator::Css("a.why"))
+        .await
+        .expect("the links");
+    links[1].click().await.expect("the second trace");
+    let second = page_with(client, "Answered by the rule-based floor").await;
+    assert!(second.contains("because:"), "{second}");
+    assert!(
+        second.contains("500"),
+        "the model's failure named: {second}"
+    );
+    assert!(second.contains("error"), "the failed calls: {second}");
+
+    // /forget (in the private chat) takes the traces with the conversation
+    let private = Chat::private(ASKER);
+    say(&telegram, private, ASKER, "/forget").await;
+    tap(&telegram, private, ASKER, "Delete everything").await;
+    let trace_url = client.current_url().await.expect("url").to_string();
+    client.goto(&trace_url).await.expect("the trace again");
+    let gone = page_with(client, "ot found").await;
+    assert!(!gone.contains("Answered by"), "{gone}");
+
+    let _ = bot.start_kill();
+    let _ = bot.wait().await;
+}

@@ -691,11 +691,20 @@ async fn texts_of_every_kind_come_back_whole(db: Db) {
 
 async fn forgetting_a_user_deletes_only_theirs(db: Db) {
     let store = db.open().await;
-    let mut theirs = said("my answers", "thanks");
+    let trace = r#"{"notes":[],"calls":[]}"#;
+    let mut theirs = vec![
+        StateChange::AddUserMessage {
+            text: "my answers".into(),
+        },
+        StateChange::AddAssistantMessage {
+            text: "thanks".into(),
+            trace: Some(trace.into()),
+        },
+    ];
     theirs.push(StateChange::SaveSubmission {
         submission: submission(),
     });
-    store
+    let theirs = store
         .commit_turn(commit(
             SessionRecord::draft(place("a"), "interview"),
             "a1",
@@ -703,6 +712,20 @@ async fn forgetting_a_user_deletes_only_theirs(db: Db) {
         ))
         .await
         .expect("commits");
+    // the turn's trace is kept on its bot message
+    let traced = store
+        .traced_messages(theirs.session.id)
+        .await
+        .expect("reads");
+    assert_eq!(traced, theirs.assistant_message_ids);
+    assert_eq!(
+        store
+            .message_trace(theirs.session.id, traced[0])
+            .await
+            .expect("reads")
+            .as_deref(),
+        Some(trace)
+    );
     let other_key = SessionKey {
         user: "u2".into(),
         ..place("a")
@@ -746,6 +769,14 @@ async fn forgetting_a_user_deletes_only_theirs(db: Db) {
         .await
         .expect("data");
     assert_eq!(data["sessions"].as_array().map(Vec::len), Some(0));
+    // and goes with it
+    assert!(
+        store
+            .traced_messages(theirs.session.id)
+            .await
+            .expect("reads")
+            .is_empty()
+    );
     store
         .forget_user(Platform::Console, "u1", false)
         .await
