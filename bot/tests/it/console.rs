@@ -794,6 +794,15 @@ async fn each_answer_opens_its_trace_in_the_console_until_forgotten() {
         "the model's failure named: {second}"
     );
     assert!(second.contains("error"), "the failed calls: {second}");
+    // a question rated "not solved" is a knowledge gap, linked to its answer's trace
+    tap(&telegram, group, ASKER, "Not solved").await;
+    client
+        .goto(&format!("{base}/helpdesk/gaps"))
+        .await
+        .expect("the gaps");
+    page_with(client, "How do I stop a conversation?").await;
+    click(client, "a.why").await;
+    page_with(client, "Answered by the rule-based floor").await;
 
     // /forget (in the private chat) takes the traces with the conversation
     let private = Chat::private(ASKER);

@@ -118,6 +118,13 @@ pub trait Console: Send + Sync {
     async fn submission_by_id(&self, id: i64) -> Result<Option<SubmissionRecord>, StoreError>;
     /// The ids of session `session_id`'s bot messages that carry a turn's trace.
     async fn traced_messages(&self, session_id: i64) -> Result<Vec<i64>, StoreError>;
+    /// The bot message of session `session_id` whose turn, committed at `at`, kept a trace
+    /// (a ticket's answer, say: written in the same commit).
+    async fn traced_message_at(
+        &self,
+        session_id: i64,
+        at: DateTime<Utc>,
+    ) -> Result<Option<i64>, StoreError>;
     /// The trace (JSON) kept with message `message_id` of session `session_id`.
     async fn message_trace(
         &self,

@@ -135,6 +135,20 @@ pub(in crate::web_console) async fn gaps(
     }
     let mut groups: Vec<(String, Vec<Gap>)> = groups.into_iter().collect();
     groups.sort_by_key(|(_, gaps)| std::cmp::Reverse(gaps.len()));
+    // each gap shown links to the trace of the turn that answered it
+    let mut traces: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for (_, gaps) in &groups {
+        for g in gaps.iter().take(20) {
+            let (session, at) = (g.record.session_id, g.record.created_at);
+            match state.store.traced_message_at(session, at).await {
+                Ok(Some(message)) => {
+                    traces.insert((session, at.timestamp_millis()), message);
+                }
+                Ok(None) => {}
+                Err(e) => return failed(lang, e),
+            }
+        }
+    }
     let body = html! {
         p.hint { (t(lang,
             "Questions answered \"not solved\", handed to a person, unanswered or weakly matched, grouped by the document they came closest to: the pages to write or improve.",
@@ -157,7 +171,12 @@ pub(in crate::web_console) async fn gaps(
                             td.question { (g.record.ticket.question) }
                             td { (g.reason) }
                             td { (when(g.record.created_at)) }
-                            td { a href={ "/sessions/" (g.record.session_id) } { "#" (g.record.session_id) } }
+                            td {
+                                a href={ "/sessions/" (g.record.session_id) } { "#" (g.record.session_id) }
+                                @if let Some(message) = traces.get(&(g.record.session_id, g.record.created_at.timestamp_millis())) {
+                                    " · " a.why href={ "/sessions/" (g.record.session_id) "/trace/" (message) } { (t(lang, "why this answer", "回答の理由")) }
+                                }
+                            }
                         }
                     }
                 } }

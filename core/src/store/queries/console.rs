@@ -159,6 +159,24 @@ impl<S: OnDb> Console for S {
             .collect()
     }
 
+    async fn traced_message_at(
+        &self,
+        session_id: i64,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<i64>, StoreError> {
+        let row = query(
+            "SELECT id FROM messages WHERE session_id = $1 AND created_ms = $2 \
+             AND trace IS NOT NULL ORDER BY id LIMIT 1",
+        )
+        .bind(session_id)
+        .bind(at.timestamp_millis())
+        .fetch_optional(self.db().read())
+        .await
+        .map_err(StoreError::db("finding a turn's trace"))?;
+        row.map(|r| r.int("id").map_err(StoreError::db("a traced message")))
+            .transpose()
+    }
+
     async fn message_trace(
         &self,
         session_id: i64,
