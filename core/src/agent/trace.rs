@@ -1,5 +1,6 @@
 //! [`Trace`]: why a turn answered as it did, noted by its agents as they work ([`Note`])
-//! and kept with the turn's first bot message, beside the turn's model calls: the plan, each
+//! and kept with the turn's first bot message (its model calls are the ledger's rows of that
+//! turn, [`TracedCall`] as the console shows them, not copied here): the plan, each
 //! search with its passages and scores, the reflections, who wrote the answer (the model or
 //! the rule-based floor, and why the floor), what it cited; for the interview, the
 //! Reviewer's verdicts and the drafts QuickCheck stopped. The console shows it. Bounded
@@ -128,22 +129,22 @@ impl From<&LlmCallRecord> for TracedCall {
 /// A turn's trace as stored.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Trace {
+    #[serde(default)]
     pub notes: Vec<Note>,
-    pub calls: Vec<TracedCall>,
     /// Notes or passages left out to stay within [`MAX_BYTES`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shortened: bool,
 }
 
 impl Trace {
-    /// The trace of `notes` and `calls`; `None` when there is nothing to say.
-    pub fn of(notes: Vec<Note>, calls: &[LlmCallRecord]) -> Option<Trace> {
-        if notes.is_empty() && calls.is_empty() {
+    /// The trace of a turn that noted `notes` and called a model `calls` times; `None` when
+    /// there is nothing to say.
+    pub fn of(notes: Vec<Note>, calls: usize) -> Option<Trace> {
+        if notes.is_empty() && calls == 0 {
             return None;
         }
         Some(Trace {
             notes,
-            calls: calls.iter().map(TracedCall::from).collect(),
             shortened: false,
         })
     }
@@ -197,12 +198,8 @@ impl Trace {
             }
         }
         json = fits(&self);
-        while json.len() > MAX_BYTES && (!self.notes.is_empty() || !self.calls.is_empty()) {
-            if self.calls.len() > self.notes.len() {
-                self.calls.pop();
-            } else {
-                self.notes.pop();
-            }
+        while json.len() > MAX_BYTES && !self.notes.is_empty() {
+            self.notes.pop();
             json = fits(&self);
         }
         json
@@ -230,11 +227,11 @@ mod tests {
                 passages: passages.clone(),
             })
             .collect();
-        let json = Trace::of(notes, &[]).expect("a trace").to_json();
+        let json = Trace::of(notes, 0).expect("a trace").to_json();
         assert!(json.len() <= MAX_BYTES, "{}", json.len());
         let back: Trace = serde_json::from_str(&json).expect("JSON");
         assert!(back.shortened);
         assert!(!back.notes.is_empty());
-        assert!(Trace::of(Vec::new(), &[]).is_none());
+        assert!(Trace::of(Vec::new(), 0).is_none());
     }
 }

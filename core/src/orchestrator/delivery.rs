@@ -71,7 +71,7 @@ impl Orchestrator {
         changes.extend(output.changes);
         // why it answered so: on the turn's first bot message
         let llm_calls = ledger.drain();
-        let mut trace = crate::agent::trace::Trace::of(ledger.drain_notes(), &llm_calls)
+        let mut trace = crate::agent::trace::Trace::of(ledger.drain_notes(), llm_calls.len())
             .map(crate::agent::trace::Trace::to_json);
         for item in &output.outgoing {
             if let Some(text) = item.transcript_text() {

@@ -125,6 +125,13 @@ pub trait Console: Send + Sync {
         session_id: i64,
         at: DateTime<Utc>,
     ) -> Result<Option<i64>, StoreError>;
+    /// The model calls of the turn that wrote message `message_id` of session `session_id`:
+    /// the ledger's rows of that session since the turn before it was committed.
+    async fn turn_calls(
+        &self,
+        session_id: i64,
+        message_id: i64,
+    ) -> Result<Vec<crate::store::LlmCallRecord>, StoreError>;
     /// The trace (JSON) kept with message `message_id` of session `session_id`.
     async fn message_trace(
         &self,

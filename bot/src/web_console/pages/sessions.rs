@@ -6,7 +6,7 @@ use crate::web_console::ConsoleState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use kaiwa_core::agent::trace::{By, Note, Trace};
+use kaiwa_core::agent::trace::{By, Note, Trace, TracedCall};
 use kaiwa_core::store::SessionRecord;
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -124,10 +124,14 @@ pub(in crate::web_console) async fn trace(
         Ok(None) => return not_found(headers).await,
         Err(e) => return failed(lang, e),
     };
+    let calls: Vec<TracedCall> = match state.store.turn_calls(id, message).await {
+        Ok(calls) => calls.iter().map(TracedCall::from).collect(),
+        Err(e) => return failed(lang, e),
+    };
     let body = html! {
         p { a href={ "/sessions/" (id) } { (t(lang, "← The conversation", "← 会話へ")) } }
         @match serde_json::from_str::<Trace>(&stored) {
-            Ok(trace) => (trace_view(lang, &trace)),
+            Ok(trace) => (trace_view(lang, &trace, &calls)),
             Err(_) => p.hint { (t(lang, "This trace cannot be read.", "この記録は読めません。")) },
         }
     };
@@ -151,8 +155,8 @@ fn by(lang: &str, by: By) -> &'static str {
     }
 }
 
-/// A trace's notes in order, then its model calls.
-pub(super) fn trace_view(lang: &str, trace: &Trace) -> Markup {
+/// A trace's notes in order, then the turn's model calls.
+pub(super) fn trace_view(lang: &str, trace: &Trace, calls: &[TracedCall]) -> Markup {
     html! {
         @if trace.shortened {
             p.hint { (t(lang, "Shortened to stay within its size.", "容量のため一部を省略しています。")) }
@@ -216,15 +220,15 @@ pub(super) fn trace_view(lang: &str, trace: &Trace) -> Markup {
             }
         }
         section.calls {
-            h2 { (t(lang, "Model calls", "モデル呼び出し")) " (" (trace.calls.len()) ")" }
-            @if trace.calls.is_empty() {
+            h2 { (t(lang, "Model calls", "モデル呼び出し")) " (" (calls.len()) ")" }
+            @if calls.is_empty() {
                 p.hint { (t(lang, "None: no model answered in this turn.", "なし: このターンではモデルを呼び出していません。")) }
             } @else {
                 table { thead { tr {
                     th { (t(lang, "Agent", "エージェント")) } th { (t(lang, "Model", "モデル")) }
                     th { "ms" } th { (t(lang, "Tokens in / out", "トークン 入力 / 出力")) } th { (t(lang, "Outcome", "結果")) }
                 } }
-                tbody { @for c in &trace.calls { tr class=(c.outcome) {
+                tbody { @for c in calls { tr class=(c.outcome) {
                     td { (c.agent) } td { (c.model) } td { (c.ms) }
                     td { (c.prompt_tokens) " / " (c.completion_tokens) }
                     td { (c.outcome) @if let Some(e) = &c.error { span.hint { " — " (e) } } }

@@ -177,6 +177,30 @@ impl<S: OnDb> Console for S {
             .transpose()
     }
 
+    async fn turn_calls(
+        &self,
+        session_id: i64,
+        message_id: i64,
+    ) -> Result<Vec<crate::store::LlmCallRecord>, StoreError> {
+        // the turn's calls came after the turn before it committed, and before its own
+        // commit (its messages' time)
+        let rows = query(
+            "SELECT c.session_id, c.agent, c.model, c.prompt_tokens, c.completion_tokens, \
+             c.latency_ms, c.error, c.created_ms, c.wasted FROM llm_calls c, messages m \
+             WHERE m.id = $2 AND m.session_id = $1 AND c.session_id = $1 \
+             AND c.created_ms <= m.created_ms \
+             AND c.created_ms > COALESCE((SELECT MAX(p.created_ms) FROM messages p \
+                 WHERE p.session_id = $1 AND p.created_ms < m.created_ms), 0) \
+             ORDER BY c.id",
+        )
+        .bind(session_id)
+        .bind(message_id)
+        .fetch_all(self.db().read())
+        .await
+        .map_err(StoreError::db("reading a turn's model calls"))?;
+        rows.iter().map(rows::llm_call_from_row).collect()
+    }
+
     async fn message_trace(
         &self,
         session_id: i64,
