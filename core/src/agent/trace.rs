@@ -52,11 +52,14 @@ pub enum Note {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         why: Option<String>,
     },
-    /// A search for a sub-task (`tool`: the model's tool, or `floor` for the floor's own).
+    /// A search for a sub-task (`tool`: the model's tool, or `floor` for the floor's own);
+    /// `by_meaning`: the knowledge base ranked by meaning beside words.
     Search {
         subtask: String,
         tool: String,
         query: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        by_meaning: bool,
         passages: Vec<TracedPassage>,
     },
     /// The reflection on a sub-task's answer.
@@ -224,6 +227,7 @@ mod tests {
                 subtask: "x".repeat(500),
                 tool: "search_kb".into(),
                 query: format!("query {n}"),
+                by_meaning: false,
                 passages: passages.clone(),
             })
             .collect();

@@ -586,6 +586,13 @@ impl Semantic {
         }
     }
 
+    /// Whether a search of `query` now ranks by meaning too: the passages' vectors are
+    /// ready and its language is searched by meaning (its vector then kept or embedded).
+    pub fn ranks_by_meaning(&self, kb: &KnowledgeBase, query: &str) -> bool {
+        self.current(kb)
+            .is_some_and(|v| v.alone_at_for(query).is_some())
+    }
+
     /// Embeds `query` ahead of a search of it (kept with the last questions' vectors), where
     /// its language is searched by meaning and it was not asked before: a help-desk turn
     /// embeds its question beside the planner's call, so the rule-based floor still finds
@@ -645,6 +652,13 @@ impl From<Arc<KnowledgeBase>> for KbSearch {
 }
 
 impl KbSearch {
+    /// Whether a search of `query` ranks by meaning too ([`Semantic::ranks_by_meaning`]).
+    pub fn ranks_by_meaning(&self, query: &str) -> bool {
+        self.meaning
+            .as_ref()
+            .is_some_and(|m| m.ranks_by_meaning(&self.kb, query))
+    }
+
     /// Embeds `query` ahead of its search ([`Semantic::prefetch`]); nothing without
     /// embeddings.
     pub async fn prefetch(&self, query: &str) {

@@ -484,6 +484,28 @@ async fn a_telegram_help_desk_answers_a_paraphrase_from_the_passage_it_means() {
         "the question went to the embeddings model"
     );
     bot.stop().await;
+    // the answers' traces say the floor searched by meaning too
+    let store = kaiwa_core::store::connect(&s.db).await.expect("store");
+    let mut traces: Vec<String> = Vec::new();
+    for session in store.find_sessions("", 10).await.expect("sessions") {
+        for message in store.traced_messages(session.id).await.expect("traced") {
+            if let Some(trace) = store
+                .message_trace(session.id, message)
+                .await
+                .expect("a trace")
+            {
+                traces.push(trace);
+            }
+        }
+    }
+    store.close().await;
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    for trace in &traces {
+        assert!(
+            trace.contains(r#""tool":"floor""#) && trace.contains(r#""by_meaning":true"#),
+            "{trace}"
+        );
+    }
 }
 
 /// A model trained with prefixes (nomic-embed-text's here) is given them: the questions,

@@ -169,8 +169,9 @@ pub(super) fn trace_view(lang: &str, trace: &Trace, calls: &[TracedCall]) -> Mar
                         @if let Some(why) = why { " (" (why) ")" }
                         ol { @for task in subtasks { li { (task) } } }
                     },
-                    Note::Search { subtask, tool, query, passages } => li.search {
+                    Note::Search { subtask, tool, query, by_meaning, passages } => li.search {
                         strong { (t(lang, "Search", "検索")) } " · " code { (tool) } " · " q { (query) }
+                        " · " @if *by_meaning { (t(lang, "by words and meaning", "語と意味で")) } @else { (t(lang, "by words", "語で")) }
                         @if subtask != query { span.hint { " — " (t(lang, "for ", "サブタスク: ")) (subtask) } }
                         @if passages.is_empty() {
                             p.hint { (t(lang, "Nothing found.", "見つかりませんでした。")) }

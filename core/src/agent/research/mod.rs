@@ -52,6 +52,8 @@ pub struct Library {
     pub search: FloorSearch,
     /// Run on the question beside the planner's call, where the library has it.
     pub prefetch: Option<Prefetch>,
+    /// Whether the floor's search of a text ranks by meaning too (for the trace).
+    pub by_meaning: Option<Arc<dyn Fn(&str) -> bool + Send + Sync>>,
 }
 
 impl Library {
@@ -73,13 +75,14 @@ impl Library {
             tools,
             search,
             prefetch: None,
+            by_meaning: None,
         }
     }
 
     /// The team's knowledge base with `search_kb` and `get_kb_document` (by meaning too
     /// where `search` has embeddings, the floor included).
     pub fn knowledge_base(name: &str, role: &str, search: KbSearch) -> Self {
-        let (floor, ahead) = (search.clone(), search.clone());
+        let (floor, ahead, ranks) = (search.clone(), search.clone(), search.clone());
         let mut library = Library::new(
             name,
             role,
@@ -93,6 +96,7 @@ impl Library {
                 Box::pin(async move { floor.search(&q, k).await.unwrap_or_default() })
             }),
         );
+        library.by_meaning = Some(Arc::new(move |q: &str| ranks.ranks_by_meaning(q)));
         // the question's vector, ready for the floor even once a slow model spent the turn
         library.prefetch = Some(Arc::new(move |q: String| {
             let ahead = ahead.clone();
@@ -229,19 +233,30 @@ pub fn is_follow_up(question: &str) -> bool {
 pub struct ResearchWork {
     pub passages: Vec<Passage>,
     pub searched: bool,
-    /// Each tool call's tool, query and what it returned, for the turn's trace.
-    pub searches: Vec<(String, String, Vec<TracedPassage>)>,
+    /// Each tool call's search, for the turn's trace.
+    pub searches: Vec<Searched>,
+}
+
+/// A search a sub-task made, as the trace keeps it.
+pub struct Searched {
+    pub tool: String,
+    pub query: String,
+    /// Ranked by meaning beside words.
+    pub by_meaning: bool,
+    pub passages: Vec<TracedPassage>,
 }
 
 impl ResearchWork {
-    /// A search by `tool` for `query` returned `found`: noted for the trace.
-    pub fn note_search(&mut self, tool: &str, query: &str, found: &[Passage]) {
+    /// A search by `tool` for `query` (by meaning too: `by_meaning`) returned `found`:
+    /// noted for the trace.
+    pub fn note_search(&mut self, tool: &str, query: &str, by_meaning: bool, found: &[Passage]) {
         self.searched = true;
-        self.searches.push((
-            tool.to_string(),
-            query.to_string(),
-            found.iter().map(TracedPassage::from).collect(),
-        ));
+        self.searches.push(Searched {
+            tool: tool.to_string(),
+            query: query.to_string(),
+            by_meaning,
+            passages: found.iter().map(TracedPassage::from).collect(),
+        });
     }
 }
 
@@ -292,7 +307,8 @@ impl TypedTool<ResearchWork> for SearchKb {
             .search(&args.query, args.k.unwrap_or(3).clamp(1, 10))
             .await
             .map_err(|e| ToolError::Rejected(e.to_string()))?;
-        work.note_search(Self::NAME, &args.query, &found);
+        let by_meaning = self.0.ranks_by_meaning(&args.query);
+        work.note_search(Self::NAME, &args.query, by_meaning, &found);
         remember(work, &found);
         Ok(ToolOutput::ok(render(&found)))
     }
@@ -318,7 +334,7 @@ impl TypedTool<ResearchWork> for GetKbDocument {
         work: &mut ResearchWork,
         args: DocumentArgs,
     ) -> Result<ToolOutput, ToolError> {
-        work.note_search(Self::NAME, &args.path, &[]);
+        work.note_search(Self::NAME, &args.path, false, &[]);
         self.0
             .document(&args.path)
             .map(ToolOutput::ok)
@@ -376,18 +392,20 @@ impl Research<'_> {
         }
     }
 
-    async fn floor_attempt(
-        &self,
-        task: &str,
-    ) -> (SubAnswer, Vec<(String, String, Vec<TracedPassage>)>) {
+    async fn floor_attempt(&self, task: &str) -> (SubAnswer, Vec<Searched>) {
         let mut passages = (self.library.search)(task.to_string(), FLOOR_READS).await;
         passages.retain(|p| self.allowed(p));
         let passages = floor_cut(passages);
-        let searched = vec![(
-            "floor".to_string(),
-            task.to_string(),
-            passages.iter().map(TracedPassage::from).collect(),
-        )];
+        let searched = vec![Searched {
+            tool: "floor".to_string(),
+            query: task.to_string(),
+            by_meaning: self
+                .library
+                .by_meaning
+                .as_ref()
+                .is_some_and(|ranks| ranks(task)),
+            passages: passages.iter().map(TracedPassage::from).collect(),
+        }];
         let answer = SubAnswer {
             text: passages
                 .iter()
@@ -496,12 +514,13 @@ impl PlanExecuteReflect for Research<'_> {
         try_no: u32,
     ) -> SubAnswer {
         let (answer, searches) = self.attempted(task, previous, try_no).await;
-        for (tool, query, passages) in searches {
+        for s in searches {
             self.ledger.note(Note::Search {
                 subtask: task.clone(),
-                tool,
-                query,
-                passages,
+                tool: s.tool,
+                query: s.query,
+                by_meaning: s.by_meaning,
+                passages: s.passages,
             });
         }
         answer
@@ -593,7 +612,7 @@ impl Research<'_> {
         task: &String,
         previous: Option<(&SubAnswer, &ResearchReflection)>,
         _try_no: u32,
-    ) -> (SubAnswer, Vec<(String, String, Vec<TracedPassage>)>) {
+    ) -> (SubAnswer, Vec<Searched>) {
         let Some(model) = self.models.for_agent(&self.library.executor) else {
             return self.floor_attempt(task).await;
         };

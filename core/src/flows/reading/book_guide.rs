@@ -49,7 +49,12 @@ impl TypedTool<ResearchWork> for GetBookInfo {
             ))
         })?;
         let passage = book.passage(1.0);
-        work.note_search(Self::NAME, &args.title, std::slice::from_ref(&passage));
+        work.note_search(
+            Self::NAME,
+            &args.title,
+            false,
+            std::slice::from_ref(&passage),
+        );
         let text = format!("[{}]\n{}", passage.citation(), passage.text);
         if !work
             .passages
@@ -105,7 +110,7 @@ impl TypedTool<ResearchWork> for SearchLibrary {
     ) -> Result<ToolOutput, ToolError> {
         work.searched = true;
         let found = search_both(&self.catalogue, self.kb.as_deref(), &args.query, 3);
-        work.note_search(Self::NAME, &args.query, &found);
+        work.note_search(Self::NAME, &args.query, false, &found);
         let text = found
             .iter()
             .map(|p| format!("[{}]\n{}", p.citation(), p.text))
