@@ -35,6 +35,9 @@ pub type FloorSearch =
 /// planner thinks).
 pub type Prefetch = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
+/// Whether a search of a text ranks by meaning beside words.
+pub type RanksByMeaning = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// What a research agent consults, and who it is.
 pub struct Library {
     /// Agent names are `{name}_planner`, `{name}_executor`, `{name}_reflector`, `{name}_answer`.
@@ -53,7 +56,7 @@ pub struct Library {
     /// Run on the question beside the planner's call, where the library has it.
     pub prefetch: Option<Prefetch>,
     /// Whether the floor's search of a text ranks by meaning too (for the trace).
-    pub by_meaning: Option<Arc<dyn Fn(&str) -> bool + Send + Sync>>,
+    pub by_meaning: Option<RanksByMeaning>,
 }
 
 impl Library {
