@@ -13,13 +13,13 @@ use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "777000:CONSOLE-secret-token";
+pub(crate) const TOKEN: &str = "777000:CONSOLE-secret-token";
 const ADMIN_CHAT: i64 = -100777;
-const ADMIN: i64 = 9;
+pub(crate) const ADMIN: i64 = 9;
 const APPLICANT: i64 = 501;
 const EVIL_NAME: &str = "<script>alert(1)</script>";
 
-fn config(telegram_url: &str, admins: &str) -> String {
+pub(crate) fn config(telegram_url: &str, admins: &str) -> String {
     let head = common::head(5);
     format!(
         r#"
@@ -41,8 +41,8 @@ poll_timeout_secs = 1
 }
 
 /// chromedriver on a free port with a headless Chromium session; both end with the test.
-struct Browser {
-    client: Client,
+pub(crate) struct Browser {
+    pub(crate) client: Client,
     _driver: tokio::process::Child,
     _profile: tempfile::TempDir,
 }
@@ -54,7 +54,7 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-async fn browser() -> Browser {
+pub(crate) async fn browser() -> Browser {
     let port = free_port();
     let driver = tokio::process::Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -108,7 +108,7 @@ async fn browser() -> Browser {
 }
 
 /// The page's visible text once it contains `needle` (the page after a form, say).
-async fn page_with(client: &Client, needle: &str) -> String {
+pub(crate) async fn page_with(client: &Client, needle: &str) -> String {
     let started = Instant::now();
     loop {
         let text = match client.find(Locator::Css("body")).await {
@@ -126,7 +126,7 @@ async fn page_with(client: &Client, needle: &str) -> String {
     }
 }
 
-async fn click(client: &Client, css: &str) {
+pub(crate) async fn click(client: &Client, css: &str) {
     client
         .find(Locator::Css(css))
         .await
@@ -175,7 +175,7 @@ fn link_in(fake: &FakeTelegram, to: Chat) -> Option<String> {
     })
 }
 
-async fn ask_for_link(fake: &FakeTelegram, user: i64) -> String {
+pub(crate) async fn ask_for_link(fake: &FakeTelegram, user: i64) -> String {
     let private = Chat::private(user);
     let before = link_in(fake, private);
     fake.send_text(Chat::private(ADMIN_CHAT), user, "/console");

@@ -11,4 +11,5 @@ mod instances;
 mod kb_index;
 mod plugin;
 mod run_service;
+mod trace_interview;
 mod upgrade;
