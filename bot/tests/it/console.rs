@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) const TOKEN: &str = "777000:CONSOLE-secret-token";
 const ADMIN_CHAT: i64 = -100777;
-pub(crate) const ADMIN: i64 = 9;
+const ADMIN: i64 = 9;
 const APPLICANT: i64 = 501;
 const EVIL_NAME: &str = "<script>alert(1)</script>";
 
@@ -54,7 +54,7 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-pub(crate) async fn browser() -> Browser {
+async fn browser() -> Browser {
     let port = free_port();
     let driver = tokio::process::Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -107,6 +107,19 @@ pub(crate) async fn browser() -> Browser {
     }
 }
 
+/// A browser the admin signed in with a link `/console` sent.
+pub(crate) async fn signed_in_browser(telegram: &FakeTelegram) -> Browser {
+    let browser = browser().await;
+    let client = &browser.client;
+    client
+        .goto(&ask_for_link(telegram, ADMIN).await)
+        .await
+        .expect("sign in");
+    click(client, "#sign-in").await;
+    page_with(client, "Applications").await;
+    browser
+}
+
 /// The page's visible text once it contains `needle` (the page after a form, say).
 pub(crate) async fn page_with(client: &Client, needle: &str) -> String {
     let started = Instant::now();
@@ -126,7 +139,7 @@ pub(crate) async fn page_with(client: &Client, needle: &str) -> String {
     }
 }
 
-pub(crate) async fn click(client: &Client, css: &str) {
+async fn click(client: &Client, css: &str) {
     client
         .find(Locator::Css(css))
         .await
@@ -175,7 +188,7 @@ fn link_in(fake: &FakeTelegram, to: Chat) -> Option<String> {
     })
 }
 
-pub(crate) async fn ask_for_link(fake: &FakeTelegram, user: i64) -> String {
+async fn ask_for_link(fake: &FakeTelegram, user: i64) -> String {
     let private = Chat::private(user);
     let before = link_in(fake, private);
     fake.send_text(Chat::private(ADMIN_CHAT), user, "/console");
@@ -741,14 +754,8 @@ async fn each_answer_opens_its_trace_in_the_console_until_forgotten() {
             .await
             .expect("the asker's session")
     };
-    let browser = browser().await;
+    let browser = signed_in_browser(&telegram).await;
     let client = &browser.client;
-    client
-        .goto(&ask_for_link(&telegram, ADMIN).await)
-        .await
-        .expect("sign in");
-    click(client, "#sign-in").await;
-    page_with(client, "Applications").await;
     client
         .goto(&format!("{base}/sessions/{session}"))
         .await

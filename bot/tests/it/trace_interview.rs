@@ -5,7 +5,7 @@
 //! stopped.
 
 use crate::common;
-use crate::console::{ADMIN, TOKEN, ask_for_link, browser, click, config, page_with};
+use crate::console::{TOKEN, config, page_with, signed_in_browser};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::sync::Arc;
@@ -145,14 +145,8 @@ async fn the_application_page_shows_why_a_follow_up_was_asked_and_what_quick_che
     }
     assert!(vague_said, "the motivation was asked");
 
-    let browser = browser().await;
+    let browser = signed_in_browser(&telegram).await;
     let client = &browser.client;
-    client
-        .goto(&ask_for_link(&telegram, ADMIN).await)
-        .await
-        .expect("sign in");
-    click(client, "#sign-in").await;
-    page_with(client, "Applications").await;
     client
         .goto(&format!("{base}/applications"))
         .await
