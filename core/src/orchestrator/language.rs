@@ -14,6 +14,17 @@ pub(super) struct Handed {
     pub(super) said: String,
 }
 
+/// What is known of a conversation's language before its turn settles it
+/// ([`Orchestrator::settle_language`]).
+pub(super) struct LanguageHints {
+    /// Handed on by the conversation the message came from, or named by the message that
+    /// replaces the session (`/lang`, a start command in another language).
+    pub(super) handed: Option<String>,
+    /// The user's chosen language as the turn's load read it for a conversation that
+    /// starts (`Some(None)`: none chosen); `None` when it was not read.
+    pub(super) chosen: Option<Option<String>>,
+}
+
 /// The language the user's own words in `body` are written in. A command's words and its
 /// arguments in Latin letters (`/reading start Kokoro`) say nothing about the user's
 /// language; Japanese in its arguments does.
@@ -102,8 +113,9 @@ impl Orchestrator {
         session: &mut SessionRecord,
         follows_written: bool,
         incoming: &Incoming,
-        (handed, chosen): (Option<String>, Option<Option<String>>),
+        hints: LanguageHints,
     ) -> Option<String> {
+        let LanguageHints { handed, chosen } = hints;
         if session.language.is_some() {
             return None;
         }

@@ -8,18 +8,19 @@
 //! 4. [`Orchestrator::plan`] (`routing.rs`) — a turn of a flow, or a reply without one.
 //! 5. [`Orchestrator::settle_language`] (`language.rs`) — the conversation's language.
 //! 6. [`Orchestrator::run_flow`] — the flow's turn within the budget (`working.rs`).
-//! 7. A hand-off to another flow runs as that flow's command, in the same lock.
+//! 7. A hand-off to another flow runs as that flow's command, in the same lock: the loop of
+//!    [`Orchestrator::handle_locked`] takes the next [`Step`].
 //! 8. [`Orchestrator::annotate`] — what the orchestrator adds to the flow's output.
 //! 9. [`Orchestrator::commit_and_deliver`] (`delivery.rs`) — written, then delivered.
 
 use super::delivery::FinishedTurn;
-use super::language::Handed;
+use super::language::{Handed, LanguageHints};
 use super::notices::{apology, in_language, pick, too_long};
 use super::routing::Plan;
 use super::working::Streaming;
 use super::{HISTORY_LIMIT, Orchestrator, OrchestratorError, Outbox, TurnReport};
 use crate::agent::LlmLedger;
-use crate::flow::{Flow, Handoff, TurnContext, TurnInput, TurnOutput};
+use crate::flow::{Flow, TurnContext, TurnInput, TurnOutput};
 use crate::message::{Body, Incoming, Outgoing, SessionKey};
 use crate::metrics::kind;
 use crate::store::{SessionRecord, StateChange, StoredMessage, TurnLoad};
@@ -33,19 +34,67 @@ struct Ran {
     ledger: LlmLedger,
 }
 
+/// What one pass of [`Orchestrator::handle_locked`] came to.
+enum Step {
+    /// The message is answered.
+    Done(TurnReport),
+    /// The flow handed the message to another flow: it runs again as that flow's command,
+    /// with what the conversation it came from hands on.
+    HandedOn { incoming: Incoming, handed: Handed },
+}
+
+/// What a conversation that starts needs, read with the turn's load when none was active.
+struct Starting {
+    chosen_language: Option<String>,
+    ended_before: bool,
+}
+
+/// The session a flow's turn runs in, and for one that starts, whether the user ended the
+/// one before it.
+struct RunIn<'a> {
+    session: &'a SessionRecord,
+    ended_before: Option<bool>,
+}
+
 impl Orchestrator {
     /// One message, the session's lock held. `handed`: the message was handed over by
-    /// another conversation (see [`Handed`]).
+    /// another conversation (see [`Handed`]); a hand-off the turn makes runs in the same
+    /// lock, as the next pass.
     pub(super) async fn handle_locked(
         &self,
-        incoming: Incoming,
+        mut incoming: Incoming,
         key: SessionKey,
         outbox: &dyn Outbox,
-        handed: Option<Handed>,
+        mut handed: Option<Handed>,
     ) -> Result<TurnReport, OrchestratorError> {
+        loop {
+            match self.handle_once(incoming, &key, outbox, handed).await? {
+                Step::Done(report) => return Ok(report),
+                Step::HandedOn {
+                    incoming: command,
+                    handed: by,
+                } => {
+                    incoming = command;
+                    handed = Some(by);
+                }
+            }
+        }
+    }
+
+    /// One pass of [`Self::handle_locked`]: the turn's steps in order (see the module).
+    async fn handle_once(
+        &self,
+        incoming: Incoming,
+        key: &SessionKey,
+        outbox: &dyn Outbox,
+        handed: Option<Handed>,
+    ) -> Result<Step, OrchestratorError> {
         let (handed_language, said) = handed.map_or((None, None), |h| (h.language, Some(h.said)));
-        if let Some(text) = self.answer_before_loading(&incoming, &key, outbox).await? {
-            return self.reply_only(&incoming, None, text, outbox).await;
+        if let Some(text) = self.answer_before_loading(&incoming, key, outbox).await? {
+            return self
+                .reply_only(&incoming, None, text, outbox)
+                .await
+                .map(Step::Done);
         }
         let TurnLoad {
             duplicate,
@@ -55,32 +104,42 @@ impl Orchestrator {
             ended_before,
         } = self
             .store
-            .load_for_turn(&key, &incoming.message_id, HISTORY_LIMIT)
+            .load_for_turn(key, &incoming.message_id, HISTORY_LIMIT)
             .await?;
         if duplicate {
-            return Ok(self.skip_duplicate(&key, active.as_ref(), outbox).await);
+            return Ok(Step::Done(
+                self.skip_duplicate(key, active.as_ref(), outbox).await,
+            ));
         }
         // the language of a reply outside a flow's turn
         let lang =
             super::language::reply_language(active.as_ref(), chosen_language.as_deref(), &incoming)
                 .to_string();
         if let Some(report) = self
-            .answer_personal_command(&incoming, &key, &active, &lang, outbox)
+            .answer_personal_command(&incoming, key, &active, &lang, outbox)
             .await?
         {
-            return Ok(report);
+            return Ok(Step::Done(report));
         }
-        // what a conversation that starts needs, read with the load when none was active
-        let starting = active.is_none().then_some((chosen_language, ended_before));
-        if let Some(hold) = self.hold_at(&key).await {
+        let starting = active.is_none().then_some(Starting {
+            chosen_language,
+            ended_before,
+        });
+        if let Some(hold) = self.hold_at(key).await {
             // a person holds the conversation: the agent stays silent
-            return self.relay_to_staff(&incoming, active, hold, outbox).await;
+            return self
+                .relay_to_staff(&incoming, active, hold, outbox)
+                .await
+                .map(Step::Done);
         }
         let history_of = active.as_ref().map(|s| s.id);
         let replaced_language = super::language::replaced_language(active.as_ref(), &incoming);
         let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
             Plan::Reply { session, text } => {
-                return self.reply_only(&incoming, session, text, outbox).await;
+                return self
+                    .reply_only(&incoming, session, text, outbox)
+                    .await
+                    .map(Step::Done);
             }
             Plan::Turn {
                 session,
@@ -90,20 +149,25 @@ impl Orchestrator {
         };
         let Some(flow) = self.flows.get(&session.flow).cloned() else {
             let text = flow_not_enabled(&session);
-            return self.reply_only(&incoming, None, text, outbox).await;
+            return self
+                .reply_only(&incoming, None, text, outbox)
+                .await
+                .map(Step::Done);
         };
         let detected = self
             .settle_language(
                 &mut session,
                 flow.follows_written_language(),
                 &incoming,
-                (
-                    handed_language.or(replaced_language),
-                    starting.as_ref().map(|s| s.0.clone()),
-                ),
+                LanguageHints {
+                    handed: handed_language.or(replaced_language),
+                    chosen: starting.as_ref().map(|s| s.chosen_language.clone()),
+                },
             )
             .await;
-        let ended_before = starting.map(|s| s.1).filter(|_| session.is_new());
+        let ended_before = starting
+            .map(|s| s.ended_before)
+            .filter(|_| session.is_new());
         // the history belongs to the session that runs, not to one it replaces
         let history = match history_of == Some(session.id) && !session.is_new() {
             true => history,
@@ -118,7 +182,10 @@ impl Orchestrator {
         } = self
             .run_flow(
                 &flow,
-                (&session, ended_before),
+                RunIn {
+                    session: &session,
+                    ended_before,
+                },
                 &incoming,
                 &history,
                 input,
@@ -131,7 +198,8 @@ impl Orchestrator {
                 streaming.finish().await;
                 return self
                     .apologise(&incoming, session, &error, ledger, outbox)
-                    .await;
+                    .await
+                    .map(Step::Done);
             }
         };
         if let Some(language) = detected {
@@ -142,9 +210,15 @@ impl Orchestrator {
         {
             streaming.finish().await;
             let handed = handed_on(&incoming, said, &output, &session);
-            return self
-                .as_command(incoming, (key, handoff, handed), outbox)
-                .await;
+            tracing::info!(command = %handoff.command, "message handed to another flow");
+            let body = Body::Command {
+                name: handoff.command,
+                args: handoff.args,
+            };
+            return Ok(Step::HandedOn {
+                incoming: Incoming { body, ..incoming },
+                handed,
+            });
         }
         self.annotate(&mut output, &session, &incoming, is_command, &streaming);
         let turn = FinishedTurn {
@@ -155,7 +229,9 @@ impl Orchestrator {
             replace_pending: true,
             said,
         };
-        self.deliver_ran(&incoming, turn, streaming, outbox).await
+        self.deliver_ran(&incoming, turn, streaming, outbox)
+            .await
+            .map(Step::Done)
     }
 
     /// A flow's `turn` committed and delivered, then its stream closed. Where the command
@@ -181,23 +257,6 @@ impl Orchestrator {
             report.finished = false;
         }
         Ok(report)
-    }
-
-    /// A message that stands for a command of another flow (`handoff`), handled as that
-    /// command, with what the conversation it came from `handed` on.
-    async fn as_command(
-        &self,
-        incoming: Incoming,
-        (key, handoff, handed): (SessionKey, Handoff, Handed),
-        outbox: &dyn Outbox,
-    ) -> Result<TurnReport, OrchestratorError> {
-        tracing::info!(command = %handoff.command, "message handed to another flow");
-        let body = Body::Command {
-            name: handoff.command,
-            args: handoff.args,
-        };
-        let incoming = Incoming { body, ..incoming };
-        Box::pin(self.handle_locked(incoming, key, outbox, Some(handed))).await
     }
 
     /// The answer to a message no session needs to be read for: one over the length limit
@@ -278,12 +337,16 @@ impl Orchestrator {
     async fn run_flow(
         &self,
         flow: &Arc<dyn Flow>,
-        (session, ended_before): (&SessionRecord, Option<bool>),
+        run_in: RunIn<'_>,
         incoming: &Incoming,
         history: &[StoredMessage],
         input: TurnInput,
         outbox: &dyn Outbox,
     ) -> Ran {
+        let RunIn {
+            session,
+            ended_before,
+        } = run_in;
         let key = &session.key;
         // a start command's argument (`/interview engineer`), else the place's flow argument
         let start_arg = match (&incoming.body, session.is_new()) {
