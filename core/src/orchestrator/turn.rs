@@ -40,7 +40,10 @@ enum Step {
     Done(TurnReport),
     /// The flow handed the message to another flow: it runs again as that flow's command,
     /// with what the conversation it came from hands on.
-    HandedOn { incoming: Incoming, handed: Handed },
+    HandedOn {
+        incoming: Box<Incoming>,
+        handed: Handed,
+    },
 }
 
 /// What a conversation that starts needs, read with the turn's load when none was active.
@@ -74,7 +77,7 @@ impl Orchestrator {
                     incoming: command,
                     handed: by,
                 } => {
-                    incoming = command;
+                    incoming = *command;
                     handed = Some(by);
                 }
             }
@@ -216,7 +219,7 @@ impl Orchestrator {
                 args: handoff.args,
             };
             return Ok(Step::HandedOn {
-                incoming: Incoming { body, ..incoming },
+                incoming: Box::new(Incoming { body, ..incoming }),
                 handed,
             });
         }
