@@ -295,7 +295,7 @@ impl InterviewFlow {
         }
         if section == Section::Timezone && st.zone_asked && st.zone_choices.is_empty() {
             // asked once in words: asking again must not give it up as unresolved
-            out.say(super::greeting::zone_question_in_words(&lang));
+            out.say(super::greeter::zone_question_in_words(&lang));
         } else {
             self.greeting_step(st, out);
         }

@@ -4,8 +4,9 @@
 //!
 //! The language is always offered as options (buttons). The country is resolved against a
 //! built-in table (English and Japanese names, ISO codes); the time zone is inferred from it
-//! and validated with chrono-tz — a country with several zones asks which one, an unknown one
-//! falls back to `Asia/Tokyo` as the seed says. With a model, the Greeter agent reads the
+//! and validated with chrono-tz — a country with several zones asks which one. A country or
+//! zone not recognised after the second ask is kept as the applicant wrote it, unresolved
+//! (the admins are told), and no zone is invented. With a model, the Greeter agent reads the
 //! applicant's free text; without one, the same tools are applied by rules.
 
 use super::state::InterviewState;
@@ -16,6 +17,15 @@ use serde::Deserialize;
 use std::str::FromStr;
 
 pub const AGENT: &str = "greeter";
+
+/// The time zone asked for in words (a country whose zones are not known).
+pub(super) fn zone_question_in_words(lang: &str) -> String {
+    crate::i18n::pick(
+        lang,
+        "Which time zone are you in? Please write it like Europe/Berlin or America/New_York.",
+        "どのタイムゾーンにお住まいですか？ Europe/Berlin や America/New_York のように書いてください。",
+    )
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {

@@ -12,15 +12,6 @@ use crate::message::OptionItem;
 use crate::store::StateChange;
 use std::sync::Arc;
 
-/// The time zone asked for in words (a country whose zones are not known).
-pub(super) fn zone_question_in_words(lang: &str) -> String {
-    pick(
-        lang,
-        "Which time zone are you in? Please write it like Europe/Berlin or America/New_York.",
-        "どのタイムゾーンにお住まいですか？ Europe/Berlin や America/New_York のように書いてください。",
-    )
-}
-
 impl InterviewFlow {
     pub(super) fn greeting_step(&self, st: &mut InterviewState, out: &mut TurnOutput) -> bool {
         let lang = lang_of(st);
@@ -74,7 +65,7 @@ impl InterviewFlow {
                 } else if !st.zone_asked {
                     // a country whose zones we do not know: asked, never assumed
                     st.zone_asked = true;
-                    out.say(zone_question_in_words(&lang));
+                    out.say(greeter::zone_question_in_words(&lang));
                     false
                 } else {
                     // asked and not answered with a zone: none is assumed

@@ -3,5 +3,5 @@
 
 pub mod admin;
 mod help;
-mod language;
+mod lang;
 mod privacy;
