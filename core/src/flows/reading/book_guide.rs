@@ -177,11 +177,18 @@ impl TypedTool<ResearchWork> for WebSearchTool {
             Ok(pages) => pages,
             Err(e) => {
                 outside_failed();
+                work.note_search(Self::NAME, &args.query, false, &[]);
                 return Ok(ToolOutput::ok(format!(
                     "The web search is unavailable ({e}); answer from the library and say the web could not be searched."
                 )));
             }
         };
+        let found: Vec<Passage> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, page)| web_passage(page, 0.5 - i as f32 * 0.01))
+            .collect();
+        work.note_search(Self::NAME, &args.query, false, &found);
         if pages.is_empty() {
             return Ok(ToolOutput::ok("No web page matched."));
         }
