@@ -726,6 +726,13 @@ async fn forgetting_a_user_deletes_only_theirs(db: Db) {
             .as_deref(),
         Some(trace)
     );
+    // and the turn's model calls are the ledger's rows of that turn
+    let calls = store
+        .turn_calls(theirs.session.id, traced[0])
+        .await
+        .expect("reads");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].agent, "greeter");
     let other_key = SessionKey {
         user: "u2".into(),
         ..place("a")
