@@ -107,6 +107,26 @@ async fn browser() -> Browser {
     }
 }
 
+/// `kaiwa run` in `dir` with the console on the fake `telegram` and `[llm]` at the fake
+/// `model` (no retries; `more` added to the section); the process and the console's
+/// address.
+pub(crate) async fn run_with_model(
+    dir: &std::path::Path,
+    telegram: &FakeTelegram,
+    model: &kaiwa_tests::fake_openai::FakeOpenAi,
+    more: &str,
+) -> (tokio::process::Child, String) {
+    let config = format!(
+        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_secs = 5\nmax_retries = 0\n{more}",
+        config(telegram.url(), "9"),
+        model.base_url()
+    );
+    std::fs::write(dir.join("kaiwa.toml"), config).expect("config");
+    let (bot, log) = common::spawn_run(dir, TOKEN);
+    let address = common::logged_after(&log, "console at http://").await;
+    (bot, format!("http://{}", address.trim_end_matches('/')))
+}
+
 /// A browser the admin signed in with a link `/console` sent.
 pub(crate) async fn signed_in_browser(telegram: &FakeTelegram) -> Browser {
     let browser = browser().await;
@@ -715,15 +735,7 @@ async fn each_answer_opens_its_trace_in_the_console_until_forgotten() {
     let telegram = FakeTelegram::start(TOKEN).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = format!("sqlite://{}/kaiwa.db", dir.path().display());
-    let config = format!(
-        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_secs = 5\nmax_retries = 0\n",
-        config(telegram.url(), "9"),
-        model.base_url()
-    );
-    std::fs::write(dir.path().join("kaiwa.toml"), config).expect("config");
-    let (mut bot, log) = common::spawn_run(dir.path(), TOKEN);
-    let address = common::logged_after(&log, "console at http://").await;
-    let base = format!("http://{}", address.trim_end_matches('/'));
+    let (mut bot, base) = run_with_model(dir.path(), &telegram, &model, "").await;
 
     const ASKER: i64 = 601;
     let group = Chat::topic(-100600, 7);

@@ -1,8 +1,8 @@
 //! Kaiwa's image (`Containerfile`) built and run with podman against the fake Telegram on
 //! the host's network: a non-root process, a health check that passes and then fails on a
-//! database that cannot be written, an answered message, SIGTERM within the grace period with nothing lost, the
-//! SQLite database kept in its volume across a removed container, and a second container
-//! on the same volume refused.
+//! database that cannot be written, an answered message, SIGTERM within the grace period
+//! with nothing lost, the SQLite database kept in its volume across a removed container,
+//! and a second container on the same volume refused.
 //!
 //! Needs root, podman, runc and debootstrap (the base image is made from Debian's packages
 //! by `scripts/debian-base`) and a minute or more, so it is ignored by `cargo test`;
@@ -63,15 +63,19 @@ const SANDBOX: [&str; 6] = [
     "nproc=1024:1024",
 ];
 
-/// Starts a container of the image named `name` on the host's network, with the volume
-/// (or `--mount`) `data` at `/data` and the test's configuration in `config_dir`.
-async fn start(name: &str, data: &[&str], config_dir: &Path) -> String {
+/// `podman run` of the image as the container `name` on the host's network (`-d`:
+/// `detached`), the volume `volume` at `/data` and the test's configuration in `config_dir`:
+/// its exit code and what it printed.
+async fn run(name: &str, detached: bool, volume: &str, config_dir: &Path) -> (Option<i32>, String) {
+    let data = format!("{volume}:/data");
     let config_mount = format!("{}:/etc/kaiwa-test:ro", config_dir.display());
     let token = format!("KAIWA_TEST_TELEGRAM_TOKEN={TOKEN}");
-    let mut args = vec!["run", "-d", "--name", name, "--network", "host"];
+    let mut args = vec!["run", if detached { "-d" } else { "--rm" }];
+    args.extend(["--name", name, "--network", "host"]);
     args.extend(SANDBOX);
-    args.extend(data);
     args.extend([
+        "-v",
+        &data,
         "-v",
         &config_mount,
         "-e",
@@ -80,7 +84,13 @@ async fn start(name: &str, data: &[&str], config_dir: &Path) -> String {
         &token,
         IMAGE,
     ]);
-    podman_ok(&args).await
+    podman(&args).await
+}
+
+/// Starts the container `name` ([`run`], detached).
+async fn start(name: &str, volume: &str, config_dir: &Path) {
+    let (code, out) = run(name, true, volume, config_dir).await;
+    assert_eq!(code, Some(0), "podman run {name}: {out}");
 }
 
 /// Runs `podman healthcheck run` until it passes (or `limit` passes): how long it took.
@@ -221,11 +231,10 @@ async fn the_image_runs_kaiwa_as_a_user_keeps_its_data_and_stops_on_sigterm() {
         volumes: vec![volume.clone()],
     };
     podman_ok(&["volume", "create", &volume]).await;
-    let data = format!("{volume}:/data");
 
     // started, healthy, and not root
     let started = Instant::now();
-    start(&first, &["-v", &data], config_dir.path()).await;
+    start(&first, &volume, config_dir.path()).await;
     let healthy = healthy_within(&first, Duration::from_secs(60)).await;
     eprintln!(
         "from podman run to a healthy check: {:?}",
@@ -275,7 +284,7 @@ async fn the_image_runs_kaiwa_as_a_user_keeps_its_data_and_stops_on_sigterm() {
     podman_ok(&["rm", &first]).await;
 
     // a new container on the same volume goes on with the conversation
-    start(&second, &["-v", &data], config_dir.path()).await;
+    start(&second, &volume, config_dir.path()).await;
     healthy_within(&second, Duration::from_secs(60)).await;
     let texts = telegram.wait_texts(chat, asked.len() + 1).await;
     telegram.send_text(chat, 51, "/status");
@@ -296,24 +305,12 @@ async fn the_image_runs_kaiwa_as_a_user_keeps_its_data_and_stops_on_sigterm() {
     assert_ne!(answer_to_japan, &asked[asked.len() - 1], "{all:#?}");
 
     // a second container on the same SQLite file is refused
-    let mut args = vec!["run", "--rm", "--name", &third, "--network", "host"];
-    args.extend(SANDBOX);
-    let config_mount = format!("{}:/etc/kaiwa-test:ro", config_dir.path().display());
-    let token = format!("KAIWA_TEST_TELEGRAM_TOKEN={TOKEN}");
-    args.extend([
-        "-v",
-        &data,
-        "-v",
-        &config_mount,
-        "-e",
-        "KAIWA_CONFIG=/etc/kaiwa-test/kaiwa.toml",
-        "-e",
-        &token,
-        IMAGE,
-    ]);
-    let (code, out) = tokio::time::timeout(Duration::from_secs(60), podman(&args))
-        .await
-        .expect("the second container ends");
+    let (code, out) = tokio::time::timeout(
+        Duration::from_secs(60),
+        run(&third, false, &volume, config_dir.path()),
+    )
+    .await
+    .expect("the second container ends");
     assert_ne!(code, Some(0), "{out}");
     assert!(
         out.contains("another `kaiwa run` uses the SQLite database"),

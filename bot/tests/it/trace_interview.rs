@@ -4,8 +4,7 @@
 //! Chromium) shows, for that question, why the follow-up was asked and what QuickCheck
 //! stopped.
 
-use crate::common;
-use crate::console::{TOKEN, config, page_with, signed_in_browser};
+use crate::console::{TOKEN, page_with, run_with_model, signed_in_browser};
 use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_telegram::{Chat, FakeTelegram};
 use std::sync::Arc;
@@ -83,15 +82,9 @@ async fn the_application_page_shows_why_a_follow_up_was_asked_and_what_quick_che
         .expect("the model");
     let telegram = FakeTelegram::start(TOKEN).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = format!(
-        "{}\n[llm]\nbase_url = \"{}\"\nmodel = \"m\"\ntimeout_secs = 5\nmax_retries = 0\nbreaker_failures = 100000\n",
-        config(telegram.url(), "9"),
-        model.base_url()
-    );
-    std::fs::write(dir.path().join("kaiwa.toml"), config).expect("config");
-    let (mut bot, log) = common::spawn_run(dir.path(), TOKEN);
-    let address = common::logged_after(&log, "console at http://").await;
-    let base = format!("http://{}", address.trim_end_matches('/'));
+    // the agents whose calls fail must not open the breaker for the scripted ones
+    let (mut bot, base) =
+        run_with_model(dir.path(), &telegram, &model, "breaker_failures = 100000\n").await;
 
     const APPLICANT: i64 = 777;
     let chat = Chat::private(APPLICANT);
