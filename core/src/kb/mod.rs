@@ -38,7 +38,7 @@ mod semantic;
 pub(crate) mod vocabulary;
 
 pub use japanese::Morphology;
-use ranking::{best_in_language, fuse, fuse_explained, lexical, question};
+use ranking::{best_in_language, fuse, lexical, question};
 pub use semantic::{DEFAULT_BATCH, KbSearch, LanguageCheck, Prefixes, Progress, Semantic};
 
 /// A passage found by a search.
@@ -52,6 +52,11 @@ pub struct Passage {
     /// The share of the question's words (or their synonyms) the passage contains, 0–1.
     #[serde(default)]
     pub coverage: f32,
+}
+
+/// The passages of a ranking, without what they were ranked by.
+fn passages(ranking: Vec<Explained>) -> Vec<Passage> {
+    ranking.into_iter().map(|e| e.passage).collect()
 }
 
 /// A passage of a ranking with what it was ranked by ([`KnowledgeBase::explain`]).
@@ -546,14 +551,7 @@ impl KnowledgeBase {
     /// The best `k` passages for `query` (English words and Japanese text alike), in the
     /// question's language when it has any (see the module).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>, KbError> {
-        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let question = question(&i, self.morphology.as_deref(), query)?;
-        let found = lexical(&i, &question)?;
-        Ok(best_in_language(
-            found.into_iter().map(|(_, p)| p).collect(),
-            query,
-            k,
-        ))
+        Ok(passages(self.explain(query, k, None)?))
     }
 
     /// How many units of meaning `query` has for the search (its English words, Japanese
@@ -589,17 +587,11 @@ impl KnowledgeBase {
         similarity: &[f32],
         alone_at: f32,
     ) -> Result<Vec<Passage>, KbError> {
-        let i = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let question = question(&i, self.morphology.as_deref(), query)?;
-        let found = lexical(&i, &question)?;
-        if i.built_at != built_at || similarity.len() != i.sections.len() {
-            return Ok(best_in_language(
-                found.into_iter().map(|(_, p)| p).collect(),
-                query,
-                k,
-            ));
-        }
-        Ok(fuse(&i, &question, found, (similarity, alone_at), k))
+        Ok(passages(self.explain(
+            query,
+            k,
+            Some((built_at, similarity, alone_at)),
+        )?))
     }
 
     /// The ranking [`Self::search`] (`meaning`: `None`) or [`Self::search_by_meaning`]
@@ -618,13 +610,7 @@ impl KnowledgeBase {
             Some((built_at, similarity, alone_at))
                 if i.built_at == built_at && similarity.len() == i.sections.len() =>
             {
-                Ok(fuse_explained(
-                    &i,
-                    &question,
-                    found,
-                    (similarity, alone_at),
-                    k,
-                ))
+                Ok(fuse(&i, &question, found, (similarity, alone_at), k))
             }
             _ => Ok(
                 best_in_language(found.into_iter().map(|(_, p)| p).collect(), query, k)

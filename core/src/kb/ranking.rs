@@ -307,22 +307,9 @@ const MEANING_FULL: f32 = 3.0;
 /// no word with the question is kept only when its meaning stands out ([`MEANING_ALONE`])
 /// or its similarity reaches `alone_at` (the model's own scale, learnt from the passages:
 /// a base of a few passages has too few for standard deviations).
-/// `Passage::score` is the combined score, 0–1.
+/// `Passage::score` is the combined score, 0–1; each passage comes with what it was ranked
+/// by ([`Explained`]).
 pub(super) fn fuse(
-    i: &Indexed,
-    q: &Question,
-    lexical: Vec<(usize, Passage)>,
-    meaning: (&[f32], f32),
-    k: usize,
-) -> Vec<Passage> {
-    fuse_explained(i, q, lexical, meaning, k)
-        .into_iter()
-        .map(|e| e.passage)
-        .collect()
-}
-
-/// [`fuse`], each passage with what it was ranked by.
-pub(super) fn fuse_explained(
     i: &Indexed,
     q: &Question,
     lexical: Vec<(usize, Passage)>,

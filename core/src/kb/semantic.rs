@@ -82,6 +82,15 @@ impl std::fmt::Display for LanguageCheck {
     }
 }
 
+/// A question's meaning against one build of the passages ([`Semantic::meaning_of`]).
+struct Meaning {
+    built_at: chrono::DateTime<chrono::Utc>,
+    /// The cosine similarity of each passage to the question.
+    similarity: Vec<f32>,
+    /// From what similarity a passage is found by meaning alone.
+    alone_at: f32,
+}
+
 /// Questions whose vectors are kept ([`Vectors::asked`]).
 const QUESTIONS_KEPT: usize = 64;
 
@@ -543,18 +552,13 @@ impl Semantic {
         query: &str,
         k: usize,
     ) -> Result<Vec<Passage>, KbError> {
-        let Some(vectors) = self.current(kb) else {
+        if self.current(kb).is_none() {
             self.prepare_in_background(kb);
-            return kb.search(query, k);
-        };
-        let Some(alone_at) = vectors.alone_at_for(query) else {
-            return kb.search(query, k);
-        };
-        let Some(asked) = self.question_vector(&vectors, query).await else {
-            return kb.search(query, k);
-        };
-        let similarity: Vec<f32> = vectors.unit.iter().map(|p| dot(p, &asked)).collect();
-        kb.search_by_meaning(query, k, vectors.built_at, &similarity, alone_at)
+        }
+        match self.meaning_of(kb, query).await {
+            Some(m) => kb.search_by_meaning(query, k, m.built_at, &m.similarity, m.alone_at),
+            None => kb.search(query, k),
+        }
     }
 
     /// [`KnowledgeBase::explain`] for `query` as [`Self::search`] ranks it: with meaning
@@ -566,24 +570,27 @@ impl Semantic {
         query: &str,
         k: usize,
     ) -> Result<(Vec<super::Explained>, bool), KbError> {
-        let meaning = match self.current(kb) {
-            Some(vectors) => match vectors.alone_at_for(query) {
-                Some(alone_at) => self.question_vector(&vectors, query).await.map(|asked| {
-                    let similarity: Vec<f32> =
-                        vectors.unit.iter().map(|p| dot(p, &asked)).collect();
-                    (vectors.built_at, similarity, alone_at)
-                }),
-                None => None,
-            },
-            None => None,
-        };
-        match &meaning {
-            Some((built_at, similarity, alone_at)) => Ok((
-                kb.explain(query, k, Some((*built_at, similarity, *alone_at)))?,
+        match self.meaning_of(kb, query).await {
+            Some(m) => Ok((
+                kb.explain(query, k, Some((m.built_at, &m.similarity, m.alone_at)))?,
                 true,
             )),
             None => Ok((kb.explain(query, k, None)?, false)),
         }
+    }
+
+    /// Each passage's similarity to `query`, where a search of it ranks by meaning: the
+    /// passages' vectors are ready, its language is searched by meaning and it could be
+    /// embedded.
+    async fn meaning_of(&self, kb: &KnowledgeBase, query: &str) -> Option<Meaning> {
+        let vectors = self.current(kb)?;
+        let alone_at = vectors.alone_at_for(query)?;
+        let asked = self.question_vector(&vectors, query).await?;
+        Some(Meaning {
+            built_at: vectors.built_at,
+            similarity: vectors.unit.iter().map(|p| dot(p, &asked)).collect(),
+            alone_at,
+        })
     }
 
     /// Whether a search of `query` now ranks by meaning too: the passages' vectors are
