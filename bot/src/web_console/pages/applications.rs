@@ -249,30 +249,13 @@ pub(in crate::web_console) async fn application(
         },
         None => (Vec::new(), Vec::new()),
     };
-    // why each follow-up was asked and what QuickCheck stopped, per question
-    let mut why: BTreeMap<String, Vec<(i64, Note)>> = BTreeMap::new();
-    if let Some(session) = s.session_id {
-        for &message in &traced {
-            let trace = match state.store.message_trace(session, message).await {
-                Ok(Some(json)) => serde_json::from_str::<Trace>(&json).ok(),
-                Ok(None) => None,
-                Err(e) => return failed(lang, e),
-            };
-            for note in trace.map(|t| t.notes).unwrap_or_default() {
-                match &note {
-                    Note::Review {
-                        field,
-                        complete: false,
-                        ..
-                    }
-                    | Note::QuickCheckStopped { field, .. } => {
-                        why.entry(field.clone()).or_default().push((message, note));
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
+    let why = match s.session_id {
+        Some(session) => match follow_ups_and_stops(&state, session, &traced).await {
+            Ok(why) => why,
+            Err(e) => return failed(lang, e),
+        },
+        None => BTreeMap::new(),
+    };
     let audit = audit_of(&s);
     let sub = &s.submission;
     let empty = serde_json::Map::new();
@@ -350,37 +333,7 @@ pub(in crate::web_console) async fn application(
                 None => p.hint { (t(lang, "No audit.", "監査はありません。")) },
             }
         }
-        section #why {
-            h2 { (t(lang, "Follow-ups and stopped questions", "追加の質問と止められた質問")) }
-            @if why.is_empty() {
-                p.hint { (t(lang, "No follow-up was asked and QuickCheck stopped no question.", "追加の質問はなく、QuickCheck が止めた質問もありません。")) }
-            }
-            @for (field, notes) in &why {
-                article.field-why id={ "why-" (field) } {
-                    h3 { code { (field) } }
-                    ul { @for (message, note) in notes {
-                        li {
-                            @match note {
-                                Note::Review { missing, feedback, by: who, .. } => {
-                                    (t(lang, "Follow-up: ", "追加の質問: "))
-                                    @if missing.is_empty() { (t(lang, "the answer was not complete", "回答が不十分")) }
-                                    @else { (t(lang, "missing ", "不足: ")) (missing.join(", ")) }
-                                    @if let Some(f) = feedback { " — " (f) }
-                                    span.hint { " (" (match who { By::Model => t(lang, "the model's review", "モデルの確認"), By::Floor => t(lang, "the rule-based review", "ルールによる確認") }) ")" }
-                                },
-                                Note::QuickCheckStopped { draft, finding, .. } => {
-                                    (t(lang, "QuickCheck stopped ", "QuickCheck が止めた質問: ")) q { (draft) } " — " (finding)
-                                },
-                                _ => {},
-                            }
-                            @if let Some(session) = s.session_id {
-                                " " a.why href={ "/sessions/" (session) "/trace/" (message) } { (t(lang, "trace", "記録")) }
-                            }
-                        }
-                    } }
-                }
-            }
-        }
+        (why_section(lang, s.session_id, &why))
         section {
             h2 { (t(lang, "Transcript", "会話記録")) }
             (transcript(lang, &messages, &traced))
@@ -436,6 +389,80 @@ pub(in crate::web_console) async fn decide(
         .console_action(&signed.admin, AdminAction { kind, session_id })
         .await;
     after_action(&format!("/applications/{id}"), &outcome.text)
+}
+
+/// The notes of a session's traces that say why a follow-up was asked (the Reviewer found
+/// the answer incomplete) or what QuickCheck stopped, per question, each with the message
+/// whose trace holds it.
+async fn follow_ups_and_stops(
+    state: &ConsoleState,
+    session: i64,
+    traced: &[i64],
+) -> Result<BTreeMap<String, Vec<(i64, Note)>>, kaiwa_core::store::StoreError> {
+    let mut why: BTreeMap<String, Vec<(i64, Note)>> = BTreeMap::new();
+    for &message in traced {
+        let trace = state
+            .store
+            .message_trace(session, message)
+            .await?
+            .and_then(|json| serde_json::from_str::<Trace>(&json).ok());
+        for note in trace.map(|t| t.notes).unwrap_or_default() {
+            match &note {
+                Note::Review {
+                    field,
+                    complete: false,
+                    ..
+                }
+                | Note::QuickCheckStopped { field, .. } => {
+                    why.entry(field.clone()).or_default().push((message, note));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(why)
+}
+
+/// "Follow-ups and stopped questions": [`follow_ups_and_stops`] by question, each linking
+/// to its trace in session `session` (while the conversation is kept).
+fn why_section(
+    lang: &str,
+    session: Option<i64>,
+    why: &BTreeMap<String, Vec<(i64, Note)>>,
+) -> Markup {
+    html! {
+        section #why {
+            h2 { (t(lang, "Follow-ups and stopped questions", "追加の質問と止められた質問")) }
+            @if why.is_empty() {
+                p.hint { (t(lang, "No follow-up was asked and QuickCheck stopped no question.", "追加の質問はなく、QuickCheck が止めた質問もありません。")) }
+            }
+            @for (field, notes) in why {
+                article.field-why id={ "why-" (field) } {
+                    h3 { code { (field) } }
+                    ul { @for (message, note) in notes {
+                        li {
+                            @match note {
+                                Note::Review { missing, feedback, by: who, .. } => {
+                                    (t(lang, "Follow-up: ", "追加の質問: "))
+                                    @if missing.is_empty() { (t(lang, "the answer was not complete", "回答が不十分")) }
+                                    @else { (t(lang, "missing ", "不足: ")) (missing.join(", ")) }
+                                    @if let Some(f) = feedback { " — " (f) }
+                                    span.hint { " (" (match who { By::Model => t(lang, "the model's review", "モデルの確認"), By::Floor => t(lang, "the rule-based review", "ルールによる確認") }) ")" }
+                                },
+                                Note::QuickCheckStopped { draft, finding, .. } => {
+                                    (t(lang, "QuickCheck stopped ", "QuickCheck が止めた質問: ")) q { (draft) } " — " (finding)
+                                },
+                                _ => {},
+                            }
+                            @if let Some(session) = session {
+                                " " a.why href={ "/sessions/" (session) "/trace/" (message) } { (t(lang, "trace", "記録")) }
+                            }
+                        }
+                    } }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
