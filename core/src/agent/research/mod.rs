@@ -249,17 +249,25 @@ pub struct Searched {
     pub passages: Vec<TracedPassage>,
 }
 
+impl Searched {
+    /// A search by `tool` for `query` (by meaning too: `by_meaning`) that returned `found`.
+    fn new(tool: &str, query: &str, by_meaning: bool, found: &[Passage]) -> Self {
+        Searched {
+            tool: tool.to_string(),
+            query: query.to_string(),
+            by_meaning,
+            passages: found.iter().map(TracedPassage::from).collect(),
+        }
+    }
+}
+
 impl ResearchWork {
     /// A search by `tool` for `query` (by meaning too: `by_meaning`) returned `found`:
     /// noted for the trace.
     pub fn note_search(&mut self, tool: &str, query: &str, by_meaning: bool, found: &[Passage]) {
         self.searched = true;
-        self.searches.push(Searched {
-            tool: tool.to_string(),
-            query: query.to_string(),
-            by_meaning,
-            passages: found.iter().map(TracedPassage::from).collect(),
-        });
+        self.searches
+            .push(Searched::new(tool, query, by_meaning, found));
     }
 }
 
@@ -399,16 +407,12 @@ impl Research<'_> {
         let mut passages = (self.library.search)(task.to_string(), FLOOR_READS).await;
         passages.retain(|p| self.allowed(p));
         let passages = floor_cut(passages);
-        let searched = vec![Searched {
-            tool: "floor".to_string(),
-            query: task.to_string(),
-            by_meaning: self
-                .library
-                .by_meaning
-                .as_ref()
-                .is_some_and(|ranks| ranks(task)),
-            passages: passages.iter().map(TracedPassage::from).collect(),
-        }];
+        let by_meaning = self
+            .library
+            .by_meaning
+            .as_ref()
+            .is_some_and(|ranks| ranks(task));
+        let searched = vec![Searched::new("floor", task, by_meaning, &passages)];
         let answer = SubAnswer {
             text: passages
                 .iter()
@@ -738,90 +742,17 @@ impl Research<'_> {
                 "advice": o.reflections.iter().map(|r| r.base.feedback.clone()).collect::<Vec<_>>(),
             }))
             .collect::<Vec<_>>());
-        let model = self.models.for_agent(&self.library.answerer);
-        let (mut by, mut why) = (By::Floor, None::<String>);
-        let text = match model {
+        let answered = match self.models.for_agent(&self.library.answerer) {
             Some(model) if !sources.is_empty() => {
-                let numbered = sources
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        format!("[{}] {}\n{}", i + 1, p.citation(), excerpt(&p.text, 600))
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                let subs = outcomes
-                    .iter()
-                    .map(|o| format!("Sub-task: {}\nAnswer: {}", o.task, o.attempt.text))
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                let previous = self
-                    .previous
-                    .as_ref()
-                    .map(|(q, a)| format!("Earlier: Q: {q}\nA: {a}\n\n"))
-                    .unwrap_or_default();
-                let system = format!(
-                    "You are {}. Write the final answer in {}: integrate the sub-answers into one clear reply and cite \
-                     the numbered sources as [n]. Use only the sources.",
-                    self.library.role,
-                    if self.lang == "ja" {
-                        "Japanese"
-                    } else {
-                        "English"
-                    }
-                );
-                let user = format!(
-                    "{previous}Question: {}\n\n{subs}\n\nSources:\n{numbered}",
-                    self.question
-                );
-                let agent: Agent<()> = Agent::new(self.library.answerer.clone(), Vec::new())
-                    .with_max_iterations(1)
-                    .streaming();
-                match agent
-                    .run(
-                        model.as_ref(),
-                        vec![ChatMessage::system(system), ChatMessage::user(user)],
-                        (),
-                        self.ledger,
-                    )
+                self.model_answer(model.as_ref(), &outcomes, &mut sources)
                     .await
-                {
-                    // (an answer of citations alone, or one that names people and places
-                    // its sources never mention, gives way to the passages themselves)
-                    Ok(r) if !says_something(&r.response_text) => {
-                        why = Some("the model's answer said nothing beyond its citations".into());
-                        self.floor_answer(&sources)
-                    }
-                    Ok(r)
-                        if names_not_in(&r.response_text, &sources, &self.question).len() >= 2 =>
-                    {
-                        why = Some(
-                            "the model's answer named people or places its sources never mention"
-                                .into(),
-                        );
-                        self.floor_answer(&sources)
-                    }
-                    Ok(r) => {
-                        by = By::Model;
-                        let checked = check_citations(r.response_text.trim(), sources.len());
-                        let (text, cited) = keep_cited(&checked, std::mem::take(&mut sources));
-                        sources = cited;
-                        format!("{text}\n\n{}", sources_block(&sources, &self.lang))
-                    }
-                    Err(e) => {
-                        why = Some(e.to_string());
-                        self.floor_answer(&sources)
-                    }
-                }
             }
-            Some(_) => {
-                why = Some("no passage to answer from".into());
-                self.floor_answer(&sources)
-            }
-            None => {
-                why = Some("no model".into());
-                self.floor_answer(&sources)
-            }
+            Some(_) => Err("no passage to answer from".to_string()),
+            None => Err("no model".to_string()),
+        };
+        let (text, by, why) = match answered {
+            Ok(text) => (text, By::Model, None),
+            Err(why) => (self.floor_answer(&sources), By::Floor, Some(why)),
         };
         let confident = sources.iter().any(|p| p.coverage >= STRONG_COVERAGE);
         (
@@ -835,5 +766,75 @@ impl Research<'_> {
             by,
             why,
         )
+    }
+
+    /// The final answer the model writes from the sub-answers of `outcomes` and the
+    /// numbered `sources` (left as the passages it cites), or why the floor answers instead:
+    /// the model's error, an answer of citations alone, or one naming people and places the
+    /// sources never mention.
+    async fn model_answer(
+        &self,
+        model: &dyn crate::llm::ChatModel,
+        outcomes: &[TaskOutcome<String, SubAnswer, ResearchReflection>],
+        sources: &mut Vec<Passage>,
+    ) -> Result<String, String> {
+        let numbered = sources
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("[{}] {}\n{}", i + 1, p.citation(), excerpt(&p.text, 600)))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let subs = outcomes
+            .iter()
+            .map(|o| format!("Sub-task: {}\nAnswer: {}", o.task, o.attempt.text))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let previous = self
+            .previous
+            .as_ref()
+            .map(|(q, a)| format!("Earlier: Q: {q}\nA: {a}\n\n"))
+            .unwrap_or_default();
+        let system = format!(
+            "You are {}. Write the final answer in {}: integrate the sub-answers into one clear reply and cite \
+             the numbered sources as [n]. Use only the sources.",
+            self.library.role,
+            if self.lang == "ja" {
+                "Japanese"
+            } else {
+                "English"
+            }
+        );
+        let user = format!(
+            "{previous}Question: {}\n\n{subs}\n\nSources:\n{numbered}",
+            self.question
+        );
+        let agent: Agent<()> = Agent::new(self.library.answerer.clone(), Vec::new())
+            .with_max_iterations(1)
+            .streaming();
+        match agent
+            .run(
+                model,
+                vec![ChatMessage::system(system), ChatMessage::user(user)],
+                (),
+                self.ledger,
+            )
+            .await
+        {
+            // (an answer of citations alone, or one that names people and places
+            // its sources never mention, gives way to the passages themselves)
+            Ok(r) if !says_something(&r.response_text) => {
+                Err("the model's answer said nothing beyond its citations".into())
+            }
+            Ok(r) if names_not_in(&r.response_text, sources, &self.question).len() >= 2 => {
+                Err("the model's answer named people or places its sources never mention".into())
+            }
+            Ok(r) => {
+                let checked = check_citations(r.response_text.trim(), sources.len());
+                let (text, cited) = keep_cited(&checked, std::mem::take(sources));
+                *sources = cited;
+                Ok(format!("{text}\n\n{}", sources_block(sources, &self.lang)))
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
