@@ -358,6 +358,14 @@ impl Columns for Row {
 /// its database is, and the traits written once there are its own.
 pub(crate) trait OnDb: Send + Sync {
     fn db(&self) -> &Db;
+
+    /// Where leases are taken, renewed and let go: the writer, unless the backend has a
+    /// connection whose commits need not wait for the disk (a lease is a promise that
+    /// expires; what keeps a stale holder from writing is the session's version, checked
+    /// by every turn's durable commit).
+    fn leasing(&self) -> Pool<'_> {
+        self.db().write()
+    }
 }
 
 /// `context` for an error of a shared query.

@@ -113,7 +113,7 @@ contract!(
     a_database_from_a_newer_kaiwa_is_refused_unchanged,
 );
 
-fn place(chat: &str) -> SessionKey {
+pub(crate) fn place(chat: &str) -> SessionKey {
     SessionKey {
         platform: Platform::Console,
         chat: chat.into(),
@@ -122,7 +122,7 @@ fn place(chat: &str) -> SessionKey {
     }
 }
 
-fn user(id: &str) -> UserRef {
+pub(crate) fn user(id: &str) -> UserRef {
     UserRef {
         id: id.into(),
         display_name: format!("User {id}"),
@@ -130,7 +130,7 @@ fn user(id: &str) -> UserRef {
     }
 }
 
-fn call(agent: &str, wasted: bool) -> LlmCallRecord {
+pub(crate) fn call(agent: &str, wasted: bool) -> LlmCallRecord {
     LlmCallRecord {
         session_id: None,
         agent: agent.into(),
@@ -145,7 +145,7 @@ fn call(agent: &str, wasted: bool) -> LlmCallRecord {
 }
 
 /// A turn of `session` for update `id` in the session's own chat.
-fn commit(session: SessionRecord, id: &str, changes: Vec<StateChange>) -> TurnCommit {
+pub(crate) fn commit(session: SessionRecord, id: &str, changes: Vec<StateChange>) -> TurnCommit {
     TurnCommit {
         user: user(&session.key.user),
         finish_session: None,
@@ -160,7 +160,7 @@ fn commit(session: SessionRecord, id: &str, changes: Vec<StateChange>) -> TurnCo
     }
 }
 
-fn said(user: &str, assistant: &str) -> Vec<StateChange> {
+pub(crate) fn said(user: &str, assistant: &str) -> Vec<StateChange> {
     vec![
         StateChange::AddUserMessage { text: user.into() },
         StateChange::AddAssistantMessage {
@@ -170,7 +170,7 @@ fn said(user: &str, assistant: &str) -> Vec<StateChange> {
     ]
 }
 
-async fn first_turn(store: &dyn Store, chat: &str) -> CommittedTurn {
+pub(crate) async fn first_turn(store: &dyn Store, chat: &str) -> CommittedTurn {
     store
         .commit_turn(commit(
             SessionRecord::draft(place(chat), "assistant"),
@@ -181,7 +181,7 @@ async fn first_turn(store: &dyn Store, chat: &str) -> CommittedTurn {
         .expect("commits")
 }
 
-fn incoming(id: &str) -> Incoming {
+pub(crate) fn incoming(id: &str) -> Incoming {
     Incoming {
         platform: Platform::Console,
         chat: "c1".into(),

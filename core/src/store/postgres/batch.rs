@@ -1,102 +1,325 @@
-//! The ordinary turns of a writer's batch ([`super::writer`]) in one multi-row statement
-//! per table: their users and new sessions, the session updates (each checked against the
-//! version its turn loaded), processed updates, messages and model calls. A conflict or a
-//! duplicate among them makes [`fast_turns`] answer `None`: the writer rolls the batch back
-//! to its savepoint and writes the same turns one by one ([`super::turn::commit`]), which
-//! says which turn was refused.
+//! A writer's batch in one statement ([`at_once`]): the inbox entries, the ordinary turns
+//! (their users and new sessions, the session updates — each checked against the version
+//! its turn loaded —, processed updates, messages and model calls), the inbox clears and
+//! the delivery marks, as data-modifying `WITH` clauses over `UNNEST`ed arrays, autocommitted.
+//! One round trip and one WAL flush for the whole batch.
+//!
+//! A statement is atomic: when any of its turns is refused (a session another instance
+//! moved on, an update already processed, a second active session for a key), the
+//! statement's last clause raises (`kaiwa_batch_refused()`, a migration's function) and
+//! nothing of it is written; the writer then writes the same turns one by one in a
+//! transaction ([`super::turn::commit`]), which says which turn was refused.
+//!
+//! Ids: new sessions and messages draw theirs from their tables' identity sequences inside
+//! the statement, ranked ascending, so that a turn's messages are numbered in their order.
 
 use super::turn::clean;
-use crate::store::rows::{applied, from_ms, ms, pending_json};
+use crate::message::{Incoming, Platform};
+use crate::store::rows::{applied, corrupt, from_ms, ms, pending_json};
 use crate::store::{
     CommittedTurn, ProcessedUpdate, Role, SessionRecord, StateChange, StoreError, StoredMessage,
     TurnCommit,
 };
 use chrono::Utc;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 use std::collections::HashSet;
 
-/// Ids for `sessions` new sessions and `messages` messages, from their tables' identity
-/// sequences, ascending (ids a rolled-back batch drew are skipped, as sequences do).
-async fn draw_ids(
-    tx: &mut PgConnection,
-    sessions: usize,
-    messages: usize,
-) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
-    let rows: Vec<(bool, i64)> = sqlx::query_as(
-        "SELECT true, nextval(pg_get_serial_sequence('sessions', 'id')) FROM generate_series(1, $1) \
-         UNION ALL SELECT false, nextval(pg_get_serial_sequence('messages', 'id')) FROM generate_series(1, $2)",
-    )
-    .bind(i64::try_from(sessions).unwrap_or(i64::MAX))
-    .bind(i64::try_from(messages).unwrap_or(i64::MAX))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::db("drawing ids"))?;
-    let (mut session_ids, mut message_ids): (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
-    for (is_session, id) in rows {
-        if is_session {
-            session_ids.push(id);
-        } else {
-            message_ids.push(id);
-        }
-    }
-    session_ids.sort_unstable();
-    message_ids.sort_unstable();
-    if session_ids.len() != sessions || message_ids.len() != messages {
-        return Err(StoreError::Corrupt("the database drew too few ids".into()));
-    }
-    Ok((session_ids, message_ids))
+/// What a turn wrote: its outcome and the transcript messages, in order (for the cache).
+pub(super) type Written = (CommittedTurn, Vec<StoredMessage>);
+
+/// The SQLSTATE `kaiwa_batch_refused()` raises.
+const REFUSED: &str = "KWB01";
+
+/// The statement; its parameters are [`AtOnce::run`]'s binds, in order.
+const AT_ONCE: &str = "\
+WITH sync AS (SELECT set_config('synchronous_commit', COALESCE($1, current_setting('synchronous_commit')), true) AS s),
+kept AS (
+  INSERT INTO inbox (platform, chat, message_id, incoming, created_ms)
+  SELECT p, c, m, i, $2 FROM UNNEST($3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[]) WITH ORDINALITY AS t(p, c, m, i, n)
+  ORDER BY n ON CONFLICT DO NOTHING),
+seen AS (
+  INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms)
+  SELECT p, u, d, $2, $2 FROM UNNEST($7::TEXT[], $8::TEXT[], $9::TEXT[]) AS t(p, u, d) ORDER BY p, u
+  ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms),
+new_ids AS MATERIALIZED (
+  SELECT row_number() OVER (ORDER BY id) AS n, id
+  FROM (SELECT nextval(pg_get_serial_sequence('sessions', 'id')) AS id
+        FROM generate_series(1, (SELECT count(*) FROM UNNEST($10::BIGINT[]) AS r WHERE r < 0))) AS drawn),
+turns AS MATERIALIZED (
+  SELECT t.*, COALESCE(new_ids.id, t.r) AS sid
+  FROM UNNEST($10::BIGINT[], $11::BIGINT[], $12::TEXT[], $13::TEXT[], $14::TEXT[], $15::TEXT[], $16::TEXT[],
+              $17::TEXT[], $18::TEXT[], $19::TEXT[], $20::TEXT[], $21::TEXT[], $22::TEXT[], $23::TEXT[])
+       WITH ORDINALITY AS t(r, v, p, c, th, u, f, a, l, co, tz, st, po, s, n)
+  LEFT JOIN new_ids ON new_ids.n = -t.r),
+created AS (
+  INSERT INTO sessions (id, platform, chat, thread, user_id, flow, current_agent, language, country, timezone,
+                        state, pending_options, status, version, created_ms, updated_ms)
+  SELECT sid, p, c, th, u, f, a, l, co, tz, st, po, s, 1, $2, $2 FROM turns WHERE r < 0
+  ON CONFLICT DO NOTHING RETURNING 1),
+updated AS (
+  UPDATE sessions AS s SET current_agent = t.a, language = t.l, country = t.co, timezone = t.tz, state = t.st,
+    pending_options = t.po, status = t.s, version = s.version + 1, updated_ms = $2
+  FROM turns AS t WHERE t.r > 0 AND s.id = t.r AND s.version = t.v RETURNING 1),
+marked AS (
+  INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms)
+  SELECT q.p, q.c, q.m, turns.sid, $2
+  FROM UNNEST($24::TEXT[], $25::TEXT[], $26::TEXT[], $27::BIGINT[]) AS q(p, c, m, k) JOIN turns ON turns.n = q.k
+  ON CONFLICT DO NOTHING RETURNING 1),
+message_ids AS MATERIALIZED (
+  SELECT row_number() OVER (ORDER BY id) AS n, id
+  FROM (SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id
+        FROM generate_series(1, cardinality($28::BIGINT[]))) AS drawn),
+said AS (
+  INSERT INTO messages (id, session_id, role, text, delivered, trace, created_ms)
+  SELECT message_ids.id, turns.sid, m.r, m.t, m.d, m.w, $2
+  FROM UNNEST($28::BIGINT[], $29::TEXT[], $30::TEXT[], $31::BOOL[], $32::TEXT[]) WITH ORDINALITY AS m(k, r, t, d, w, n)
+  JOIN message_ids ON message_ids.n = m.n JOIN turns ON turns.n = m.k),
+called AS (
+  INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, latency_ms, error, created_ms, wasted)
+  SELECT COALESCE(x.own, turns.sid), x.a, x.m, x.pt, x.ct, x.ms, x.e, x.at, x.w
+  FROM UNNEST($33::BIGINT[], $34::BIGINT[], $35::TEXT[], $36::TEXT[], $37::BIGINT[], $38::BIGINT[], $39::BIGINT[],
+              $40::TEXT[], $41::BIGINT[], $42::BOOL[]) AS x(k, own, a, m, pt, ct, ms, e, at, w)
+  JOIN turns ON turns.n = x.k),
+cleared AS (
+  DELETE FROM inbox AS i USING UNNEST($43::TEXT[], $44::TEXT[], $45::TEXT[]) AS t(p, c, m)
+  WHERE i.platform = t.p AND i.chat = t.c AND i.message_id = t.m),
+delivered AS (UPDATE messages SET delivered = TRUE WHERE id = ANY($46::BIGINT[]))
+SELECT CASE WHEN (SELECT count(*) FROM created) + (SELECT count(*) FROM updated) = cardinality($10::BIGINT[])
+             AND (SELECT count(*) FROM marked) = cardinality($24::TEXT[])
+            THEN COALESCE((SELECT array_agg(id ORDER BY n) FROM new_ids), '{}')
+            ELSE kaiwa_batch_refused() END AS sessions,
+       COALESCE((SELECT array_agg(id ORDER BY n) FROM message_ids), '{}') AS messages,
+       (SELECT s FROM sync) AS sync";
+
+/// A batch for [`at_once`]: what it writes, one array per column.
+#[derive(Default)]
+pub(super) struct AtOnce<'a> {
+    turns: Vec<&'a TurnCommit>,
+    /// Each turn's session as it leaves it.
+    sessions: Vec<SessionRecord>,
+    keeps: Vec<&'a Incoming>,
+    done: Vec<&'a (Platform, String, String)>,
+    delivered: Vec<i64>,
 }
 
-/// The ordinary turns `commits` in one statement per table. `None`: one of them was
-/// refused (a conflict or a duplicate); the caller rolls back and writes them one by one,
-/// which says which.
-pub(super) async fn fast_turns(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-) -> Result<Option<Vec<(CommittedTurn, Vec<StoredMessage>)>>, StoreError> {
-    let now_ms = ms(Utc::now());
-    let now = from_ms(now_ms);
-    let mut sessions: Vec<SessionRecord> = commits.iter().map(|c| applied(c)).collect();
-    let new = sessions.iter().filter(|s| s.is_new()).count();
-    let texts = |c: &&TurnCommit| {
-        c.changes
-            .iter()
-            .filter(|ch| {
-                matches!(
-                    ch,
-                    StateChange::AddUserMessage { .. } | StateChange::AddAssistantMessage { .. }
-                )
-            })
-            .count()
-    };
-    let message_count: usize = commits.iter().map(texts).sum();
-    let (session_ids, message_ids) = draw_ids(tx, new, message_count).await?;
-    let mut session_ids = session_ids.into_iter();
-    for session in sessions.iter_mut().filter(|s| s.is_new()) {
-        session.id = session_ids
-            .next()
-            .ok_or_else(|| StoreError::Corrupt("too few session ids".into()))?;
+impl<'a> AtOnce<'a> {
+    /// Inbox entries to write (in order).
+    pub(super) fn keep(&mut self, entries: impl IntoIterator<Item = &'a Incoming>) {
+        self.keeps.extend(entries);
     }
-    if new > 0 && !insert_sessions(tx, commits, &sessions, now_ms).await? {
-        return Ok(None);
-    }
-    if !update_sessions(tx, commits, &sessions, now_ms).await? {
-        return Ok(None);
-    }
-    if !mark_processed(tx, commits, &sessions, now_ms).await? {
-        return Ok(None);
-    }
-    let messages = insert_messages(tx, commits, &sessions, message_ids, now_ms).await?;
-    insert_calls(tx, commits, &sessions).await?;
-    let mut written = Vec::with_capacity(commits.len());
-    for ((commit, mut session), messages) in commits.iter().zip(sessions).zip(messages) {
-        if commit.session.is_new() {
-            session.version = 1;
-            session.created_at = now;
-        } else {
-            session.version = commit.session.version + 1;
+
+    /// Ordinary turns (see `writer::is_ordinary`), at most one per existing session.
+    pub(super) fn turns(&mut self, turns: impl IntoIterator<Item = &'a TurnCommit>) {
+        for turn in turns {
+            self.sessions.push(applied(turn));
+            self.turns.push(turn);
         }
-        session.updated_at = now;
+    }
+
+    /// Inbox clears and delivery marks.
+    pub(super) fn clear_and_mark(
+        &mut self,
+        done: impl IntoIterator<Item = &'a (Platform, String, String)>,
+        delivered: &[i64],
+    ) {
+        self.done.extend(done);
+        self.delivered.extend_from_slice(delivered);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+            && self.keeps.is_empty()
+            && self.done.is_empty()
+            && self.delivered.is_empty()
+    }
+}
+
+/// Writes `batch` in one autocommitted statement; each turn's outcome in order. `Ok(None)`:
+/// a turn was refused and nothing was written.
+pub(super) async fn at_once(
+    pool: &PgPool,
+    batch: &AtOnce<'_>,
+) -> Result<Option<Vec<Written>>, StoreError> {
+    // a batch of clears and marks alone does not wait for the disk: a mark lost with the
+    // server (not with an instance: the commit is visible to every instance at once) only
+    // sends a reply again
+    let sync = (batch.turns.is_empty() && batch.keeps.is_empty()).then_some("off");
+    run(pool, batch, sync).await
+}
+
+/// Writes `batch` (keeps, clears and marks: no turns) in the transaction `tx`.
+pub(super) async fn within(tx: &mut PgConnection, batch: &AtOnce<'_>) -> Result<(), StoreError> {
+    match run(&mut *tx, batch, None).await? {
+        Some(_) => Ok(()),
+        None => Err(StoreError::Corrupt(
+            "a batch without turns was refused".into(),
+        )),
+    }
+}
+
+/// The statement on `db`; `sync`: the transaction's `synchronous_commit`, if not the
+/// server's.
+async fn run<'e>(
+    db: impl PgExecutor<'e>,
+    batch: &AtOnce<'_>,
+    sync: Option<&str>,
+) -> Result<Option<Vec<Written>>, StoreError> {
+    if batch.turns.is_empty() && batch.keeps.is_empty() {
+        clear_and_mark(db, batch, sync).await?;
+        return Ok(Some(Vec::new()));
+    }
+    let now_ms = ms(Utc::now());
+    let keeps = KeepColumns::of(&batch.keeps)?;
+    let users = UserColumns::of(&batch.turns, &batch.sessions);
+    let mut turns = TurnColumns::default();
+    let mut new = 0;
+    for (turn, session) in batch.turns.iter().zip(&batch.sessions) {
+        let reference = if turn.session.is_new() {
+            new += 1;
+            -new
+        } else {
+            turn.session.id
+        };
+        turns.push(reference, turn.session.version, session)?;
+    }
+    let processed = ProcessedColumns::of(&batch.turns);
+    let messages = MessageColumns::of(&batch.turns);
+    let mut calls = CallColumns::default();
+    for (k, turn) in (1_i64..).zip(&batch.turns) {
+        for call in &turn.llm_calls {
+            calls.push(call, None);
+            calls.turns.push(k);
+        }
+    }
+    let (clear_platforms, clear_chats, clear_ids) = clear_keys(batch.done.iter().copied());
+    let row = sqlx::query(AT_ONCE)
+        .bind(sync)
+        .bind(now_ms)
+        .bind(&keeps.platforms)
+        .bind(&keeps.chats)
+        .bind(&keeps.ids)
+        .bind(&keeps.bodies)
+        .bind(&users.platforms)
+        .bind(&users.ids)
+        .bind(&users.names)
+        .bind(&turns.references)
+        .bind(&turns.versions)
+        .bind(&turns.platforms)
+        .bind(&turns.chats)
+        .bind(&turns.threads)
+        .bind(&turns.users)
+        .bind(&turns.flows)
+        .bind(&turns.agents)
+        .bind(&turns.languages)
+        .bind(&turns.countries)
+        .bind(&turns.timezones)
+        .bind(&turns.states)
+        .bind(&turns.pending)
+        .bind(&turns.statuses)
+        .bind(&processed.platforms)
+        .bind(&processed.chats)
+        .bind(&processed.ids)
+        .bind(&processed.turns)
+        .bind(&messages.turns)
+        .bind(&messages.roles)
+        .bind(&messages.texts)
+        .bind(&messages.delivered)
+        .bind(&messages.traces)
+        .bind(&calls.turns)
+        .bind(&calls.sessions)
+        .bind(&calls.agents)
+        .bind(&calls.models)
+        .bind(&calls.prompt)
+        .bind(&calls.completion)
+        .bind(&calls.latency)
+        .bind(&calls.errors)
+        .bind(&calls.at)
+        .bind(&calls.wasted)
+        .bind(&clear_platforms)
+        .bind(&clear_chats)
+        .bind(&clear_ids)
+        .bind(&batch.delivered)
+        .fetch_one(db)
+        .await;
+    let row = match row {
+        Ok(row) => row,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(REFUSED) => return Ok(None),
+        Err(e) => {
+            return Err(StoreError::Database {
+                context: "writing a batch",
+                source: e,
+            });
+        }
+    };
+    let get = |e| corrupt("a batch's ids", e);
+    let session_ids: Vec<i64> = row.try_get("sessions").map_err(get)?;
+    let message_ids: Vec<i64> = row.try_get("messages").map_err(get)?;
+    if session_ids.len() != usize::try_from(new).unwrap_or(usize::MAX)
+        || message_ids.len() != messages.texts.len()
+    {
+        return Err(StoreError::Corrupt("the database drew too few ids".into()));
+    }
+    Ok(Some(written(batch, now_ms, session_ids, message_ids)))
+}
+
+/// The batch's inbox clears and delivery marks alone: the short statement.
+async fn clear_and_mark<'e>(
+    db: impl PgExecutor<'e>,
+    batch: &AtOnce<'_>,
+    sync: Option<&str>,
+) -> Result<(), StoreError> {
+    let (platforms, chats, ids) = clear_keys(batch.done.iter().copied());
+    sqlx::query(
+        "WITH sync AS (SELECT set_config('synchronous_commit', COALESCE($1, current_setting('synchronous_commit')), true) AS s), \
+         cleared AS (DELETE FROM inbox AS i USING UNNEST($2::TEXT[], $3::TEXT[], $4::TEXT[]) AS t(p, c, m) \
+         WHERE i.platform = t.p AND i.chat = t.c AND i.message_id = t.m), \
+         marked AS (UPDATE messages SET delivered = TRUE WHERE id = ANY($5::BIGINT[])) \
+         SELECT s FROM sync",
+    )
+    .bind(sync)
+    .bind(&platforms)
+    .bind(&chats)
+    .bind(&ids)
+    .bind(&batch.delivered)
+    .execute(db)
+    .await
+    .map_err(StoreError::db(
+        "clearing handled messages and marking replies delivered",
+    ))?;
+    Ok(())
+}
+
+/// Each turn's outcome, given the ids the statement drew (ascending, in the turns' order).
+fn written(
+    batch: &AtOnce<'_>,
+    now_ms: i64,
+    session_ids: Vec<i64>,
+    message_ids: Vec<i64>,
+) -> Vec<Written> {
+    let at = from_ms(now_ms);
+    let mut session_ids = session_ids.into_iter();
+    let mut message_ids = message_ids.into_iter();
+    let mut written = Vec::with_capacity(batch.turns.len());
+    for (turn, session) in batch.turns.iter().zip(&batch.sessions) {
+        let mut session = session.clone();
+        if turn.session.is_new() {
+            session.id = session_ids.next().unwrap_or_default();
+            session.version = 1;
+            session.created_at = at;
+        } else {
+            session.version = turn.session.version + 1;
+        }
+        session.updated_at = at;
+        let mut messages = Vec::new();
+        for (role, text, _) in transcript(turn) {
+            messages.push(StoredMessage {
+                id: message_ids.next().unwrap_or_default(),
+                session_id: session.id,
+                role,
+                text: clean(text).into_owned(),
+                at,
+            });
+        }
         let assistant_message_ids = messages
             .iter()
             .filter(|m| m.role == Role::Assistant)
@@ -110,86 +333,80 @@ pub(super) async fn fast_turns(
             messages,
         ));
     }
-    Ok(Some(written))
+    written
 }
 
-/// The users and rows of the new sessions among `sessions`; false when one could not be
-/// created (another session is active in its place).
-async fn insert_sessions(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-    sessions: &[SessionRecord],
-    now_ms: i64,
-) -> Result<bool, StoreError> {
-    // users once each (an upsert may not touch a row twice), in one order for every
-    // writer (two writers with users in common wait for each other, never deadlock)
-    let mut seen = HashSet::new();
-    let (mut platforms, mut ids, mut names) = (Vec::new(), Vec::new(), Vec::new());
-    for (commit, session) in commits.iter().zip(sessions) {
-        if commit.session.is_new() && seen.insert((session.key.platform, commit.user.id.as_str())) {
-            platforms.push(session.key.platform.as_str());
-            ids.push(clean(&commit.user.id).into_owned());
-            names.push(clean(&commit.user.display_name).into_owned());
+/// A turn's transcript messages: role, text and trace, in order.
+fn transcript(turn: &TurnCommit) -> impl Iterator<Item = (Role, &str, Option<&str>)> {
+    turn.changes.iter().filter_map(|change| match change {
+        StateChange::AddUserMessage { text } => Some((Role::User, text.as_str(), None)),
+        StateChange::AddAssistantMessage { text, trace } => {
+            Some((Role::Assistant, text.as_str(), trace.as_deref()))
         }
-    }
-    sqlx::query(
-        "INSERT INTO users (platform, user_id, display_name, first_seen_ms, last_seen_ms) \
-         SELECT p, u, n, $4, $4 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(p, u, n) ORDER BY p, u \
-         ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms",
-    )
-    .bind(&platforms)
-    .bind(&ids)
-    .bind(&names)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db("saving the users"))?;
-    let mut rows = SessionColumns::default();
-    let mut platforms = Vec::new();
-    let (mut chats, mut threads, mut users, mut flows) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (commit, session) in commits.iter().zip(sessions) {
-        if !commit.session.is_new() {
-            continue;
-        }
-        rows.push(session)?;
-        platforms.push(session.key.platform.as_str());
-        chats.push(clean(&session.key.chat).into_owned());
-        threads.push(clean(&session.key.thread).into_owned());
-        users.push(clean(&session.key.user).into_owned());
-        flows.push(session.flow.as_str());
-    }
-    let created = sqlx::query(
-        "INSERT INTO sessions (id, platform, chat, thread, user_id, flow, current_agent, language, country, timezone, \
-         state, pending_options, status, version, created_ms, updated_ms) \
-         SELECT i, p, c, th, u, f, a, l, co, tz, st, po, s, 1, $14, $14 FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], \
-         $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[], $12::TEXT[], \
-         $13::TEXT[]) AS t(i, p, c, th, u, f, a, l, co, tz, st, po, s) ON CONFLICT DO NOTHING",
-    )
-    .bind(&rows.ids)
-    .bind(&platforms)
-    .bind(&chats)
-    .bind(&threads)
-    .bind(&users)
-    .bind(&flows)
-    .bind(&rows.agents)
-    .bind(&rows.languages)
-    .bind(&rows.countries)
-    .bind(&rows.timezones)
-    .bind(&rows.states)
-    .bind(&rows.pending)
-    .bind(&rows.statuses)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db("creating the sessions"))?;
-    Ok(created.rows_affected() == rows.ids.len() as u64)
+        _ => None,
+    })
 }
 
-/// The columns a turn changes in a session row, one array per column.
+/// Inbox entries, one array per column.
 #[derive(Default)]
-struct SessionColumns {
-    ids: Vec<i64>,
+struct KeepColumns {
+    platforms: Vec<&'static str>,
+    chats: Vec<String>,
+    ids: Vec<String>,
+    bodies: Vec<String>,
+}
+
+impl KeepColumns {
+    fn of(entries: &[&Incoming]) -> Result<KeepColumns, StoreError> {
+        let mut c = KeepColumns::default();
+        for message in entries {
+            c.platforms.push(message.platform.as_str());
+            c.chats.push(clean(&message.chat).into_owned());
+            c.ids.push(clean(&message.message_id).into_owned());
+            let body = serde_json::to_string(message).map_err(|e| corrupt("inbox entry", e))?;
+            c.bodies.push(clean(&body).into_owned());
+        }
+        Ok(c)
+    }
+}
+
+/// The users of the new sessions, once each (an upsert may not touch a row twice); the
+/// statement takes them in one order for every writer, so that two writers with users in
+/// common wait for each other, never deadlock.
+#[derive(Default)]
+struct UserColumns {
+    platforms: Vec<&'static str>,
+    ids: Vec<String>,
+    names: Vec<String>,
+}
+
+impl UserColumns {
+    fn of(turns: &[&TurnCommit], sessions: &[SessionRecord]) -> UserColumns {
+        let mut c = UserColumns::default();
+        let mut seen = HashSet::new();
+        for (turn, session) in turns.iter().zip(sessions) {
+            if turn.session.is_new() && seen.insert((session.key.platform, turn.user.id.as_str())) {
+                c.platforms.push(session.key.platform.as_str());
+                c.ids.push(clean(&turn.user.id).into_owned());
+                c.names.push(clean(&turn.user.display_name).into_owned());
+            }
+        }
+        c
+    }
+}
+
+/// Each turn's session row as the turn leaves it, with the reference the statement knows
+/// it by: its id, or `-k` for the batch's k-th new session.
+#[derive(Default)]
+struct TurnColumns {
+    references: Vec<i64>,
+    /// The version the turn loaded (checked by the update).
+    versions: Vec<i64>,
+    platforms: Vec<&'static str>,
+    chats: Vec<String>,
+    threads: Vec<String>,
+    users: Vec<String>,
+    flows: Vec<String>,
     agents: Vec<Option<String>>,
     languages: Vec<Option<String>>,
     countries: Vec<Option<String>>,
@@ -199,10 +416,21 @@ struct SessionColumns {
     statuses: Vec<&'static str>,
 }
 
-impl SessionColumns {
-    fn push(&mut self, session: &SessionRecord) -> Result<(), StoreError> {
+impl TurnColumns {
+    fn push(
+        &mut self,
+        reference: i64,
+        version: i64,
+        session: &SessionRecord,
+    ) -> Result<(), StoreError> {
         let text = |t: &Option<String>| t.as_deref().map(|t| clean(t).into_owned());
-        self.ids.push(session.id);
+        self.references.push(reference);
+        self.versions.push(version);
+        self.platforms.push(session.key.platform.as_str());
+        self.chats.push(clean(&session.key.chat).into_owned());
+        self.threads.push(clean(&session.key.thread).into_owned());
+        self.users.push(clean(&session.key.user).into_owned());
+        self.flows.push(session.flow.as_str().to_owned());
         self.agents.push(text(&session.current_agent));
         self.languages.push(text(&session.language));
         self.countries.push(text(&session.country));
@@ -216,171 +444,80 @@ impl SessionColumns {
     }
 }
 
-/// The existing sessions among `sessions` as their turns leave them, each only from the
-/// version its turn loaded; false when one had moved on (another instance's turn).
-async fn update_sessions(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-    sessions: &[SessionRecord],
-    now_ms: i64,
-) -> Result<bool, StoreError> {
-    let mut rows = SessionColumns::default();
-    let mut versions = Vec::new();
-    for (commit, session) in commits.iter().zip(sessions) {
-        if !commit.session.is_new() {
-            rows.push(session)?;
-            versions.push(commit.session.version);
-        }
-    }
-    if rows.ids.is_empty() {
-        return Ok(true);
-    }
-    let updated = sqlx::query(
-        "UPDATE sessions AS s SET current_agent = t.a, language = t.l, country = t.co, timezone = t.tz, state = t.st, \
-         pending_options = t.po, status = t.s, version = s.version + 1, updated_ms = $10 \
-         FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], \
-         $9::TEXT[]) AS t(i, v, a, l, co, tz, st, po, s) WHERE s.id = t.i AND s.version = t.v",
-    )
-    .bind(&rows.ids)
-    .bind(&versions)
-    .bind(&rows.agents)
-    .bind(&rows.languages)
-    .bind(&rows.countries)
-    .bind(&rows.timezones)
-    .bind(&rows.states)
-    .bind(&rows.pending)
-    .bind(&rows.statuses)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db("updating the sessions"))?;
-    Ok(updated.rows_affected() == rows.ids.len() as u64)
+/// The turns' platform updates, each with its turn's number in the batch (from 1).
+#[derive(Default)]
+struct ProcessedColumns {
+    platforms: Vec<&'static str>,
+    chats: Vec<String>,
+    ids: Vec<String>,
+    turns: Vec<i64>,
 }
 
-/// The turns' platform updates marked processed; false when one was already.
-async fn mark_processed(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-    sessions: &[SessionRecord],
-    now_ms: i64,
-) -> Result<bool, StoreError> {
-    let (mut platforms, mut chats, mut ids, mut session_ids) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (commit, session) in commits.iter().zip(sessions) {
-        if let Some(ProcessedUpdate {
-            platform,
-            chat,
-            message_id,
-        }) = &commit.processed
-        {
-            platforms.push(platform.as_str());
-            chats.push(clean(chat).into_owned());
-            ids.push(clean(message_id).into_owned());
-            session_ids.push(session.id);
+impl ProcessedColumns {
+    fn of(turns: &[&TurnCommit]) -> ProcessedColumns {
+        let mut c = ProcessedColumns::default();
+        for (k, turn) in (1_i64..).zip(turns) {
+            if let Some(ProcessedUpdate {
+                platform,
+                chat,
+                message_id,
+            }) = &turn.processed
+            {
+                c.platforms.push(platform.as_str());
+                c.chats.push(clean(chat).into_owned());
+                c.ids.push(clean(message_id).into_owned());
+                c.turns.push(k);
+            }
         }
+        c
     }
-    if platforms.is_empty() {
-        return Ok(true);
-    }
-    let marked = sqlx::query(
-        "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) \
-         SELECT p, c, m, s, $5 FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[]) AS t(p, c, m, s) \
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&platforms)
-    .bind(&chats)
-    .bind(&ids)
-    .bind(&session_ids)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::db("marking the updates processed"))?;
-    Ok(marked.rows_affected() == platforms.len() as u64)
 }
 
-/// Every turn's transcript messages, with the ids drawn for them in order; returns each
-/// turn's messages as written.
-async fn insert_messages(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-    sessions: &[SessionRecord],
-    ids: Vec<i64>,
-    now_ms: i64,
-) -> Result<Vec<Vec<StoredMessage>>, StoreError> {
-    let at = from_ms(now_ms);
-    let mut ids = ids.into_iter();
-    let mut written = Vec::with_capacity(commits.len());
-    let (mut all_ids, mut session_ids, mut roles, mut texts, mut delivered) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut traces: Vec<Option<&str>> = Vec::new();
-    for (commit, session) in commits.iter().zip(sessions) {
-        let mut messages = Vec::new();
-        for change in &commit.changes {
-            let (role, text, trace) = match change {
-                StateChange::AddUserMessage { text } => (Role::User, text, None),
-                StateChange::AddAssistantMessage { text, trace } => {
-                    (Role::Assistant, text, trace.as_deref())
-                }
-                _ => continue,
-            };
-            let id = ids
-                .next()
-                .ok_or_else(|| StoreError::Corrupt("too few message ids".into()))?;
-            let text = clean(text).into_owned();
-            all_ids.push(id);
-            session_ids.push(session.id);
-            roles.push(role.as_str());
-            delivered.push(role != Role::Assistant);
-            traces.push(trace);
-            texts.push(text.clone());
-            messages.push(StoredMessage {
-                id,
-                session_id: session.id,
-                role,
-                text,
-                at,
-            });
-        }
-        written.push(messages);
-    }
-    if !all_ids.is_empty() {
-        sqlx::query(
-            "INSERT INTO messages (id, session_id, role, text, delivered, trace, created_ms) \
-             SELECT i, s, r, t, d, w, $7 FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BOOL[], $6::TEXT[]) \
-             AS u(i, s, r, t, d, w)",
-        )
-        .bind(&all_ids)
-        .bind(&session_ids)
-        .bind(&roles)
-        .bind(&texts)
-        .bind(&delivered)
-        .bind(&traces)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::db("saving the messages"))?;
-    }
-    Ok(written)
+/// The turns' transcript messages in order, each with its turn's number (from 1).
+#[derive(Default)]
+struct MessageColumns<'a> {
+    turns: Vec<i64>,
+    roles: Vec<&'static str>,
+    texts: Vec<String>,
+    delivered: Vec<bool>,
+    traces: Vec<Option<&'a str>>,
 }
 
-/// Every turn's model calls, in one statement.
-async fn insert_calls(
-    tx: &mut PgConnection,
-    commits: &[&TurnCommit],
-    sessions: &[SessionRecord],
-) -> Result<(), StoreError> {
-    let mut c = CallColumns::default();
-    for (commit, session) in commits.iter().zip(sessions) {
-        for call in &commit.llm_calls {
-            c.push(call, Some(session.id));
+impl<'a> MessageColumns<'a> {
+    fn of(turns: &[&'a TurnCommit]) -> MessageColumns<'a> {
+        let mut c = MessageColumns::default();
+        for (k, turn) in (1_i64..).zip(turns) {
+            for (role, text, trace) in transcript(turn) {
+                c.turns.push(k);
+                c.roles.push(role.as_str());
+                c.texts.push(clean(text).into_owned());
+                // a reply is delivered once its platform took it
+                c.delivered.push(role != Role::Assistant);
+                c.traces.push(trace);
+            }
         }
+        c
     }
-    c.insert(tx).await
+}
+
+/// Handled messages as arrays of their keys: platforms, chats, message ids.
+pub(super) fn clear_keys<'a>(
+    done: impl Iterator<Item = &'a (Platform, String, String)>,
+) -> (Vec<&'static str>, Vec<String>, Vec<String>) {
+    let (mut platforms, mut chats, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    for (platform, chat, id) in done {
+        platforms.push(platform.as_str());
+        chats.push(clean(chat).into_owned());
+        ids.push(clean(id).into_owned());
+    }
+    (platforms, chats, ids)
 }
 
 /// Model calls, one array per column.
 #[derive(Default)]
 pub(super) struct CallColumns {
+    /// In a batch: each call's turn number (from 1).
+    turns: Vec<i64>,
     sessions: Vec<Option<i64>>,
     agents: Vec<String>,
     models: Vec<String>,

@@ -13,13 +13,14 @@
 //! keeps a stale instance from writing over a newer turn: its commit fails, and its entry
 //! goes.
 //!
-//! Where things are: `writer` (group commit), `batch` (a batch's ordinary turns in one
-//! statement per table), `turn` (one turn in one transaction, the
+//! Where things are: `writer` (group commit), `batch` (a batch in one statement), `turn` (one turn in one transaction, the
 //! writer's path for a turn out of the ordinary), this file ([`Store`], [`Inbox`],
 //! connecting, the turn's one-row load). The queries both backends share are in
 //! `store/queries/`.
 
 mod batch;
+#[cfg(test)]
+mod tests;
 mod turn;
 mod writer;
 
@@ -28,7 +29,7 @@ use super::{
     TurnCommit, TurnLoad,
 };
 use crate::message::{Incoming, Platform, SessionKey};
-use crate::store::db::{Db, OnDb};
+use crate::store::db::{Db, OnDb, Pool};
 use crate::store::hot::HotSessions;
 use crate::store::queries::turns;
 use async_trait::async_trait;
@@ -45,7 +46,14 @@ use writer::{Job, writer_gone};
 /// The store on one PostgreSQL database: a connection pool, the writers' queues and the
 /// cache of the sessions this instance holds.
 pub struct PgStore {
+    /// The readers' connections (and the ledger's and the write check's).
     pool: PgPool,
+    /// The writers' connections.
+    writing: PgPool,
+    /// The connection leases are taken on: its commits do not wait for the disk (a lease
+    /// lost with the server is a lease expired early; turns stay fenced by their
+    /// sessions' versions).
+    leasing: PgPool,
     /// Turns, inbox entries and clears, delivery marks for the writers ([`writer`]), one
     /// queue each: a chat's jobs always go to the same writer, in the order asked.
     jobs: Vec<mpsc::Sender<Job>>,
@@ -62,6 +70,10 @@ pub struct PgStore {
 impl OnDb for PgStore {
     fn db(&self) -> &Db {
         &self.db
+    }
+
+    fn leasing(&self) -> Pool<'_> {
+        Pool::Postgres(&self.leasing)
     }
 }
 
@@ -82,10 +94,12 @@ impl PgStore {
             .map_err(StoreError::db("reading the database URL"))?
             .application_name("kaiwa");
         let connections = pool_size(&options).await?;
+        // half the connections write, each its own chats' batches; the rest read
+        let writers = (connections / 2).clamp(1, MAX_WRITERS);
         let pool = PgPoolOptions::new()
-            .max_connections(connections)
+            .max_connections((connections - writers).saturating_sub(1).max(1))
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(StoreError::db("connecting to PostgreSQL"))?;
         match MIGRATOR.run(&pool).await {
@@ -95,15 +109,28 @@ impl PgStore {
             }
             Err(e) => return Err(e.into()),
         }
+        // the writers' statements are the same few, over arrays: planned once per
+        // connection instead of for every batch (planning the batch's statement costs
+        // about as much as running it)
+        let writing = PgPoolOptions::new()
+            .max_connections(writers)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(
+                options
+                    .clone()
+                    .options([("plan_cache_mode", "force_generic_plan")]),
+            );
+        let leasing = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options.options([("synchronous_commit", "off")]));
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
         let write_failures = Arc::new(AtomicU64::new(0));
-        // half the connections write, each its own chats' batches; the rest read
-        let writers = (connections / 2).clamp(1, MAX_WRITERS);
         let jobs = (0..writers)
             .map(|_| {
                 let (jobs, queue) = mpsc::channel(QUEUE);
                 tokio::spawn(writer::group_commit(
-                    pool.clone(),
+                    writing.clone(),
                     queue,
                     hot.clone(),
                     write_failures.clone(),
@@ -114,6 +141,8 @@ impl PgStore {
         Ok(PgStore {
             db: Db::Postgres(pool.clone()),
             pool,
+            writing,
+            leasing,
             jobs,
             hot,
             write_failures,
@@ -159,10 +188,10 @@ impl PgStore {
     }
 }
 
-/// The pool's size, from the server's: writers and as many readers (every turn's writes go
-/// through a writer, and a held chat's session is read from the cache), never more than an
-/// eighth of the server's connections, so that eight instances fit beside the team's other
-/// clients.
+/// The instance's connections, from the server's: writers and as many readers and the
+/// leases' connection (every turn's writes go through a writer, and a held chat's session
+/// is read from the cache), never more than an eighth of the server's connections, so that
+/// eight instances fit beside the team's other clients.
 async fn pool_size(options: &PgConnectOptions) -> Result<u32, StoreError> {
     let mut probe = sqlx::PgConnection::connect_with(options)
         .await
@@ -346,6 +375,8 @@ impl Store for PgStore {
         if let Err(e) = self.flush().await {
             tracing::warn!(error = %e, "the writes queued at shutdown could not be written");
         }
+        self.writing.close().await;
+        self.leasing.close().await;
         self.pool.close().await;
     }
 }

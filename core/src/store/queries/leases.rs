@@ -1,5 +1,6 @@
 //! [`Leases`], written once for both backends over the dialect layer
-//! ([`crate::store::db`]): taken and renewed on the writer, listed on a reader. On SQLite one
+//! ([`crate::store::db`]): taken and renewed where the backend says ([`OnDb::leasing`]: on
+//! PostgreSQL a connection that does not wait for the disk), listed on a reader. On SQLite one
 //! process owns the database (`kaiwa run` claims it: [`crate::store::Store::claim_sole_use`]),
 //! so its leases have no rival; on PostgreSQL they divide the work among instances.
 
@@ -18,7 +19,7 @@ impl<S: OnDb> Leases for S {
             .bind(holder)
             .bind(until)
             .bind(now)
-            .fetch_optional(self.db().write())
+            .fetch_optional(self.leasing())
             .await
             .map_err(StoreError::db("taking a lease"))?;
         Ok(held.is_some())
@@ -28,7 +29,7 @@ impl<S: OnDb> Leases for S {
         query(LEASE_RELEASE)
             .bind(name)
             .bind(holder)
-            .execute(self.db().write())
+            .execute(self.leasing())
             .await
             .map_err(StoreError::db("releasing a lease"))?;
         Ok(())
