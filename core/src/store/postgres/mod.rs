@@ -50,7 +50,7 @@ pub struct PgStore {
     pool: PgPool,
     /// The writers' connections.
     writing: PgPool,
-    /// The connection leases are taken on: its commits do not wait for the disk (a lease
+    /// The connections leases are taken on: its commits do not wait for the disk (a lease
     /// lost with the server is a lease expired early; turns stay fenced by their
     /// sessions' versions).
     leasing: PgPool,
@@ -94,10 +94,13 @@ impl PgStore {
             .map_err(StoreError::db("reading the database URL"))?
             .application_name("kaiwa");
         let connections = pool_size(&options).await?;
-        // half the connections write, each its own chats' batches; the rest read
+        // half the connections write, each its own chats' batches
         let writers = (connections / 2).clamp(1, MAX_WRITERS);
+        // the rest read and take leases, half each (a burst of new chats takes a lease each)
+        let leasers = ((connections - writers) / 2).max(1);
+        let readers = connections - writers - leasers;
         let pool = PgPoolOptions::new()
-            .max_connections((connections - writers).saturating_sub(1).max(1))
+            .max_connections(readers)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.clone())
             .await
@@ -121,7 +124,7 @@ impl PgStore {
                     .options([("plan_cache_mode", "force_generic_plan")]),
             );
         let leasing = PgPoolOptions::new()
-            .max_connections(1)
+            .max_connections(leasers)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.options([("synchronous_commit", "off")]));
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
@@ -207,7 +210,7 @@ async fn pool_size(options: &PgConnectOptions) -> Result<u32, StoreError> {
         .parse::<u32>()
         .unwrap_or(100)
         .saturating_sub(reserved.parse::<u32>().unwrap_or(3));
-    Ok((usable / 8).clamp(2, MAX_CONNECTIONS))
+    Ok((usable / 8).clamp(3, MAX_CONNECTIONS))
 }
 
 /// The PostgreSQL schema, embedded in the binary.
