@@ -9,6 +9,8 @@
 //! - [`discord`]: serenity gateway, threads per question, buttons, select menus, embeds.
 //!
 //! - [`interaction`]: what both chat adapters share: reading a button press, the notices.
+//! - [`intake`]: what both chat adapters do with what they received: once, to its
+//!   session's lane or to the instance that holds its chat, the claims, the finish.
 //! - [`lanes`]: one ordered queue per session, so no chat blocks another.
 //!
 //! Adapters hold no conversation state of their own beyond what rendering needs; sessions
@@ -23,6 +25,7 @@ pub use serenity;
 
 pub mod console;
 pub mod discord;
+pub mod intake;
 pub mod interaction;
 pub mod lanes;
 pub mod markup;
@@ -157,6 +160,16 @@ impl<T: Hash + Eq + Clone> SeenIds<T> {
             capacity: capacity.max(1),
             seen: Mutex::new((HashSet::new(), VecDeque::new())),
         }
+    }
+
+    /// Whether `id` was seen (and is still remembered).
+    pub fn contains<Q>(&self, id: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.contains(id)
     }
 
     /// `false` when `id` was seen before.

@@ -4,7 +4,7 @@
 //! session's last turn go through the usual path in order (the store's deduplication drops
 //! any already handled). With several shards each catches up its own places.
 
-use super::events::Handler;
+use super::gateway::Handler;
 use super::outbox::channel_of;
 use super::shards::shard_of;
 use kaiwa_core::message::Platform;

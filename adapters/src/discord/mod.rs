@@ -22,7 +22,7 @@
 //! - A message is processed once: recent ids are remembered in memory and every turn is
 //!   deduplicated by the store.
 
-use crate::{AdapterError, AdapterHealth, SeenIds};
+use crate::{AdapterError, AdapterHealth};
 use kaiwa_core::orchestrator::Orchestrator;
 use serenity::all::GatewayIntents;
 use std::future::Future;
@@ -31,22 +31,25 @@ use std::sync::Arc;
 mod api;
 mod catch_up;
 mod components;
-mod events;
+mod gateway;
+mod interactions;
+mod messages;
 mod outbox;
 mod places;
 mod plugin;
 mod shards;
 mod stream;
+mod work;
 
-use crate::discord::events::{Handler, SEEN, Turns};
 use crate::discord::places::Parents;
-use crate::lanes::Scheduler;
 pub use api::{DiscordApi, PERMISSIONS, application, build_http, invite_url};
 pub use components::{NAMESPACE, Press, components};
+use gateway::Handler;
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use plugin::DiscordPlugin;
 pub use shards::{ShardRange, shard_of};
 pub use stream::STOP_ID;
+use work::{DiscordTurns, Intake};
 
 /// Discord's limit on one message's content, in characters.
 pub const MESSAGE_LIMIT: usize = 2000;
@@ -123,7 +126,7 @@ impl DiscordAdapter {
             health,
             false,
         ));
-        let turns = handler.turns.clone();
+        let intake = handler.intake.clone();
         let health = handler.health.clone();
         let orchestrator = handler.orchestrator.clone();
         let shared = orchestrator.instance().is_shared();
@@ -160,7 +163,7 @@ impl DiscordAdapter {
                 }
             }
             tracing::info!(shards = %range, "running the Discord shards");
-            turns.clone().claim_loop();
+            intake.start_claims();
         }
         health.set_role("gateway", true);
         let mut client = serenity::client::ClientBuilder::new_with_http(http, INTENTS)
@@ -203,7 +206,7 @@ impl DiscordAdapter {
             lost = &mut stopper => (run.await, lost),
         };
         // the turns queued finish (the binary's grace period bounds this)
-        turns.finish().await;
+        intake.finish().await;
         if shared {
             shards::let_go(&orchestrator, range).await;
         }
@@ -251,27 +254,22 @@ impl Handler {
         health: Arc<AdapterHealth>,
         mounted: bool,
     ) -> Handler {
-        // decisions and a person's replies reach users outside their turns through it
-        orchestrator.register_outbox(
-            kaiwa_core::message::Platform::Discord,
-            Arc::new(DiscordOutbox::new(api.clone())),
-        );
-        let turns = Arc::new(Turns {
+        let outbox = Arc::new(DiscordOutbox::new(api.clone()));
+        // decisions and a person's replies reach users outside their turns through it too
+        orchestrator.register_outbox(kaiwa_core::message::Platform::Discord, outbox.clone());
+        let turns = DiscordTurns {
             api: api.clone(),
-            outbox: DiscordOutbox::new(api.clone()),
-            lanes: Scheduler::new(orchestrator.max_waiting()),
+            outbox,
             orchestrator: orchestrator.clone(),
-            queued: SeenIds::new(SEEN),
-            claims: std::sync::Mutex::new(None),
-        });
+        };
+        let intake = Intake::new(Arc::new(turns), orchestrator.clone());
         Handler {
             api,
             orchestrator,
             config,
             health,
-            seen: SeenIds::new(SEEN),
             parents: Parents::default(),
-            turns,
+            intake,
             mounted,
             started: std::sync::atomic::AtomicBool::new(false),
         }

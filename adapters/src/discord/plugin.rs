@@ -1,7 +1,7 @@
 //! Kaiwa beside a host bot's own serenity event handlers: [`DiscordPlugin`].
 
 use super::api::DiscordApi;
-use super::events::Handler;
+use super::gateway::Handler;
 use super::{DiscordConfig, api};
 use crate::AdapterHealth;
 use async_trait::async_trait;
@@ -81,7 +81,7 @@ impl DiscordPlugin {
 
     /// Waits for Kaiwa's queued and running turns (a host calls it when it stops).
     pub async fn finish(&self) {
-        self.handler.turns.finish().await;
+        self.handler.intake.finish().await;
         self.handler.health.set_stopped();
     }
 }

@@ -45,8 +45,7 @@ pub use webhook::{
     MAX_BODY, SECRET_HEADER, WebhookConfig, delete_webhook, set_webhook, valid_secret, webhook_info,
 };
 
-use crate::lanes::Scheduler;
-use crate::{AdapterError, AdapterHealth, SeenIds};
+use crate::{AdapterError, AdapterHealth};
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::{Platform, SessionKey};
 use kaiwa_core::orchestrator::{Orchestrator, RENEW_EVERY};
@@ -54,7 +53,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use teloxide::types::{ChatId, Message, MessageId, ThreadId, Update};
-use updates::{Context, LaneKey, Routed, Work};
+use updates::{Context, Routed};
 
 /// How the adapter behaves (from `[telegram]` in the configuration). The token and the API
 /// URL live in the [`TelegramApi`] it is given.
@@ -142,12 +141,6 @@ impl Place {
 /// The lease of the one instance that long-polls Telegram (several instances).
 pub const POLLER_LEASE: &str = "telegram:poller";
 
-/// How often an instance among several looks for messages of chats it holds or may take.
-const CLAIM_EVERY: Duration = Duration::from_millis(250);
-
-/// How many recent update ids are remembered to drop duplicates before they cost anything.
-const SEEN_UPDATES: usize = 4096;
-
 /// The longest wait between polls while Telegram fails: polling resumes within this (plus
 /// a poll) of the API answering again.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(2);
@@ -164,174 +157,65 @@ pub struct TelegramAdapter {
     health: Arc<AdapterHealth>,
 }
 
-/// What both ways of receiving updates share (Kaiwa's own long polling, a host's
-/// dispatcher): routes, keeps in the inbox and hands each update to its session's lane.
-struct Intake {
-    ctx: Arc<Context>,
-    turns: Scheduler<LaneKey, Work>,
-    seen: SeenIds<String>,
-    /// Several instances on one database: the task claiming this instance's share of the
-    /// shared inbox ([`Intake::claim_loop`]), stopped by [`Intake::finish`].
-    claims: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Wakes the claims before their period: a message of a chat this instance holds came.
-    claim_now: Arc<tokio::sync::Notify>,
+/// The shared intake ([`crate::intake`]) over Telegram's work ([`Context`]): what both ways
+/// of receiving updates (Kaiwa's own long polling or webhook, a host's dispatcher) hand
+/// their kept updates to.
+type Intake = crate::intake::Intake<Context>;
+
+/// Connects (`getMe`), registers the command menu and the adapter's one outbox, and begins
+/// the intake: what the last run left undelivered is sent and what it left unanswered
+/// queued (one instance alone), or the claims start (several).
+async fn start(
+    api: TelegramApi,
+    config: TelegramConfig,
+    orchestrator: Arc<Orchestrator>,
+    mounted: bool,
+) -> Result<Arc<Intake>, AdapterError> {
+    let me = api
+        .get_me()
+        .await
+        .map_err(|e| AdapterError::Platform(format!("Telegram getMe failed: {e}")))?;
+    tracing::info!(bot = %me.username(), mounted, "Telegram connected");
+    let commands = orchestrator.flows().menu_commands();
+    if let Err(e) = api.set_commands(&commands, mounted).await {
+        tracing::warn!(error = %e, "could not register the Telegram command menu");
+    }
+    let outbox = Arc::new(TelegramOutbox::new(api.clone()));
+    // a host's dispatcher drops the stop updates: no Stop button unless Kaiwa polls
+    // ([`TelegramPlugin::listener`])
+    outbox.set_stoppable(!mounted);
+    // decisions and a person's replies reach users outside their turns through it too
+    orchestrator.register_outbox(Platform::Telegram, outbox.clone());
+    let ctx = Arc::new(Context {
+        outbox,
+        api,
+        orchestrator: orchestrator.clone(),
+        config,
+        me: me.username().to_string(),
+        mounted,
+    });
+    let intake = Intake::new(ctx, orchestrator);
+    intake.begin().await;
+    Ok(intake)
 }
 
-impl Intake {
-    /// Connects (`getMe`), registers the command menu, sends what the last run left
-    /// undelivered and queues the messages it left unanswered.
-    async fn start(
-        api: TelegramApi,
-        config: TelegramConfig,
-        orchestrator: Arc<Orchestrator>,
-        mounted: bool,
-    ) -> Result<Arc<Intake>, AdapterError> {
-        let me = api
-            .get_me()
-            .await
-            .map_err(|e| AdapterError::Platform(format!("Telegram getMe failed: {e}")))?;
-        tracing::info!(bot = %me.username(), mounted, "Telegram connected");
-        let commands = orchestrator.flows().menu_commands();
-        if let Err(e) = api.set_commands(&commands, mounted).await {
-            tracing::warn!(error = %e, "could not register the Telegram command menu");
-        }
-        // decisions and a person's replies reach users outside their turns through it
-        orchestrator.register_outbox(
-            Platform::Telegram,
-            Arc::new(TelegramOutbox::new(api.clone())),
-        );
-        let outbox = TelegramOutbox::new(api.clone());
-        // a host's dispatcher drops the stop updates: no Stop button unless Kaiwa polls
-        // ([`TelegramPlugin::listener`])
-        outbox.set_stoppable(!mounted);
-        let ctx = Arc::new(Context {
-            outbox,
-            api,
-            orchestrator: orchestrator.clone(),
-            config,
-            me: me.username().to_string(),
-            mounted,
-        });
-        let intake = Arc::new(Intake {
-            turns: Scheduler::new(orchestrator.max_waiting()),
-            ctx: ctx.clone(),
-            seen: SeenIds::new(SEEN_UPDATES),
-            claims: std::sync::Mutex::new(None),
-            claim_now: Arc::new(tokio::sync::Notify::new()),
-        });
-        if orchestrator.instance().is_shared() {
-            // what any instance kept (and what a dead one left) comes through the claims
-            let task = tokio::spawn(Intake::claim_loop(Arc::downgrade(&intake)));
-            *intake.claims.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-            return Ok(intake);
-        }
-        // what the last run left: replies not delivered, then the messages confirmed to
-        // Telegram and not answered, each in its session's lane
-        for incoming in orchestrator
-            .left_by_last_run(Platform::Telegram, &ctx.outbox)
-            .await
-        {
-            let Some((lane, place)) = updates::lane_of(&incoming) else {
-                continue;
-            };
-            let id = incoming.message_id.clone();
-            let work = Work::Turn { incoming, place };
-            intake.dispatch(Routed { id, lane, work });
-        }
-        Ok(intake)
+/// A Stop of a streamed reply goes to that reply at once: the turn writing it holds the
+/// session's lane.
+fn stop(intake: &Intake, chat: i64, draft: i64) {
+    if !intake.turns().outbox.streams().stop(chat, draft) {
+        tracing::debug!("a Stop for a reply no longer being written");
     }
+}
 
-    /// Several instances: every [`CLAIM_EVERY`], the messages of the chats
-    /// this instance holds or takes ([`Orchestrator::claim`]) go to their lanes (a message
-    /// already queued here is dropped by [`Intake::dispatch`]).
-    async fn claim_loop(intake: std::sync::Weak<Intake>) {
-        loop {
-            let Some(this) = intake.upgrade() else { return };
-            let claimed = this
-                .ctx
-                .orchestrator
-                .claim(Platform::Telegram, &this.ctx.outbox)
-                .await;
-            for incoming in claimed {
-                let Some((lane, place)) = updates::lane_of(&incoming) else {
-                    continue;
-                };
-                let id = incoming.message_id.clone();
-                this.dispatch(Routed {
-                    id,
-                    lane,
-                    work: Work::Turn { incoming, place },
-                });
-            }
-            // (a wake while no one waits is kept for the next wait: none is missed)
-            let wake = this.claim_now.clone();
-            drop(this);
-            tokio::select! {
-                () = tokio::time::sleep(CLAIM_EVERY) => {}
-                () = wake.notified() => {}
-            }
-        }
-    }
-
-    /// A batch's work, kept in the inbox: each to its lane here (one instance alone), else
-    /// left in the shared inbox, whose claims take a chat's messages in the order they
-    /// were kept — whichever instance kept them — by the instance that holds the chat (at
-    /// once when it is this one) or the first to claim it. A message is never run here
-    /// ahead of an earlier one of its chat that another instance received.
-    async fn hand_over(&self, routed: Vec<Routed>) {
-        let orchestrator = &self.ctx.orchestrator;
-        let shared = orchestrator.instance().is_shared();
-        for routed in routed {
-            if shared && let Some(incoming) = routed.work.kept() {
-                if orchestrator
-                    .holds_chat(Platform::Telegram, &incoming.chat)
-                    .await
-                {
-                    self.claim_now.notify_one();
-                }
-                continue;
-            }
-            self.dispatch(routed);
-        }
-    }
-
-    /// Hands `routed` to its session's lane (a worker is started for an idle session).
-    fn dispatch(&self, routed: Routed) {
-        let Routed { id, lane, work } = routed;
-        if !self.seen.first_sight(id) {
+/// A batch's work, kept in the inbox, to the intake (a duplicate of an update taken
+/// already is dropped).
+async fn hand_over(intake: &Intake, routed: Vec<Routed>) {
+    for Routed { id, lane, work } in routed {
+        if intake.first_sight(id) {
+            intake.hand_over(lane, work).await;
+        } else {
             tracing::debug!("duplicate Telegram update ignored");
-            return;
         }
-        let ctx = self.ctx.clone();
-        let run = move |work| {
-            let ctx = ctx.clone();
-            async move { ctx.run(work).await }
-        };
-        if let Some((work, tell)) = self.turns.schedule(lane, work, run) {
-            tracing::info!(told = tell, "session queue full: message refused");
-            let ctx = self.ctx.clone();
-            self.turns
-                .spawn(async move { ctx.refuse(work, tell).await });
-        }
-    }
-
-    /// A Stop of a streamed reply goes to that reply at once: the turn writing it holds the
-    /// session's lane.
-    fn stop(&self, chat: i64, draft: i64) {
-        if !self.ctx.outbox.streams().stop(chat, draft) {
-            tracing::debug!("a Stop for a reply no longer being written");
-        }
-    }
-
-    /// Waits for the turns queued and running (no more are claimed), then lets go of the
-    /// chats this instance held.
-    async fn finish(&self) {
-        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(claims) = claims {
-            claims.abort();
-        }
-        self.turns.finish().await;
-        self.ctx.orchestrator.let_go_chats(Platform::Telegram).await;
     }
 }
 
@@ -358,7 +242,7 @@ impl TelegramAdapter {
             health,
         } = self;
         let webhook = config.webhook.clone();
-        let intake = Intake::start(api, config, orchestrator, false).await?;
+        let intake = start(api, config, orchestrator, false).await?;
         health.ok();
         match webhook {
             Some(webhook) => {
@@ -460,7 +344,7 @@ async fn long_poll(
     shutdown: impl Future<Output = ()> + Send,
     host: Option<tokio::sync::mpsc::Sender<Update>>,
 ) {
-    let ctx = intake.ctx.clone();
+    let ctx = intake.turns().clone();
     let api = &ctx.api;
     let poll_timeout = ctx.config.poll_timeout;
     tokio::pin!(shutdown);
@@ -507,14 +391,14 @@ async fn long_poll(
         };
         health.ok();
         for &(chat, draft) in &batch.stops {
-            intake.stop(chat, draft);
+            stop(intake, chat, draft);
         }
         if failures > 0 {
             tracing::info!(failures, "Telegram long polling works again");
             failures = 0;
             last_logged = None;
         }
-        match keep(&ctx, batch.updates).await {
+        match keep(intake, batch.updates).await {
             Ok((routed, others)) => {
                 if let Some(host) = &host {
                     for update in others {
@@ -528,7 +412,7 @@ async fn long_poll(
                 // confirmed by the next poll: everything in it is in the inbox (or the
                 // host's hands) now
                 offset = batch.next_offset.or(offset);
-                intake.hand_over(routed).await;
+                hand_over(intake, routed).await;
             }
             Err(error) => {
                 // not confirmed: the same batch comes again
@@ -555,15 +439,21 @@ async fn long_poll(
 }
 
 /// Routes a batch and keeps Kaiwa's messages in the inbox, committed: only then may the
-/// batch be confirmed to Telegram. Returns Kaiwa's work and the updates that are not
-/// Kaiwa's.
+/// batch be confirmed to Telegram. An update taken already (Telegram delivers again what
+/// it had no confirmation of) is dropped first, before anything is written. Returns
+/// Kaiwa's work and the updates that are not Kaiwa's.
 async fn keep(
-    ctx: &Context,
+    intake: &Intake,
     updates: Vec<Update>,
 ) -> Result<(Vec<Routed>, Vec<Update>), AdapterError> {
+    let ctx = intake.turns();
     let mut routed = Vec::with_capacity(updates.len());
     let mut rest = Vec::new();
     for update in updates {
+        if !intake.is_new(&updates::update_key(update.id)) {
+            tracing::debug!("duplicate Telegram update ignored");
+            continue;
+        }
         match ctx.route(&update).await? {
             Some(r) => routed.push(r),
             None => rest.push(update),

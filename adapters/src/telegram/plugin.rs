@@ -1,7 +1,7 @@
 //! Kaiwa inside a host bot's teloxide dispatcher: [`TelegramPlugin`] (its dptree branch,
 //! or Kaiwa's own polling as the dispatcher's listener, [`TelegramListener`]).
 
-use super::{AdapterHealth, Intake, TelegramApi, TelegramConfig, long_poll, polling};
+use super::{AdapterHealth, Intake, TelegramApi, TelegramConfig, long_poll, polling, stop};
 use crate::AdapterError;
 use kaiwa_core::orchestrator::Orchestrator;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ impl TelegramPlugin {
         orchestrator: Arc<Orchestrator>,
     ) -> Result<TelegramPlugin, AdapterError> {
         let health = Arc::new(AdapterHealth::new("telegram"));
-        let intake = Intake::start(api, config, orchestrator, true).await?;
+        let intake = super::start(api, config, orchestrator, true).await?;
         health.ok();
         Ok(TelegramPlugin { intake, health })
     }
@@ -51,13 +51,17 @@ impl TelegramPlugin {
         if let UpdateKind::Error(value) = &update.kind {
             return match polling::stop_of(value) {
                 Some((chat, draft)) => {
-                    self.intake.stop(chat, draft);
+                    stop(&self.intake, chat, draft);
                     true
                 }
                 None => false,
             };
         }
-        let ctx = &self.intake.ctx;
+        if !self.intake.is_new(&super::updates::update_key(update.id)) {
+            tracing::debug!("duplicate Telegram update ignored");
+            return true;
+        }
+        let ctx = self.intake.turns();
         let routed = match ctx.route(update).await {
             Ok(Some(routed)) => routed,
             Ok(None) => return false,
@@ -73,7 +77,9 @@ impl TelegramPlugin {
             ctx.save_failed(&routed.work).await;
             return true;
         }
-        self.intake.dispatch(routed);
+        if self.intake.first_sight(routed.id) {
+            self.intake.hand_over(routed.lane, routed.work).await;
+        }
         true
     }
 
@@ -131,7 +137,7 @@ impl TelegramPlugin {
     /// # }
     /// ```
     pub fn listener(&self) -> TelegramListener {
-        self.intake.ctx.outbox.set_stoppable(true);
+        self.intake.turns().outbox.set_stoppable(true);
         let (tx, rx) = tokio::sync::mpsc::channel(HOST_QUEUE);
         let (token, flag) = teloxide::stop::mk_stop_token();
         let (intake, health) = (self.intake.clone(), self.health.clone());

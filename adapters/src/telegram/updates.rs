@@ -7,13 +7,14 @@ use super::Place;
 use super::api::TelegramApi;
 use super::keyboard::{Press, keyboard, values_of};
 use super::send::TelegramOutbox;
+use crate::intake::Turns;
 use crate::interaction::{
     PICK_ONE, SAVE_FAILED, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
 use crate::split::truncate;
 use kaiwa_core::admin::{AdminAction, NoticeRef};
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
-use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError, QUEUE_FULL};
+use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError, Outbox, QUEUE_FULL};
 use std::sync::Arc;
 use teloxide::types::{
     CallbackQuery, ChatId, InlineKeyboardMarkup, Message, MessageId, Update, UpdateId, UpdateKind,
@@ -86,7 +87,8 @@ pub(super) struct Routed {
 
 pub(super) struct Context {
     pub(super) api: TelegramApi,
-    pub(super) outbox: TelegramOutbox,
+    /// The adapter's one outbox (also the orchestrator's, for replies outside turns).
+    pub(super) outbox: Arc<TelegramOutbox>,
     pub(super) orchestrator: Arc<Orchestrator>,
     pub(super) config: super::TelegramConfig,
     /// The bot's username (commands addressed `@` to another bot are not ours).
@@ -427,11 +429,8 @@ impl Context {
     }
 
     /// `work` found its session's queue full: the first refusal of a burst is answered, the
-    /// rest dropped; a message kept for it leaves the inbox (its answer is the refusal).
+    /// rest dropped.
     pub(super) async fn refuse(&self, work: Work, tell: bool) {
-        if let Some(incoming) = work.kept() {
-            self.orchestrator.release(incoming).await;
-        }
         match work {
             Work::Turn { place, .. }
             | Work::TextOnly { place }
@@ -464,7 +463,11 @@ impl Context {
     }
 
     async fn turn(&self, incoming: Incoming, place: Place) {
-        if let Err(error) = self.orchestrator.handle_kept(incoming, &self.outbox).await {
+        if let Err(error) = self
+            .orchestrator
+            .handle_kept(incoming, self.outbox.as_ref())
+            .await
+        {
             tracing::error!(%error, chat = %place.chat, "turn not stored");
             if let Err(e) = self.api.send_text(place, SAVE_FAILED, None).await {
                 tracing::warn!(error = %e, "could not tell the user");
@@ -478,6 +481,39 @@ impl Context {
         if let Err(e) = self.api.answer_callback(id, notice).await {
             tracing::warn!(error = %e, "could not answer a button press; processing it anyway");
         }
+    }
+}
+
+/// Telegram's work in the shared intake: a chat's messages reach whichever instance
+/// receives them (webhooks behind a load balancer), so among several instances they run
+/// in the order the claims take them.
+#[async_trait::async_trait]
+impl Turns for Context {
+    type Work = Work;
+    type Lane = LaneKey;
+
+    const PLATFORM: Platform = Platform::Telegram;
+    const ONE_RECEIVER_PER_CHAT: bool = false;
+
+    fn outbox(&self) -> &dyn Outbox {
+        self.outbox.as_ref()
+    }
+
+    fn kept(&self, incoming: Incoming) -> Option<(LaneKey, Work)> {
+        let (lane, place) = lane_of(&incoming)?;
+        Some((lane, Work::Turn { incoming, place }))
+    }
+
+    fn entry(work: &Work) -> Option<&Incoming> {
+        work.kept()
+    }
+
+    async fn run(&self, work: Work) {
+        Context::run(self, work).await;
+    }
+
+    async fn refuse(&self, work: Work, tell: bool) {
+        Context::refuse(self, work, tell).await;
     }
 }
 

@@ -13,7 +13,7 @@
 //!   instance stopping never unhooks the bot.
 
 use super::api::{CallError, TelegramApi};
-use super::{Intake, keep, polling};
+use super::{Intake, hand_over, keep, polling, stop};
 use crate::{AdapterError, AdapterHealth};
 use axum::Router;
 use axum::body::Body;
@@ -219,12 +219,12 @@ async fn receive(
     receiver.health.ok();
     let intake = &receiver.intake;
     for &(chat, draft) in &batch.stops {
-        intake.stop(chat, draft);
+        stop(intake, chat, draft);
     }
-    match tokio::time::timeout(STORE_WAIT, keep(&intake.ctx, batch.updates)).await {
+    match tokio::time::timeout(STORE_WAIT, keep(intake, batch.updates)).await {
         // what is not Kaiwa's has no host to go to here
         Ok(Ok((routed, _others))) => {
-            intake.hand_over(routed).await;
+            hand_over(intake, routed).await;
             StatusCode::OK
         }
         Ok(Err(error)) => {
