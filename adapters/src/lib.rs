@@ -28,9 +28,9 @@ pub mod discord;
 pub mod intake;
 pub mod interaction;
 pub mod lanes;
+pub mod live_reply;
 pub mod markup;
 pub mod split;
-pub mod streaming;
 pub mod telegram;
 
 use std::collections::{HashSet, VecDeque};

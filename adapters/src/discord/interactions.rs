@@ -62,7 +62,7 @@ impl Handler {
             return;
         }
         self.health.ok();
-        if component.data.custom_id == super::stream::STOP_ID {
+        if component.data.custom_id == super::edits::STOP_ID {
             // outside the session's queue: the turn writing the reply holds it
             let stopped = self
                 .intake

@@ -17,7 +17,7 @@
 //!   DMs, components ([`NAMESPACE`]) and commands; the host's are left to the host.
 //! - REST calls that hit a 429 are waited out and sent again ([`DiscordApi`]); with the
 //!   built-in rate limiter on (production, no `api_proxy`) serenity already does this.
-//! - Replies that need no vetting stream while the model writes them (`stream.rs`): one
+//! - Replies that need no vetting stream while the model writes them (`edits.rs`): one
 //!   message with a Stop button, edited about once a second; the final reply is edited in.
 //! - A message is processed once: recent ids are remembered in memory and every turn is
 //!   deduplicated by the store.
@@ -31,6 +31,7 @@ use std::sync::Arc;
 mod api;
 mod catch_up;
 mod components;
+mod edits;
 mod gateway;
 mod interactions;
 mod messages;
@@ -38,17 +39,16 @@ mod outbox;
 mod places;
 mod plugin;
 mod shards;
-mod stream;
 mod work;
 
 use crate::discord::places::Parents;
 pub use api::{DiscordApi, PERMISSIONS, application, build_http, invite_url};
 pub use components::{NAMESPACE, Press, components};
+pub use edits::STOP_ID;
 use gateway::Handler;
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};
 pub use plugin::DiscordPlugin;
 pub use shards::{ShardRange, shard_of};
-pub use stream::STOP_ID;
 use work::{DiscordTurns, Intake};
 
 /// Discord's limit on one message's content, in characters.

@@ -36,7 +36,7 @@ pub(super) fn target(key: &SessionKey) -> Result<ChannelId, DeliveryError> {
 /// Renders replies in a channel or thread.
 pub struct DiscordOutbox {
     api: DiscordApi,
-    streams: Arc<crate::streaming::Streams>,
+    streams: Arc<crate::live_reply::Streams>,
 }
 
 impl DiscordOutbox {
@@ -48,7 +48,7 @@ impl DiscordOutbox {
     }
 
     /// The replies being streamed (a Stop press is given to them).
-    pub fn streams(&self) -> &Arc<crate::streaming::Streams> {
+    pub fn streams(&self) -> &Arc<crate::live_reply::Streams> {
         &self.streams
     }
 
@@ -164,7 +164,7 @@ impl Outbox for DiscordOutbox {
         tap: &Arc<kaiwa_core::llm::stream::Tap>,
     ) -> Option<Box<dyn kaiwa_core::orchestrator::Streamer>> {
         let channel = target(key).ok()?;
-        Some(Box::new(super::stream::DiscordStreamer {
+        Some(Box::new(super::edits::DiscordStreamer {
             api: self.api.clone(),
             streams: self.streams.clone(),
             key: key.clone(),

@@ -21,7 +21,7 @@
 //! - Options become inline keyboards whose buttons carry the request's short id and an index
 //!   ([`mod@keyboard`]); a press is answered (best effort), the message is edited to show the
 //!   choice and loses its keyboard; a press on a stale or foreign keyboard gets a notice.
-//! - Replies that need no vetting stream while the model writes them (`stream.rs`): a
+//! - Replies that need no vetting stream while the model writes them (`drafts.rs`): a
 //!   private chat sees the native draft grow (with a Stop button; the
 //!   `stopped_message_generation` update ends the model's request), a group or topic one
 //!   message edited about once a second; the final reply replaces either.
@@ -29,11 +29,11 @@
 //!   is deduplicated by the store (`telegram` + chat + update id), which survives restarts.
 
 mod api;
+mod drafts;
 pub mod keyboard;
 mod plugin;
 mod polling;
 mod send;
-mod stream;
 mod updates;
 mod webhook;
 

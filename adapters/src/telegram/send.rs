@@ -3,7 +3,7 @@
 //! [`Outbox`] and [`AdminSink`] on top of them.
 
 use super::api::{CallError, Repeat, TelegramApi, delivery_error};
-use super::stream::TelegramStreamer;
+use super::drafts::TelegramStreamer;
 use super::{MESSAGE_LIMIT, Place};
 pub use crate::markup::escape_html;
 use crate::split::{MAX_PIECES, split_capped, truncate};
@@ -218,7 +218,7 @@ fn html_cost(c: char) -> usize {
 /// Renders replies in a chat.
 pub struct TelegramOutbox {
     api: TelegramApi,
-    streams: std::sync::Arc<crate::streaming::Streams>,
+    streams: std::sync::Arc<crate::live_reply::Streams>,
     /// Private chats' drafts carry a Stop button (`can_stop`): the
     /// `stopped_message_generation` updates reach [`Self::streams`].
     stoppable: std::sync::atomic::AtomicBool,
@@ -241,7 +241,7 @@ impl TelegramOutbox {
     }
 
     /// The replies being streamed (a Stop update is given to them).
-    pub fn streams(&self) -> &std::sync::Arc<crate::streaming::Streams> {
+    pub fn streams(&self) -> &std::sync::Arc<crate::live_reply::Streams> {
         &self.streams
     }
 

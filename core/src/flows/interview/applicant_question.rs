@@ -5,9 +5,9 @@
 //! Then the question the interview waits on is asked again, its options with it.
 
 use super::form::{FieldType, Form, FormField};
-use super::greeter::Section;
+use super::greeter_tools::Section;
 use super::state::InterviewState;
-use super::{InterviewFlow, greeter, lang_of, reviewer};
+use super::{InterviewFlow, greeter_tools, lang_of, reviewer};
 use crate::admin::{AdminActionKind, AdminNotice};
 use crate::flow::{TurnContext, TurnOutput};
 use crate::i18n::pick;
@@ -258,7 +258,7 @@ impl InterviewFlow {
         question: &str,
     ) {
         let lang = lang_of(st);
-        let section = greeter::section(st);
+        let section = greeter_tools::section(st);
         if asks_why(question) {
             out.say(match section {
                 Section::Timezone => pick(
@@ -295,7 +295,7 @@ impl InterviewFlow {
         }
         if section == Section::Timezone && st.zone_asked && st.zone_choices.is_empty() {
             // asked once in words: asking again must not give it up as unresolved
-            out.say(super::greeter::zone_question_in_words(&lang));
+            out.say(super::greeter_tools::zone_question_in_words(&lang));
         } else {
             self.greeting_step(st, out);
         }

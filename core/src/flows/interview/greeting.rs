@@ -3,9 +3,9 @@
 //! text itself (screened like every text sent to an applicant).
 
 use super::form::Form;
-use super::greeter::Section;
+use super::greeter_tools::Section;
 use super::state::InterviewState;
-use super::{InterviewFlow, greeter, lang_of, quick_check};
+use super::{InterviewFlow, greeter_tools, lang_of, quick_check};
 use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;
 use crate::message::OptionItem;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 impl InterviewFlow {
     pub(super) fn greeting_step(&self, st: &mut InterviewState, out: &mut TurnOutput) -> bool {
         let lang = lang_of(st);
-        match greeter::section(st) {
+        match greeter_tools::section(st) {
             Section::Language => {
                 out.options(
                     "Which language would you like to use? / ご希望の言語を選んでください。",
@@ -43,7 +43,7 @@ impl InterviewFlow {
                 false
             }
             Section::Timezone => {
-                let zones = greeter::zones_of(st.country.as_deref().unwrap_or_default());
+                let zones = greeter_tools::zones_of(st.country.as_deref().unwrap_or_default());
                 if zones.len() > 1 {
                     st.zone_choices = zones.iter().map(|z| z.to_string()).collect();
                     out.options(
@@ -65,7 +65,7 @@ impl InterviewFlow {
                 } else if !st.zone_asked {
                     // a country whose zones we do not know: asked, never assumed
                     st.zone_asked = true;
-                    out.say(greeter::zone_question_in_words(&lang));
+                    out.say(greeter_tools::zone_question_in_words(&lang));
                     false
                 } else {
                     // asked and not answered with a zone: none is assumed
@@ -131,7 +131,7 @@ impl InterviewFlow {
         text: &str,
         out: &mut TurnOutput,
     ) -> Result<(), FlowError> {
-        let section = greeter::section(st);
+        let section = greeter_tools::section(st);
         if matches!(section, Section::Country | Section::Timezone)
             && super::applicant_question::asks(text)
             && !self.code_knows(st, section, text)
@@ -141,14 +141,14 @@ impl InterviewFlow {
             return Ok(());
         }
         if section == Section::Language {
-            if let Some(lang) = greeter::detect_language(text) {
+            if let Some(lang) = greeter_tools::detect_language(text) {
                 self.set_language(st, out, lang);
             }
         } else if self.code_knows(st, section, text) {
             // a country or zone the code reads itself: no model call to wait for
             self.greeting_floor(st, out, section, text);
-        } else if let Some(model) = ctx.models.for_agent(greeter::AGENT) {
-            match greeter::run_model(
+        } else if let Some(model) = ctx.models.for_agent(greeter_tools::AGENT) {
+            match greeter_tools::run_model(
                 model.as_ref(),
                 st.clone(),
                 form.title.get(&lang_of(st)),
@@ -162,7 +162,7 @@ impl InterviewFlow {
                     if let Some(question) = result
                         .state
                         .asked
-                        .filter(|_| greeter::section(st) != Section::Completed)
+                        .filter(|_| greeter_tools::section(st) != Section::Completed)
                         && quick_check::screen(form, &question).is_empty()
                     {
                         out.say(question);
@@ -171,7 +171,7 @@ impl InterviewFlow {
                 }
                 Err(e) => tracing::warn!(error = %e, "the Greeter failed; using rules"),
             }
-            if greeter::section(st) == section {
+            if greeter_tools::section(st) == section {
                 self.greeting_floor(st, out, section, text);
             }
         } else {
@@ -185,14 +185,14 @@ impl InterviewFlow {
     /// its IANA name.
     fn code_knows(&self, st: &InterviewState, section: Section, text: &str) -> bool {
         match section {
-            Section::Country => greeter::country_named(text).is_some(),
+            Section::Country => greeter_tools::country_named(text).is_some(),
             Section::Timezone => {
                 let wanted = text.trim().to_lowercase().replace(' ', "_");
                 !wanted.is_empty()
                     && (st.zone_choices.iter().any(|z| {
                         z.to_lowercase() == wanted
                             || z.to_lowercase().ends_with(&format!("/{wanted}"))
-                    }) || greeter::is_valid_zone(text.trim()))
+                    }) || greeter_tools::is_valid_zone(text.trim()))
             }
             Section::Language | Section::Completed => false,
         }
@@ -206,14 +206,14 @@ impl InterviewFlow {
         text: &str,
     ) {
         match section {
-            Section::Country => match greeter::resolve_country(text) {
+            Section::Country => match greeter_tools::resolve_country(text) {
                 Some(code) => self.set_country(st, out, code),
                 // "I live in Tokyo": the city says the country and its zone
-                None if let Some((code, zone)) = greeter::city_named(text) => {
+                None if let Some((code, zone)) = greeter_tools::city_named(text) => {
                     self.set_country(st, out, code);
                     self.set_timezone(st, out, zone);
                 }
-                None if !st.country_asked_again || !greeter::could_be_a_place(text) => {
+                None if !st.country_asked_again || !greeter_tools::could_be_a_place(text) => {
                     // not stored as typed: asked again, with suggestions (again and again
                     // for what is no place: an address, a number)
                     st.country_asked_again = true;
@@ -230,9 +230,9 @@ impl InterviewFlow {
                                 text.trim()
                             ),
                         ),
-                        greeter::SUGGESTED_COUNTRIES
+                        greeter_tools::SUGGESTED_COUNTRIES
                             .iter()
-                            .map(|code| OptionItem::new(*code, greeter::country_name(code, &lang)))
+                            .map(|code| OptionItem::new(*code, greeter_tools::country_name(code, &lang)))
                             .collect(),
                         false,
                     );
@@ -252,7 +252,7 @@ impl InterviewFlow {
                     })
                     .cloned()
                     .or_else(|| {
-                        greeter::is_valid_zone(text.trim()).then(|| text.trim().to_string())
+                        greeter_tools::is_valid_zone(text.trim()).then(|| text.trim().to_string())
                     });
                 if let Some(zone) = found {
                     self.set_timezone(st, out, &zone);

@@ -15,7 +15,7 @@ pub mod auditor;
 pub mod compliance;
 pub mod export;
 pub mod form;
-pub mod greeter;
+pub mod greeter_tools;
 pub mod interviewer;
 pub mod quick_check;
 pub mod reviewer;
@@ -24,11 +24,11 @@ pub mod state;
 
 mod applicant_question;
 mod confirmation;
+mod dispatch;
 mod greeting;
 mod questions;
 mod resume;
 mod submission;
-mod turn;
 mod written;
 
 use crate::agent::subtask::{SubtaskContext, summarize};

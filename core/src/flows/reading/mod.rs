@@ -10,11 +10,11 @@
 
 pub mod book_guide;
 pub mod catalogue;
+mod inputs;
 pub mod mentor;
 pub mod onboarding;
 pub mod reading_agent;
 pub mod recommendation;
-mod turn;
 
 use crate::flow::{FlowError, TurnContext, TurnOutput};
 use crate::i18n::pick;

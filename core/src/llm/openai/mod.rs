@@ -26,11 +26,11 @@ use super::{
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sse::{StreamEnd, read_stream};
 use std::time::Duration;
-use stream::{StreamEnd, read_stream};
 
 mod embeddings;
-mod stream;
+mod sse;
 
 pub use embeddings::OpenAiEmbeddings;
 

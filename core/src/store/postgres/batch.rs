@@ -8,12 +8,12 @@
 //! moved on, an update already processed, a second active session for a key), the
 //! statement's last clause raises (`kaiwa_batch_refused()`, a migration's function) and
 //! nothing of it is written; the writer then writes the same turns one by one in a
-//! transaction ([`super::turn::commit`]), which says which turn was refused.
+//! transaction ([`super::single_turn::commit`]), which says which turn was refused.
 //!
 //! Ids: new sessions and messages draw theirs from their tables' identity sequences inside
 //! the statement, ranked ascending, so that a turn's messages are numbered in their order.
 
-use super::turn::clean;
+use super::single_turn::clean;
 use crate::message::{Incoming, Platform};
 use crate::store::rows::{applied, corrupt, from_ms, ms, pending_json};
 use crate::store::{

@@ -13,15 +13,15 @@
 //! keeps a stale instance from writing over a newer turn: its commit fails, and its entry
 //! goes.
 //!
-//! Where things are: `writer` (group commit), `batch` (a batch in one statement), `turn` (one turn in one transaction, the
-//! writer's path for a turn out of the ordinary), this file ([`Store`], [`Inbox`],
-//! connecting, the turn's one-row load). The queries both backends share are in
+//! Where things are: `writer` (group commit), `batch` (a batch in one statement),
+//! `single_turn` (one turn in one transaction, the writer's path for a turn out of the
+//! ordinary), this file ([`Store`], [`Inbox`], connecting, the turn's one-row load). The queries both backends share are in
 //! `store/queries/`.
 
 mod batch;
+mod single_turn;
 #[cfg(test)]
 mod tests;
-mod turn;
 mod writer;
 
 use super::{

@@ -10,7 +10,7 @@
 //! session update checked against the version its turn loaded, and its inbox clears and
 //! delivery marks: one round trip, one WAL flush. The turns out of the ordinary (a flow
 //! switch, a submission, reading data, tickets) follow in one transaction, each in a
-//! savepoint of its own ([`super::turn::commit`]: a refused turn is rolled back alone and
+//! savepoint of its own ([`super::single_turn::commit`]: a refused turn is rolled back alone and
 //! answered with its error), and the clears and marks then go with them (a message leaves
 //! the inbox only with or after its turn). A statement one of whose turns is refused writes
 //! nothing, and the whole batch goes one by one in that transaction instead.
@@ -19,7 +19,7 @@
 //! same as one transaction per turn (a reply is sent only after its turn is committed).
 
 use super::batch::{AtOnce, at_once, within};
-use super::turn::{self, unique_violation};
+use super::single_turn::{self, unique_violation};
 use crate::message::{Incoming, Platform};
 use crate::store::hot::{HotChange, HotSessions, HotTurn};
 use crate::store::{CommittedTurn, StateChange, StoreError, StoredMessage, TurnCommit};
@@ -328,7 +328,7 @@ async fn one_by_one(
     let mut outcomes = Vec::with_capacity(rest.turns.len());
     for &i in &rest.turns {
         savepoint(&mut tx, "SAVEPOINT turn").await?;
-        match turn::commit(&mut tx, commits[i]).await {
+        match single_turn::commit(&mut tx, commits[i]).await {
             Ok(written) => {
                 savepoint(&mut tx, "RELEASE SAVEPOINT turn").await?;
                 outcomes.push((i, Ok(written)));

@@ -1,7 +1,7 @@
 //! The fast write path: a whole batch of turns in one round trip to the connection's thread
 //! (`BEGIN`, every statement and `COMMIT` as one query). New sessions and messages are
 //! numbered here so that no row comes back. Anything out of the ordinary answers `None`
-//! and the writer redoes the batch turn by turn ([`super::turn`]).
+//! and the writer redoes the batch turn by turn ([`super::turn_by_turn`]).
 
 use super::inbox::{inbox_rows, push_delivered, push_inbox_done, push_inbox_put};
 use super::rows::Prepared;
@@ -10,7 +10,7 @@ use super::statements::{
     push_new_sessions, push_processed, push_session_updates, push_submissions, push_users,
     session_rows, submission_rows,
 };
-use super::turn::{turn_written, write_extras};
+use super::turn_by_turn::{turn_written, write_extras};
 use super::{Job, Sql};
 use crate::store::hot::HotChange;
 use crate::store::rows::{corrupt, from_ms, ms};

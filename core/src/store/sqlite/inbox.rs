@@ -2,7 +2,7 @@
 //! nothing), written with the writer's batches, and [`Inbox`] on [`SqliteStore`].
 
 use super::statements::{push_each, push_rows};
-use super::turn::execute_rows;
+use super::turn_by_turn::execute_rows;
 use super::{Job, Sql, SqliteStore, writer_gone};
 use crate::message::{Incoming, Platform};
 use crate::store::rows::{corrupt, ms};

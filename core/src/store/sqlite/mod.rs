@@ -5,7 +5,7 @@
 //! Where things are:
 //! - `open`: connecting, pragmas, migrations, starting the writer and the checkpointer;
 //! - `writer`: the group-commit task, one transaction per batch of jobs;
-//! - `batch` (the fast path, a batch in one query) and `turn` (turn by turn, in
+//! - `batch` (the fast path, a batch in one query) and `turn_by_turn` (turn by turn, in
 //!   savepoints) — the two write paths; `statements` builds what both send, and the
 //!   `write_paths` tests hold that they write the same rows;
 //! - `rows`: decoders and the session as a turn leaves it;
@@ -18,7 +18,7 @@ mod inbox;
 mod open;
 mod rows;
 mod statements;
-mod turn;
+mod turn_by_turn;
 mod wal_readahead;
 mod writer;
 
@@ -39,7 +39,7 @@ use super::{
 use crate::message::{Platform, SessionKey};
 use crate::store::sqlite::inbox::InboxEntry;
 use crate::store::sqlite::rows::Prepared;
-use crate::store::sqlite::turn::insert_llm_calls;
+use crate::store::sqlite::turn_by_turn::insert_llm_calls;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;

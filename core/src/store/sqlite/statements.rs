@@ -1,7 +1,7 @@
 //! The statements both write paths send: each builds one statement for any number of rows,
 //! reading them from one JSON argument with `json_each`, so that its text never changes and
 //! SQLite prepares it once. Used by [`super::batch`] (all of a batch in one query) and
-//! [`super::turn`] (one turn at a time).
+//! [`super::turn_by_turn`] (one turn at a time).
 
 use super::Sql;
 use super::rows::Prepared;

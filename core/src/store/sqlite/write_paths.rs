@@ -1,6 +1,6 @@
 //! The store's two write paths write the same rows. The writer tries the fast path
 //! ([`super::batch`]) for every batch and falls back to the turn-by-turn path
-//! ([`super::turn`]) when the batch holds anything out of the ordinary; these tests run the
+//! ([`super::turn_by_turn`]) when the batch holds anything out of the ordinary; these tests run the
 //! same random batches through each path alone, on two databases, and compare every table
 //! (all columns but the write times) and every turn's answer.
 

@@ -1,12 +1,12 @@
 //! The writer's side of the store: the group-commit task on its own thread, which takes
 //! every job waiting when it is free (turns, inbox entries, delivery marks) into one
 //! transaction. A batch goes through the fast path ([`super::batch`]) when nothing in it is
-//! out of the ordinary, else turn by turn in savepoints ([`super::turn`]), so that a
+//! out of the ordinary, else turn by turn in savepoints ([`super::turn_by_turn`]), so that a
 //! refused turn is rolled back and answered alone. Started by [`super::open`].
 
 use super::batch::{NextIds, fast_batch};
 use super::inbox::{mark_delivered_in, write_inbox};
-use super::turn::write_turn;
+use super::turn_by_turn::write_turn;
 use super::{Job, MAX_BATCH, writer_gone};
 use crate::store::hot::{HotChange, HotSessions};
 use crate::store::rows::ms;

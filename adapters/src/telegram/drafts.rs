@@ -11,9 +11,9 @@
 
 use super::api::{CallError, TelegramApi, delivery_error};
 use super::{MESSAGE_LIMIT, Place};
+use crate::live_reply::{Budget, EDIT_EVERY, Streams, has_sentence};
 use crate::markup::telegram_html;
 use crate::split::truncate;
-use crate::streaming::{Budget, EDIT_EVERY, Streams, has_sentence};
 use async_trait::async_trait;
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::SessionKey;

@@ -6,8 +6,8 @@
 
 use super::MESSAGE_LIMIT;
 use super::api::{DiscordApi, delivery_error};
+use crate::live_reply::{EDIT_EVERY, Streams, has_sentence};
 use crate::split::truncate;
-use crate::streaming::{EDIT_EVERY, Streams, has_sentence};
 use async_trait::async_trait;
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::llm::stream::Tap;

@@ -2,9 +2,9 @@
 //! resume, text, a choice, a command) to the step that handles it.
 
 use super::form::Form;
-use super::greeter::Section;
+use super::greeter_tools::Section;
 use super::state::{InterviewState, Stage};
-use super::{ID, InterviewFlow, confirmation, greeter, lang_of, resume};
+use super::{ID, InterviewFlow, confirmation, greeter_tools, lang_of, resume};
 use crate::flow::{CommandInfo, Flow, FlowError, TurnContext, TurnInput, TurnOutput};
 use crate::i18n::pick;
 use crate::store::{Reads, StateChange};
@@ -185,7 +185,7 @@ impl InterviewFlow {
             Some(form) => {
                 st.form_id = form.id.clone();
                 out.change(StateChange::SetCurrentAgent {
-                    agent: greeter::AGENT.into(),
+                    agent: greeter_tools::AGENT.into(),
                 });
                 let name = &ctx.user.display_name;
                 let en = format!(
@@ -285,7 +285,7 @@ impl InterviewFlow {
         let value = values.first().cloned().unwrap_or_default();
         match st.stage {
             Stage::Greeting => {
-                match greeter::section(st) {
+                match greeter_tools::section(st) {
                     Section::Language => {
                         self.set_language(st, out, if value == "ja" { "ja" } else { "en" })
                     }
@@ -293,7 +293,7 @@ impl InterviewFlow {
                         self.set_timezone(st, out, &value)
                     }
                     Section::Country => {
-                        if let Some(code) = greeter::resolve_country(&value) {
+                        if let Some(code) = greeter_tools::resolve_country(&value) {
                             self.set_country(st, out, code)
                         }
                     }
@@ -334,7 +334,7 @@ impl InterviewFlow {
     pub(super) fn progress(&self, form: &Form, st: &InterviewState) -> String {
         let lang = lang_of(st);
         if st.stage == Stage::Greeting {
-            let (en, ja) = match greeter::section(st) {
+            let (en, ja) = match greeter_tools::section(st) {
                 Section::Language => ("which language you prefer", "ご希望の言語"),
                 Section::Country => ("which country you live in", "お住まいの国"),
                 Section::Timezone | Section::Completed => {
