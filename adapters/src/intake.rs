@@ -10,7 +10,7 @@ use crate::SeenIds;
 use crate::lanes::Scheduler;
 use async_trait::async_trait;
 use kaiwa_core::message::{Incoming, Platform};
-use kaiwa_core::orchestrator::{Orchestrator, Outbox};
+use kaiwa_core::orchestrator::{ForAdapters, Outbox};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub trait Turns: Send + Sync + 'static {
 /// The shared intake of one adapter; see the module's documentation.
 pub struct Intake<T: Turns> {
     turns: Arc<T>,
-    orchestrator: Arc<Orchestrator>,
+    orchestrator: ForAdapters,
     lanes: Scheduler<T::Lane, T::Work>,
     /// Ids of what was received (a platform may deliver the same thing twice).
     received: SeenIds<String>,
@@ -80,7 +80,7 @@ pub struct Intake<T: Turns> {
 
 impl<T: Turns> Intake<T> {
     /// The intake of `turns`; nothing runs before [`Intake::begin`] (or its two halves).
-    pub fn new(turns: Arc<T>, orchestrator: Arc<Orchestrator>) -> Arc<Intake<T>> {
+    pub fn new(turns: Arc<T>, orchestrator: ForAdapters) -> Arc<Intake<T>> {
         Arc::new(Intake {
             lanes: Scheduler::new(orchestrator.max_waiting()),
             turns,
@@ -132,7 +132,7 @@ impl<T: Turns> Intake<T> {
         &self.turns
     }
 
-    pub fn orchestrator(&self) -> &Arc<Orchestrator> {
+    pub fn orchestrator(&self) -> &ForAdapters {
         &self.orchestrator
     }
 
@@ -211,7 +211,7 @@ impl<T: Turns> Intake<T> {
     }
 
     /// Several instances: every [`CLAIM_EVERY`] (or when woken), the messages of the chats
-    /// this instance holds or takes ([`Orchestrator::claim`]) go to their lanes.
+    /// this instance holds or takes ([`ForAdapters::claim`]) go to their lanes.
     async fn claim_loop(intake: Weak<Intake<T>>) {
         loop {
             let Some(this) = intake.upgrade() else { return };

@@ -5,7 +5,7 @@
 //! ([`shown_choice`]). Used by [`crate::telegram`] and [`crate::discord`].
 
 use kaiwa_core::message::{OptionsRequest, SessionKey};
-use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError};
+use kaiwa_core::orchestrator::{ForAdapters, OrchestratorError};
 
 /// A press on buttons that are no longer (or never were) the user's.
 pub const STALE_NOTICE: &str = "This button is no longer active. / このボタンはもう使えません。";
@@ -25,7 +25,7 @@ pub const SAVE_FAILED: &str = "Sorry, I could not save that. Please send it agai
 /// The options of `key`'s session that a press carrying `request_id` answers; `None` for a
 /// stale or foreign press.
 pub async fn pending_request(
-    orchestrator: &Orchestrator,
+    orchestrator: &ForAdapters,
     key: &SessionKey,
     request_id: &str,
 ) -> Result<Option<OptionsRequest>, OrchestratorError> {

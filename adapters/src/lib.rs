@@ -1,6 +1,6 @@
 //! Kaiwa's platform adapters. Each translates its platform's events into
-//! [`kaiwa_core::message::Incoming`], hands them to the
-//! [`kaiwa_core::orchestrator::Orchestrator`], and renders the
+//! [`kaiwa_core::message::Incoming`], hands them to the orchestrator through the handle
+//! adapters hold ([`kaiwa_core::orchestrator::ForAdapters`]), and renders the
 //! [`kaiwa_core::message::Outgoing`] it gets back through an
 //! [`kaiwa_core::orchestrator::Outbox`].
 //!

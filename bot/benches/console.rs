@@ -127,7 +127,7 @@ async fn seed(kaiwa: &kaiwa::Kaiwa) {
             &ConsoleSession {
                 admin,
                 csrf: "csrf".into(),
-                admins: kaiwa.orchestrator().admins_fingerprint(),
+                admins: kaiwa.orchestrator().for_people().admins_fingerprint(),
                 expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
             },
         )

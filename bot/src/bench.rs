@@ -213,7 +213,7 @@ fn pace_users(users: Vec<mpsc::UnboundedSender<Instant>>, started: Instant, rate
 /// the simulated model time. A paced user waits for each scheduled send, and a turn's time
 /// counts from that moment (a bot that falls behind is charged its queue).
 async fn simulate_user(
-    orchestrator: &Orchestrator,
+    orchestrator: &Arc<Orchestrator>,
     script: &[Step],
     user: usize,
     turns: usize,
@@ -272,6 +272,7 @@ async fn simulate_user(
         // when free, renewed when due)
         if orchestrator.instance().is_shared()
             && !orchestrator
+                .for_instances()
                 .hold_chat(incoming.platform, &incoming.chat)
                 .await
         {

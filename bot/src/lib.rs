@@ -387,9 +387,10 @@ impl Kaiwa {
     /// `into_make_service_with_connect_info::<SocketAddr>()` to limit sign-in attempts per
     /// address.
     pub fn console(&self, public_url: &str) -> axum::Router {
-        self.orchestrator.serve_console_at(public_url);
+        let people = self.orchestrator.for_people();
+        people.serve_console_at(public_url);
         web_console::router(web_console::ConsoleState::new(
-            self.orchestrator.clone(),
+            people,
             self.store.clone(),
             self.kb.clone(),
             public_url,
@@ -416,7 +417,7 @@ impl Kaiwa {
                 available: self.orchestrator.flows().ids().join(", "),
             });
         }
-        let result = console::run(&self.orchestrator, input, output, options).await;
+        let result = console::run(&self.orchestrator.for_adapters(), input, output, options).await;
         self.close().await;
         result.map_err(Error::Console)
     }
@@ -462,12 +463,16 @@ impl Kaiwa {
             platform: "Telegram",
             variable: "[telegram] token_env",
         })?;
-        TelegramPlugin::start(api, self.telegram_config(), self.orchestrator.clone())
-            .await
-            .map_err(|source| Error::Platform {
-                platform: "Telegram",
-                source,
-            })
+        TelegramPlugin::start(
+            api,
+            self.telegram_config(),
+            self.orchestrator.for_adapters(),
+        )
+        .await
+        .map_err(|source| Error::Platform {
+            platform: "Telegram",
+            source,
+        })
     }
 
     /// A serenity `Http` for the host's client, with Kaiwa's token and `[discord]
@@ -503,7 +508,7 @@ impl Kaiwa {
         Ok(DiscordPlugin::new(
             api,
             self.discord_config(),
-            self.orchestrator.clone(),
+            self.orchestrator.for_adapters(),
         ))
     }
 
@@ -574,11 +579,13 @@ impl Kaiwa {
         let (stop_tx, stop_rx) = watch::channel(false);
         let reviews = {
             let orchestrator = self.orchestrator.clone();
+            let instances = self.orchestrator.for_instances();
             every(REVIEW_CHECK, stop_rx.clone(), move || {
                 let (orchestrator, outboxes) = (orchestrator.clone(), outboxes.clone());
+                let instances = instances.clone();
                 async move {
                     // several instances: the one holding the jobs' lease sends them
-                    if !orchestrator.hold(JOBS_LEASE).await {
+                    if !instances.hold(JOBS_LEASE).await {
                         return;
                     }
                     let outbox_for = move |p: Platform| outboxes.get(&p).cloned();
@@ -592,16 +599,19 @@ impl Kaiwa {
         };
         let idle = Duration::from_secs_f64(self.settings.handoff.idle_minutes * 60.0);
         let handbacks = {
-            let orchestrator = self.orchestrator.clone();
+            let (instances, people) = (
+                self.orchestrator.for_instances(),
+                self.orchestrator.for_people(),
+            );
             // often enough for a short idle time, at most every few seconds
             let check = (idle / 4).clamp(Duration::from_secs(1), HANDBACK_CHECK);
             every(check, stop_rx.clone(), move || {
-                let orchestrator = orchestrator.clone();
+                let (instances, people) = (instances.clone(), people.clone());
                 async move {
-                    if !orchestrator.hold(JOBS_LEASE).await {
+                    if !instances.hold(JOBS_LEASE).await {
                         return;
                     }
-                    let handed = orchestrator.hand_back_idle(idle).await;
+                    let handed = people.hand_back_idle(idle).await;
                     if handed > 0 {
                         tracing::info!(handed, "idle conversations handed back to the agent");
                     }
@@ -609,11 +619,11 @@ impl Kaiwa {
             })
         };
         let retention = self.settings.privacy.transcript_days.map(|days| {
-            let (store, orchestrator) = (self.store.clone(), self.orchestrator.clone());
+            let (store, instances) = (self.store.clone(), self.orchestrator.for_instances());
             every(RETENTION_CHECK, stop_rx, move || {
-                let (store, orchestrator) = (store.clone(), orchestrator.clone());
+                let (store, instances) = (store.clone(), instances.clone());
                 async move {
-                    if !orchestrator.hold(JOBS_LEASE).await {
+                    if !instances.hold(JOBS_LEASE).await {
                         return;
                     }
                     if let Err(e) =
@@ -637,7 +647,7 @@ impl Kaiwa {
 
     /// Closes the database (what is committed stays).
     pub async fn close(&self) {
-        self.orchestrator.let_go(JOBS_LEASE).await;
+        self.orchestrator.for_instances().let_go(JOBS_LEASE).await;
         self.store.close().await;
     }
 }

@@ -160,13 +160,14 @@ pub(crate) async fn run(
     let mut adapters = JoinSet::new();
     let mut health = Vec::new();
     if let Some((api, _)) = kaiwa.telegram.clone() {
-        let telegram = TelegramAdapter::new(api, kaiwa.telegram_config(), orchestrator.clone());
+        let telegram =
+            TelegramAdapter::new(api, kaiwa.telegram_config(), orchestrator.for_adapters());
         health.push(telegram.health());
         let rx = stop_rx.clone();
         adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
     }
     if let Some((api, _)) = kaiwa.discord.clone() {
-        let discord = DiscordAdapter::new(api, kaiwa.discord_config(), orchestrator.clone());
+        let discord = DiscordAdapter::new(api, kaiwa.discord_config(), orchestrator.for_adapters());
         health.push(discord.health());
         let rx = stop_rx.clone();
         adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });

@@ -17,7 +17,7 @@ use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError};
 use kaiwa_core::message::{
     Body, Incoming, OptionsRequest, Outgoing, Platform, SessionKey, UserRef,
 };
-use kaiwa_core::orchestrator::{Orchestrator, Outbox, Streamer};
+use kaiwa_core::orchestrator::{ForAdapters, Outbox, Streamer};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -227,7 +227,7 @@ impl<W: AsyncWrite + Send + Unpin + 'static> ConsoleOutbox<W> {
     /// A turn, with the spinner turning (on a terminal) until something is printed.
     async fn handle(
         &self,
-        orchestrator: &Orchestrator,
+        orchestrator: &ForAdapters,
         incoming: Incoming,
     ) -> Result<kaiwa_core::orchestrator::TurnReport, kaiwa_core::orchestrator::OrchestratorError>
     {
@@ -294,7 +294,7 @@ pub fn choice_from_numbers(line: &str, options: &OptionsRequest) -> Option<Vec<S
 
 /// Runs a console conversation until the flow ends or `input` closes.
 pub async fn run<R, W>(
-    orchestrator: &Orchestrator,
+    orchestrator: &ForAdapters,
     input: R,
     output: W,
     options: ConsoleOptions,

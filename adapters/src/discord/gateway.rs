@@ -8,13 +8,13 @@ use super::places::{self, Parents, Place};
 use super::work::Intake;
 use crate::AdapterHealth;
 use async_trait::async_trait;
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::ForAdapters;
 use serenity::all::{ChannelId, Context, EventHandler, Interaction, Message, Ready};
 use std::sync::Arc;
 
 pub(super) struct Handler {
     pub(super) api: DiscordApi,
-    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) orchestrator: ForAdapters,
     pub(super) config: DiscordConfig,
     pub(super) health: Arc<AdapterHealth>,
     /// thread id → parent channel id (looked up once per thread)

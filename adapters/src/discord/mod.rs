@@ -23,7 +23,7 @@
 //!   deduplicated by the store.
 
 use crate::{AdapterError, AdapterHealth};
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::ForAdapters;
 use serenity::all::GatewayIntents;
 use std::future::Future;
 use std::sync::Arc;
@@ -94,12 +94,12 @@ impl std::fmt::Debug for DiscordConfig {
 pub struct DiscordAdapter {
     api: DiscordApi,
     config: DiscordConfig,
-    orchestrator: Arc<Orchestrator>,
+    orchestrator: ForAdapters,
     health: Arc<AdapterHealth>,
 }
 
 impl DiscordAdapter {
-    pub fn new(api: DiscordApi, config: DiscordConfig, orchestrator: Arc<Orchestrator>) -> Self {
+    pub fn new(api: DiscordApi, config: DiscordConfig, orchestrator: ForAdapters) -> Self {
         DiscordAdapter {
             api,
             config,
@@ -250,7 +250,7 @@ impl Handler {
     fn new(
         api: DiscordApi,
         config: DiscordConfig,
-        orchestrator: Arc<Orchestrator>,
+        orchestrator: ForAdapters,
         health: Arc<AdapterHealth>,
         mounted: bool,
     ) -> Handler {

@@ -5,7 +5,7 @@ use super::gateway::Handler;
 use super::{DiscordConfig, api};
 use crate::AdapterHealth;
 use async_trait::async_trait;
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::ForAdapters;
 use serenity::all::{ChannelId, Context, EventHandler, Interaction, Message, Ready};
 use std::sync::Arc;
 
@@ -47,7 +47,7 @@ pub struct DiscordPlugin {
 impl DiscordPlugin {
     /// Kaiwa's handler for a host's client. `config.token` is the bot's token (the same as
     /// the host's client); Kaiwa sends through its own REST client ([`DiscordApi`]).
-    pub fn new(api: DiscordApi, config: DiscordConfig, orchestrator: Arc<Orchestrator>) -> Self {
+    pub fn new(api: DiscordApi, config: DiscordConfig, orchestrator: ForAdapters) -> Self {
         let health = Arc::new(AdapterHealth::new("discord"));
         DiscordPlugin {
             handler: Arc::new(Handler::new(api, config, orchestrator, health, true)),

@@ -3,7 +3,7 @@
 //! from running the same shard: an instance whose shards another runs stands by and takes
 //! them over once that one's leases expire.
 
-use kaiwa_core::orchestrator::{Orchestrator, RENEW_EVERY};
+use kaiwa_core::orchestrator::{ForAdapters, RENEW_EVERY};
 use std::fmt;
 
 /// Shards `first..=last` of `total`.
@@ -76,7 +76,7 @@ pub fn shard_of(guild: Option<u64>, total: u32) -> u32 {
 
 /// Takes the leases of every shard in `range` (several instances on one database), or
 /// none: `false` when another instance runs one of them.
-pub(super) async fn take(orchestrator: &Orchestrator, range: ShardRange) -> bool {
+pub(super) async fn take(orchestrator: &ForAdapters, range: ShardRange) -> bool {
     let mut taken: Vec<String> = Vec::new();
     for shard in range.shards() {
         let lease = range.lease(shard);
@@ -93,7 +93,7 @@ pub(super) async fn take(orchestrator: &Orchestrator, range: ShardRange) -> bool
 
 /// Renews the leases of `range` every [`RENEW_EVERY`]; returns when one is lost (this
 /// instance could not renew in time and another took the shard over).
-pub(super) async fn keep(orchestrator: &Orchestrator, range: ShardRange) {
+pub(super) async fn keep(orchestrator: &ForAdapters, range: ShardRange) {
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
         for shard in range.shards() {
@@ -110,7 +110,7 @@ pub(super) async fn keep(orchestrator: &Orchestrator, range: ShardRange) {
 }
 
 /// Lets go of the leases of `range`: another instance may run the shards at once.
-pub(super) async fn let_go(orchestrator: &Orchestrator, range: ShardRange) {
+pub(super) async fn let_go(orchestrator: &ForAdapters, range: ShardRange) {
     for shard in range.shards() {
         orchestrator.let_go(&range.lease(shard)).await;
     }

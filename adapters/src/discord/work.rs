@@ -9,7 +9,7 @@ use crate::interaction::SAVE_FAILED;
 use crate::split::truncate;
 use async_trait::async_trait;
 use kaiwa_core::message::{Body, Incoming, Platform};
-use kaiwa_core::orchestrator::{Orchestrator, Outbox, QUEUE_FULL};
+use kaiwa_core::orchestrator::{ForAdapters, Outbox, QUEUE_FULL};
 use serenity::all::{ChannelId, CommandInteraction, EditInteractionResponse, Http};
 use std::sync::Arc;
 
@@ -42,7 +42,7 @@ pub(super) struct DiscordTurns {
     pub(super) api: DiscordApi,
     /// Also the orchestrator's, for replies outside turns.
     pub(super) outbox: Arc<DiscordOutbox>,
-    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) orchestrator: ForAdapters,
 }
 
 /// Discord's work in the shared intake: a guild's events all reach the instance running

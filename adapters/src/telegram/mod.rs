@@ -48,7 +48,7 @@ pub use webhook::{
 use crate::{AdapterError, AdapterHealth};
 use kaiwa_core::admin::DeliveryError;
 use kaiwa_core::message::{Platform, SessionKey};
-use kaiwa_core::orchestrator::{Orchestrator, RENEW_EVERY};
+use kaiwa_core::orchestrator::{ForAdapters, RENEW_EVERY};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -153,7 +153,7 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 pub struct TelegramAdapter {
     api: TelegramApi,
     config: TelegramConfig,
-    orchestrator: Arc<Orchestrator>,
+    orchestrator: ForAdapters,
     health: Arc<AdapterHealth>,
 }
 
@@ -168,7 +168,7 @@ type Intake = crate::intake::Intake<Context>;
 async fn start(
     api: TelegramApi,
     config: TelegramConfig,
-    orchestrator: Arc<Orchestrator>,
+    orchestrator: ForAdapters,
     mounted: bool,
 ) -> Result<Arc<Intake>, AdapterError> {
     let me = api
@@ -220,7 +220,7 @@ async fn hand_over(intake: &Intake, routed: Vec<Routed>) {
 }
 
 impl TelegramAdapter {
-    pub fn new(api: TelegramApi, config: TelegramConfig, orchestrator: Arc<Orchestrator>) -> Self {
+    pub fn new(api: TelegramApi, config: TelegramConfig, orchestrator: ForAdapters) -> Self {
         TelegramAdapter {
             api,
             config,
@@ -279,14 +279,14 @@ impl TelegramAdapter {
 /// database), while it holds [`POLLER_LEASE`] (each poll ends another's with 409), the
 /// others standing by to take over once the lease expires.
 struct Poller<'a> {
-    orchestrator: &'a Orchestrator,
+    orchestrator: &'a ForAdapters,
     health: &'a AdapterHealth,
     shared: bool,
     polling: bool,
 }
 
 impl<'a> Poller<'a> {
-    fn new(orchestrator: &'a Orchestrator, health: &'a AdapterHealth) -> Self {
+    fn new(orchestrator: &'a ForAdapters, health: &'a AdapterHealth) -> Self {
         let shared = orchestrator.instance().is_shared();
         health.set_role("poller", !shared);
         Poller {

@@ -3,7 +3,7 @@
 
 use super::{AdapterHealth, Intake, TelegramApi, TelegramConfig, long_poll, polling, stop};
 use crate::AdapterError;
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::ForAdapters;
 use std::sync::Arc;
 use teloxide::types::{Update, UpdateKind};
 
@@ -36,7 +36,7 @@ impl TelegramPlugin {
     pub async fn start(
         api: TelegramApi,
         config: TelegramConfig,
-        orchestrator: Arc<Orchestrator>,
+        orchestrator: ForAdapters,
     ) -> Result<TelegramPlugin, AdapterError> {
         let health = Arc::new(AdapterHealth::new("telegram"));
         let intake = super::start(api, config, orchestrator, true).await?;

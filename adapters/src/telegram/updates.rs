@@ -14,7 +14,7 @@ use crate::interaction::{
 use crate::split::truncate;
 use kaiwa_core::admin::{AdminAction, NoticeRef};
 use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
-use kaiwa_core::orchestrator::{Orchestrator, OrchestratorError, Outbox, QUEUE_FULL};
+use kaiwa_core::orchestrator::{ForAdapters, OrchestratorError, Outbox, QUEUE_FULL};
 use std::sync::Arc;
 use teloxide::types::{
     CallbackQuery, ChatId, InlineKeyboardMarkup, Message, MessageId, Update, UpdateId, UpdateKind,
@@ -89,7 +89,7 @@ pub(super) struct Context {
     pub(super) api: TelegramApi,
     /// The adapter's one outbox (also the orchestrator's, for replies outside turns).
     pub(super) outbox: Arc<TelegramOutbox>,
-    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) orchestrator: ForAdapters,
     pub(super) config: super::TelegramConfig,
     /// The bot's username (commands addressed `@` to another bot are not ours).
     pub(super) me: String,

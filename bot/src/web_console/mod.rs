@@ -25,7 +25,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use dashmap::DashMap;
 use kaiwa_core::kb::KnowledgeBase;
-use kaiwa_core::orchestrator::Orchestrator;
+use kaiwa_core::orchestrator::ForPeople;
 use kaiwa_core::store::Store;
 use kaiwa_core::store::console::{ConsoleAdmin, ConsoleSession, new_token, token_hash};
 use serde::Deserialize;
@@ -46,7 +46,8 @@ const ATTEMPT_WINDOW: Duration = Duration::from_secs(60);
 /// What every handler reads.
 #[derive(Clone)]
 pub(crate) struct ConsoleState {
-    pub(crate) orchestrator: Arc<Orchestrator>,
+    /// What the people in the loop may do (the console is theirs).
+    pub(crate) people: ForPeople,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) kb: Arc<KnowledgeBase>,
     /// The cookie is `Secure` (the console is reached over `https://`).
@@ -57,14 +58,14 @@ pub(crate) struct ConsoleState {
 
 impl ConsoleState {
     pub(crate) fn new(
-        orchestrator: Arc<Orchestrator>,
+        people: ForPeople,
         store: Arc<dyn Store>,
         kb: Arc<KnowledgeBase>,
         public_url: &str,
         session: Duration,
     ) -> Self {
         ConsoleState {
-            orchestrator,
+            people,
             store,
             kb,
             secure: public_url.starts_with("https://"),
@@ -232,8 +233,8 @@ pub(crate) async fn signed_in(
             return Err(pages::unavailable(lang));
         }
     };
-    if !state.orchestrator.is_console_admin(&session.admin)
-        || session.admins != state.orchestrator.admins_fingerprint()
+    if !state.people.is_console_admin(&session.admin)
+        || session.admins != state.people.admins_fingerprint()
     {
         tracing::info!(user = %session.admin.user_id, "console session ended: the admin list changed");
         if let Err(e) = state.store.console_session_end(&hash, now).await {
@@ -361,7 +362,7 @@ async fn login(
             return pages::unavailable(lang);
         }
     };
-    if !state.orchestrator.is_console_admin(&admin) {
+    if !state.people.is_console_admin(&admin) {
         tracing::warn!(user = %admin.user_id, "console sign-in refused: not an admin");
         return pages::refused(
             StatusCode::FORBIDDEN,
@@ -377,7 +378,7 @@ async fn login(
     let session = ConsoleSession {
         admin: admin.clone(),
         csrf: new_token(),
-        admins: state.orchestrator.admins_fingerprint(),
+        admins: state.people.admins_fingerprint(),
         expires_at: now + chrono::Duration::from_std(state.session).unwrap_or_default(),
     };
     if let Err(e) = state

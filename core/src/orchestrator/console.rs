@@ -17,13 +17,13 @@ pub const CONSOLE_LINK_VALID: Duration = Duration::from_secs(600);
 impl Orchestrator {
     /// The console is served at `public_url` (its links start there): `/console` answers
     /// (until then it says the console is off). Set once the console's address is known.
-    pub fn serve_console_at(&self, public_url: &str) {
+    pub(crate) fn serve_console_at(&self, public_url: &str) {
         *self.console_url.write().unwrap_or_else(|p| p.into_inner()) =
             Some(public_url.trim_end_matches('/').to_string());
     }
 
     /// Whether `admin` is one of the configured admins of their platform now.
-    pub fn is_console_admin(&self, admin: &ConsoleAdmin) -> bool {
+    pub(crate) fn is_console_admin(&self, admin: &ConsoleAdmin) -> bool {
         self.access
             .admins
             .get(&admin.platform)
@@ -31,7 +31,7 @@ impl Orchestrator {
     }
 
     /// The admin list as a fingerprint: a console session opened under another list is over.
-    pub fn admins_fingerprint(&self) -> String {
+    pub(crate) fn admins_fingerprint(&self) -> String {
         let mut all: Vec<String> = self
             .access
             .admins
@@ -95,7 +95,11 @@ impl Orchestrator {
 
     /// A console admin's action on a conversation (approve, reject, take over, hand back):
     /// the same as the admin chat's button.
-    pub async fn console_action(&self, admin: &ConsoleAdmin, action: AdminAction) -> AdminOutcome {
+    pub(crate) async fn console_action(
+        &self,
+        admin: &ConsoleAdmin,
+        action: AdminAction,
+    ) -> AdminOutcome {
         if !self.is_console_admin(admin) {
             tracing::warn!(user = %admin.user_id, ?action, "console action refused: not an admin");
             return String::from(NOT_ALLOWED).into();
@@ -108,7 +112,7 @@ impl Orchestrator {
     /// A console admin's reply to the user of the held `session_id` (`nonce`: the form's
     /// own id, so a form sent twice is one message). `None` once it went through, otherwise
     /// what to tell the admin.
-    pub async fn console_reply(
+    pub(crate) async fn console_reply(
         &self,
         admin: &ConsoleAdmin,
         session_id: i64,

@@ -71,7 +71,7 @@ impl Orchestrator {
 
     /// Takes or renews the lease `name` for this instance; false when another holds it (or
     /// the store cannot say: then nobody should act on it).
-    pub async fn hold(&self, name: &str) -> bool {
+    pub(crate) async fn hold(&self, name: &str) -> bool {
         match self.store.lease(name, &self.instance.id, LEASE_TTL).await {
             Ok(held) => held,
             Err(e) => {
@@ -82,7 +82,7 @@ impl Orchestrator {
     }
 
     /// Lets go of `name` (a clean stop: another instance takes over at once).
-    pub async fn let_go(&self, name: &str) {
+    pub(crate) async fn let_go(&self, name: &str) {
         if let Err(e) = self.store.release(name, &self.instance.id).await {
             tracing::debug!(error = %e, lease = name, "could not release a lease");
         }
@@ -94,7 +94,11 @@ impl Orchestrator {
     /// instance, the replies it committed and did not deliver are sent first (at least
     /// once: the reply in flight when it died may come twice). The caller hands them to
     /// their sessions' lanes, which drop ones already queued.
-    pub async fn claim(&self, platform: Platform, outbox: &dyn super::Outbox) -> Vec<Incoming> {
+    pub(crate) async fn claim(
+        &self,
+        platform: Platform,
+        outbox: &dyn super::Outbox,
+    ) -> Vec<Incoming> {
         let pending = match self.store.inbox_pending(platform).await {
             Ok(pending) => pending,
             Err(e) => {
@@ -171,7 +175,7 @@ impl Orchestrator {
     /// received here goes straight to its lane when it does; otherwise it waits in the
     /// shared inbox for the holder, or for the first instance to claim it (instances claim
     /// a few new chats at a time, so a burst of new chats is shared out).
-    pub async fn holds_chat(&self, platform: Platform, chat: &str) -> bool {
+    pub(crate) async fn holds_chat(&self, platform: Platform, chat: &str) -> bool {
         let name = chat_lease(platform, chat);
         match self.renewed_at(&name) {
             Some(at) if at.elapsed() < LEASE_TTL => self.renew_when_due(&name).await,
@@ -182,7 +186,7 @@ impl Orchestrator {
     /// Takes `chat` for this instance if it is free (or its holder's lease expired), or
     /// renews this instance's lease when due; whether this instance holds it now. What an
     /// instance does before it handles a chat's message itself (`kaiwa bench --instances`).
-    pub async fn hold_chat(&self, platform: Platform, chat: &str) -> bool {
+    pub(crate) async fn hold_chat(&self, platform: Platform, chat: &str) -> bool {
         self.renew_when_due(&chat_lease(platform, chat)).await
     }
 
@@ -204,7 +208,7 @@ impl Orchestrator {
     }
 
     /// Lets go of every chat of `platform` this instance holds (a clean stop).
-    pub async fn let_go_chats(&self, platform: Platform) {
+    pub(crate) async fn let_go_chats(&self, platform: Platform) {
         let prefix = format!("chat:{}:", platform.as_str());
         let names: Vec<String> = {
             let mut chats = self

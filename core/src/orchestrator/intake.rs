@@ -19,20 +19,20 @@ impl Orchestrator {
     /// Keeps `messages` in the inbox and returns once they are committed: only then may an
     /// adapter confirm them to the platform. An error means none may be confirmed (keeping
     /// them again is harmless).
-    pub async fn keep(&self, messages: &[Incoming]) -> Result<(), OrchestratorError> {
+    pub(crate) async fn keep(&self, messages: &[Incoming]) -> Result<(), OrchestratorError> {
         Ok(self.store.inbox_keep(messages).await?)
     }
 
     /// Keeps `incoming` in the inbox without waiting for the commit (it commits with or
     /// before its turn): for a platform that has no confirmation to withhold.
-    pub async fn accept(&self, incoming: &Incoming) {
+    pub(crate) async fn accept(&self, incoming: &Incoming) {
         if let Err(e) = self.store.inbox_put(incoming).await {
             tracing::warn!(error = %e, "could not keep the message in the inbox");
         }
     }
 
     /// A kept message that gets no turn (its session's queue was full): out of the inbox.
-    pub async fn release(&self, incoming: &Incoming) {
+    pub(crate) async fn release(&self, incoming: &Incoming) {
         if let Err(e) = self
             .store
             .inbox_done(incoming.platform, &incoming.chat, &incoming.message_id)
@@ -45,7 +45,11 @@ impl Orchestrator {
     /// At start: sends the replies of `platform` the last run committed but did not deliver,
     /// then returns the messages it kept and did not answer, oldest first, for the adapter
     /// to queue in their sessions' lanes (and handle with [`Self::handle_kept`]).
-    pub async fn left_by_last_run(&self, platform: Platform, outbox: &dyn Outbox) -> Vec<Incoming> {
+    pub(crate) async fn left_by_last_run(
+        &self,
+        platform: Platform,
+        outbox: &dyn Outbox,
+    ) -> Vec<Incoming> {
         // replies first, once per session: the messages' own replies come after them
         if let Err(e) = self.resend_unreached(platform, outbox).await {
             tracing::warn!(error = %e, "could not send the replies the last run left");
@@ -69,7 +73,7 @@ impl Orchestrator {
 
     /// The places of `platform` with a conversation in progress whose last turn is at most
     /// `window` old, most recent first, at most `limit`.
-    pub async fn active_places(
+    pub(crate) async fn active_places(
         &self,
         platform: Platform,
         window: std::time::Duration,
@@ -108,7 +112,7 @@ impl Orchestrator {
 
     /// [`Self::handle`] for a message the adapter already kept in the inbox (and confirmed
     /// to its platform): its entry is cleared once the turn is done.
-    pub async fn handle_kept(
+    pub(crate) async fn handle_kept(
         &self,
         incoming: Incoming,
         outbox: &dyn Outbox,

@@ -25,6 +25,7 @@ mod admission;
 mod commands;
 mod console;
 mod delivery;
+mod handles;
 mod instances;
 mod intake;
 mod language;
@@ -37,6 +38,7 @@ mod working;
 use admission::{Admit, Full, RateLimiter, SessionLocks};
 pub use commands::admin::{ADMIN_COMMANDS, AdminAccess};
 pub use console::CONSOLE_LINK_VALID;
+pub use handles::{ForAdapters, ForInstances, ForPeople};
 pub use instances::{Instance, LEASE_TTL, RENEW_EVERY};
 pub use intake::ActivePlace;
 pub use notices::QUEUE_FULL;
@@ -167,7 +169,7 @@ impl Orchestrator {
     }
 
     /// Shares the database with other instances (PostgreSQL): messages are handled by the
-    /// instance holding their chat's lease ([`Orchestrator::claim`]).
+    /// instance holding their chat's lease ([`ForAdapters::claim`]).
     pub fn with_shared_database(mut self, shared: bool) -> Self {
         self.instance = Instance::new(shared);
         self
@@ -226,7 +228,7 @@ impl Orchestrator {
     /// Whether `/name` is one of Kaiwa's commands: a generic one, a flow's start or
     /// in-session command, a flow's id, `/cancel`, or an admin command. A bot that mounts
     /// Kaiwa beside its own handlers leaves every other command to them.
-    pub fn knows_command(&self, name: &str) -> bool {
+    pub(crate) fn knows_command(&self, name: &str) -> bool {
         let name = name.to_ascii_lowercase();
         name == "cancel"
             || self.is_admin_command(&name)
@@ -236,7 +238,7 @@ impl Orchestrator {
 
     /// How many messages may wait behind a session's running turn (adapters that queue
     /// per session bound their queues the same).
-    pub fn max_waiting(&self) -> usize {
+    pub(crate) fn max_waiting(&self) -> usize {
         self.max_waiting
     }
 

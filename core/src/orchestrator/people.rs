@@ -70,7 +70,7 @@ pub const NOT_ALLOWED: &str =
 impl Orchestrator {
     /// How to reach users of `platform` outside their turns (an adapter registers its own
     /// as it starts).
-    pub fn register_outbox(&self, platform: Platform, outbox: Arc<dyn Outbox>) {
+    pub(crate) fn register_outbox(&self, platform: Platform, outbox: Arc<dyn Outbox>) {
         self.outboxes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -87,7 +87,7 @@ impl Orchestrator {
 
     /// An admin's press of a notice's button (or `/takeover`, `/handback`): `by` is the
     /// admin place and the presser, `name` how the presser is called.
-    pub async fn admin_action(
+    pub(crate) async fn admin_action(
         &self,
         by: &SessionKey,
         name: &str,
@@ -305,7 +305,7 @@ impl Orchestrator {
 
     /// Hands back every conversation whose person has written nothing for `idle`;
     /// returns how many (the scheduled job's work).
-    pub async fn hand_back_idle(&self, idle: Duration) -> usize {
+    pub(crate) async fn hand_back_idle(&self, idle: Duration) -> usize {
         let holds = match self.store.holds().await {
             Ok(holds) => holds,
             Err(e) => {
@@ -379,7 +379,7 @@ impl Orchestrator {
     /// message): when it stands for a conversation they hold, it reaches its user and is
     /// stored there. Returns what to tell the admin place (`None`: nothing; the reply was
     /// not about a conversation, or it went through).
-    pub async fn staff_reply(
+    pub(crate) async fn staff_reply(
         &self,
         by: &SessionKey,
         name: &str,
@@ -467,7 +467,7 @@ impl Orchestrator {
     /// a person holds: stored in the conversation there, not answered (the user reads it
     /// where it was written). `false`: not an admin, or nobody holds a conversation there
     /// (the message goes its usual way).
-    pub async fn staff_in_place(&self, incoming: &Incoming) -> bool {
+    pub(crate) async fn staff_in_place(&self, incoming: &Incoming) -> bool {
         let is_admin = self
             .access
             .admins

@@ -29,7 +29,7 @@ impl Orchestrator {
     /// The options pending in `key`'s session if a press carrying `request_id` answers
     /// them (else `None`: a stale or foreign press). What an adapter needs to read a press
     /// (which button, which labels) without reading the store itself.
-    pub async fn pending_options(
+    pub(crate) async fn pending_options(
         &self,
         key: &SessionKey,
         request_id: &str,

@@ -104,7 +104,7 @@ impl Place {
 /// [`SqliteStore`]: each call sends one message (numbered `m0`, `m1`, …) and returns what
 /// was delivered for it.
 pub struct FlowHarness {
-    pub orchestrator: Orchestrator,
+    pub orchestrator: Arc<Orchestrator>,
     pub store: Arc<SqliteStore>,
     pub outbox: RecordingOutbox,
     pub admin: Arc<CollectingAdminSink>,
@@ -124,7 +124,12 @@ impl FlowHarness {
         let admin = Arc::new(CollectingAdminSink::default());
         let flows = FlowRegistry::new(flows).expect("flows");
         FlowHarness {
-            orchestrator: Orchestrator::new(store.clone(), flows, models, admin.clone()),
+            orchestrator: Arc::new(Orchestrator::new(
+                store.clone(),
+                flows,
+                models,
+                admin.clone(),
+            )),
             store,
             outbox: RecordingOutbox::default(),
             admin,

@@ -61,7 +61,7 @@ async fn conversation(live: bool) -> String {
         live,
     };
     let input: &[u8] = b"1\nHow long should tea brew?\n";
-    console::run(&harness.orchestrator, input, output, options)
+    console::run(&harness.orchestrator.for_adapters(), input, output, options)
         .await
         .expect("the conversation runs");
     let mut printed = String::new();

@@ -752,6 +752,7 @@ async fn admin_commands_work_only_for_admins_in_the_admin_channel() {
     let off = say(&fake, ADMIN, ADMIN_USER, "/console").await;
     assert!(off[0].contains("console is off"), "{off:?}");
     bot.orchestrator
+        .for_people()
         .serve_console_at("https://console.example.com/");
     let dm = kaiwa_tests::fake_discord::dm_channel_of(ADMIN_USER);
     let told = say(&fake, ADMIN, ADMIN_USER, "/console").await;

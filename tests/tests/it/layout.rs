@@ -108,3 +108,37 @@ fn the_adapters_never_touch_the_store() {
         "adapters reach the store only through the orchestrator: {offenders:?}"
     );
 }
+
+#[test]
+fn the_adapters_use_only_their_handle_of_the_orchestrator() {
+    let adapters = root().join("adapters/src");
+    let mut offenders = Vec::new();
+    for path in paths(&adapters) {
+        if !path.ends_with(".rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(adapters.join(&path)).expect("a source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            // the type, named or imported (`OrchestratorError` is the handle's error type)
+            let named = [
+                "<Orchestrator>",
+                "&Orchestrator",
+                "Orchestrator::",
+                "orchestrator::Orchestrator;",
+                "{Orchestrator,",
+                " Orchestrator,",
+                " Orchestrator}",
+            ]
+            .iter()
+            .any(|p| code.contains(p));
+            if named || code.contains("ForPeople") || code.contains("ForInstances") {
+                offenders.push(format!("adapters/src/{path}:{}", n + 1));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "adapters hold `ForAdapters`, not the orchestrator or another caller's handle: {offenders:?}"
+    );
+}

@@ -385,7 +385,7 @@ pub(in crate::web_console) async fn decide(
         return not_found(headers).await;
     };
     let outcome = state
-        .orchestrator
+        .people
         .console_action(&signed.admin, AdminAction { kind, session_id })
         .await;
     after_action(&format!("/applications/{id}"), &outcome.text)

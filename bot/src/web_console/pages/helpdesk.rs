@@ -222,7 +222,7 @@ async fn hold_action(
     let signed = signed!(state, headers);
     checked!(signed, form.csrf);
     let outcome = state
-        .orchestrator
+        .people
         .console_action(
             &signed.admin,
             AdminAction {
@@ -266,7 +266,7 @@ pub(in crate::web_console) async fn reply(
         form.nonce.clone()
     };
     let said = state
-        .orchestrator
+        .people
         .console_reply(&signed.admin, id, &nonce, &form.text)
         .await;
     let message = said.unwrap_or_else(|| {

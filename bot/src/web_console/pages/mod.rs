@@ -1,6 +1,6 @@
 //! The console's pages and actions. Every page is for a signed-in admin
 //! ([`super::signed_in`]); every action is a form with the session's CSRF token and runs
-//! the same code as the admin chat (`Orchestrator::console_action`, `console_reply`).
+//! the same code as the admin chat (`ForPeople::console_action`, `console_reply`).
 //! Everything users wrote goes through `maud`'s escaping. This module has what every page
 //! shares (the layout, the refusals, a transcript, a conversation's actions); each area
 //! of the console is a module of its own.
