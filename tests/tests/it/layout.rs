@@ -88,21 +88,29 @@ fn the_reader_of_the_map_finds_a_missing_path() {
     assert!(!all.iter().any(|p| p.ends_with("/telegram/polling_loop.rs")));
 }
 
-#[test]
-fn the_adapters_never_touch_the_store() {
+/// The places (`adapters/src/path:line`) in the adapters' code whose line `matches`.
+fn adapter_lines_where(matches: impl Fn(&str) -> bool) -> Vec<String> {
     let adapters = root().join("adapters/src");
-    let mut offenders = Vec::new();
+    let mut found = Vec::new();
     for path in paths(&adapters) {
         if !path.ends_with(".rs") {
             continue;
         }
         let text = std::fs::read_to_string(adapters.join(&path)).expect("a source file");
         for (n, line) in text.lines().enumerate() {
-            if line.contains(".store()") || line.contains("kaiwa_core::store::") {
-                offenders.push(format!("adapters/src/{path}:{}", n + 1));
+            if matches(line) {
+                found.push(format!("adapters/src/{path}:{}", n + 1));
             }
         }
     }
+    found
+}
+
+#[test]
+fn the_adapters_never_touch_the_store() {
+    let offenders = adapter_lines_where(|line| {
+        line.contains(".store()") || line.contains("kaiwa_core::store::")
+    });
     assert!(
         offenders.is_empty(),
         "adapters reach the store only through the orchestrator: {offenders:?}"
@@ -111,32 +119,22 @@ fn the_adapters_never_touch_the_store() {
 
 #[test]
 fn the_adapters_use_only_their_handle_of_the_orchestrator() {
-    let adapters = root().join("adapters/src");
-    let mut offenders = Vec::new();
-    for path in paths(&adapters) {
-        if !path.ends_with(".rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(adapters.join(&path)).expect("a source file");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default();
-            // the type, named or imported (`OrchestratorError` is the handle's error type)
-            let named = [
-                "<Orchestrator>",
-                "&Orchestrator",
-                "Orchestrator::",
-                "orchestrator::Orchestrator;",
-                "{Orchestrator,",
-                " Orchestrator,",
-                " Orchestrator}",
-            ]
-            .iter()
-            .any(|p| code.contains(p));
-            if named || code.contains("ForPeople") || code.contains("ForInstances") {
-                offenders.push(format!("adapters/src/{path}:{}", n + 1));
-            }
-        }
-    }
+    let offenders = adapter_lines_where(|line| {
+        let code = line.split("//").next().unwrap_or_default();
+        // the type, named or imported (`OrchestratorError` is the handle's error type)
+        let named = [
+            "<Orchestrator>",
+            "&Orchestrator",
+            "Orchestrator::",
+            "orchestrator::Orchestrator;",
+            "{Orchestrator,",
+            " Orchestrator,",
+            " Orchestrator}",
+        ]
+        .iter()
+        .any(|p| code.contains(p));
+        named || code.contains("ForPeople") || code.contains("ForInstances")
+    });
     assert!(
         offenders.is_empty(),
         "adapters hold `ForAdapters`, not the orchestrator or another caller's handle: {offenders:?}"
