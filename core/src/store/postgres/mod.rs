@@ -81,7 +81,7 @@ impl OnDb for PgStore {
 const MAX_CONNECTIONS: u32 = 8;
 
 /// Most writers (each a connection in a transaction at a time) one instance runs.
-const MAX_WRITERS: u32 = 3;
+const MAX_WRITERS: u32 = 2;
 
 /// Jobs waiting for the writer before a sender waits too.
 const QUEUE: usize = 4096;
