@@ -52,6 +52,18 @@ struct Starting {
     ended_before: bool,
 }
 
+/// What a turn starts from once its session is loaded and nothing answered the message
+/// before its flow.
+struct Loaded {
+    /// The session of the place, if one is active.
+    active: Option<SessionRecord>,
+    history: Vec<StoredMessage>,
+    /// A conversation that starts here: what it needs.
+    starting: Option<Starting>,
+    /// The language of a reply outside a flow's turn.
+    lang: String,
+}
+
 /// The session a flow's turn runs in, and for one that starts, whether the user ended the
 /// one before it.
 struct RunIn<'a> {
@@ -93,48 +105,15 @@ impl Orchestrator {
         handed: Option<Handed>,
     ) -> Result<Step, OrchestratorError> {
         let (handed_language, said) = handed.map_or((None, None), |h| (h.language, Some(h.said)));
-        if let Some(text) = self.answer_before_loading(&incoming, key, outbox).await? {
-            return self
-                .reply_only(&incoming, None, text, outbox)
-                .await
-                .map(Step::Done);
-        }
-        let TurnLoad {
-            duplicate,
-            session: active,
+        let Loaded {
+            active,
             history,
-            chosen_language,
-            ended_before,
-        } = self
-            .store
-            .load_for_turn(key, &incoming.message_id, HISTORY_LIMIT)
-            .await?;
-        if duplicate {
-            return Ok(Step::Done(
-                self.skip_duplicate(key, active.as_ref(), outbox).await,
-            ));
-        }
-        // the language of a reply outside a flow's turn
-        let lang =
-            super::language::reply_language(active.as_ref(), chosen_language.as_deref(), &incoming)
-                .to_string();
-        if let Some(report) = self
-            .answer_personal_command(&incoming, key, &active, &lang, outbox)
-            .await?
-        {
-            return Ok(Step::Done(report));
-        }
-        let starting = active.is_none().then_some(Starting {
-            chosen_language,
-            ended_before,
-        });
-        if let Some(hold) = self.hold_at(key).await {
-            // a person holds the conversation: the agent stays silent
-            return self
-                .relay_to_staff(&incoming, active, hold, outbox)
-                .await
-                .map(Step::Done);
-        }
+            starting,
+            lang,
+        } = match self.load_or_answer(&incoming, key, outbox).await? {
+            Ok(loaded) => loaded,
+            Err(report) => return Ok(Step::Done(report)),
+        };
         let history_of = active.as_ref().map(|s| s.id);
         let replaced_language = super::language::replaced_language(active.as_ref(), &incoming);
         let (mut session, finish_session, input) = match self.plan(&incoming, active, &lang)? {
@@ -235,6 +214,60 @@ impl Orchestrator {
         self.deliver_ran(&incoming, turn, streaming, outbox)
             .await
             .map(Step::Done)
+    }
+
+    /// Steps 1 to 3 and a held place: the message answered before any flow runs (oversized,
+    /// an admin command, a duplicate, a personal command, or relayed to the person who holds
+    /// the place), else what the flow's turn starts from.
+    async fn load_or_answer(
+        &self,
+        incoming: &Incoming,
+        key: &SessionKey,
+        outbox: &dyn Outbox,
+    ) -> Result<Result<Loaded, TurnReport>, OrchestratorError> {
+        if let Some(text) = self.answer_before_loading(incoming, key, outbox).await? {
+            return self.reply_only(incoming, None, text, outbox).await.map(Err);
+        }
+        let TurnLoad {
+            duplicate,
+            session: active,
+            history,
+            chosen_language,
+            ended_before,
+        } = self
+            .store
+            .load_for_turn(key, &incoming.message_id, HISTORY_LIMIT)
+            .await?;
+        if duplicate {
+            return Ok(Err(self.skip_duplicate(key, active.as_ref(), outbox).await));
+        }
+        // the language of a reply outside a flow's turn
+        let lang =
+            super::language::reply_language(active.as_ref(), chosen_language.as_deref(), incoming)
+                .to_string();
+        if let Some(report) = self
+            .answer_personal_command(incoming, key, &active, &lang, outbox)
+            .await?
+        {
+            return Ok(Err(report));
+        }
+        let starting = active.is_none().then_some(Starting {
+            chosen_language,
+            ended_before,
+        });
+        if let Some(hold) = self.hold_at(key).await {
+            // a person holds the conversation: the agent stays silent
+            return self
+                .relay_to_staff(incoming, active, hold, outbox)
+                .await
+                .map(Err);
+        }
+        Ok(Ok(Loaded {
+            active,
+            history,
+            starting,
+            lang,
+        }))
     }
 
     /// A flow's `turn` committed and delivered, then its stream closed. Where the command

@@ -10,9 +10,9 @@
 //! session update checked against the version its turn loaded, and its inbox clears and
 //! delivery marks: one round trip, one WAL flush. The turns out of the ordinary (a flow
 //! switch, a submission, reading data, tickets) follow in one transaction, each in a
-//! savepoint of its own ([`super::single_turn::commit`]: a refused turn is rolled back alone and
-//! answered with its error), and the clears and marks then go with them (a message leaves
-//! the inbox only with or after its turn). A statement one of whose turns is refused writes
+//! savepoint of its own ([`super::single_turn::commit`]: a refused turn is rolled back
+//! alone and answered with its error), and the clears and marks then go with them (a
+//! message leaves the inbox only with or after its turn). A statement one of whose turns is refused writes
 //! nothing, and the whole batch goes one by one in that transaction instead.
 //!
 //! A turn is answered only after the commit that holds it: the durability promise is the
