@@ -377,23 +377,8 @@ impl InterviewFlow {
                 if model_review.is_some() {
                     reviewed_by = crate::agent::trace::By::Model;
                 }
-                let mut review = model_review.unwrap_or_else(|| {
-                    // this field's answers since it was last opened
-                    let mut answers: Vec<&str> = st
-                        .asked
-                        .iter()
-                        .filter(|a| a.field_id == id)
-                        .filter_map(|a| a.answer.as_deref())
-                        .collect();
-                    if !from_user {
-                        // a value found in an answer to another field
-                        answers.push(answer);
-                    }
-                    let from = answers
-                        .len()
-                        .saturating_sub(st.field(id).follow_ups as usize + 1);
-                    reviewer::floor_review(field, &value, &answers[from..], st.field(id).follow_ups)
-                });
+                let mut review = model_review
+                    .unwrap_or_else(|| floor_review_of(st, field, &value, answer, from_user));
                 // the model may normalise a text value, never replace a typed one by an invalid one
                 if review.passed {
                     let candidate = review.field_value.clone().unwrap_or_else(|| value.clone());
@@ -421,24 +406,7 @@ impl InterviewFlow {
             missing: review.missing_facts.clone(),
             feedback: review.feedback.clone(),
         });
-        for fact in &review.extracted_facts {
-            if form.field(&fact.field_id).is_none() || fact.value.trim().is_empty() {
-                continue;
-            }
-            let target = st.field_mut(&fact.field_id);
-            match &fact.fact_key {
-                Some(key) => {
-                    target.facts.insert(key.clone(), fact.value.clone());
-                }
-                None if fact.field_id != id
-                    && !target.status.is_closed()
-                    && target.prefill.is_none() =>
-                {
-                    target.prefill = Some(fact.value.clone());
-                }
-                None => {}
-            }
-        }
+        keep_extracted_facts(form, st, id, &review.extracted_facts);
         let progress = st.field_mut(id);
         if review.passed {
             progress.status = FieldStatus::Done;
@@ -548,6 +516,61 @@ impl InterviewFlow {
             }
             Stage::Confirming | Stage::ChoosingChange => self.show_confirmation(form, st, out),
             Stage::Finished => {}
+        }
+    }
+}
+
+/// The rule-based review of `value` for `field`, over the field's answers since it was
+/// last opened (and `answer`, when it was found in an answer to another field).
+fn floor_review_of(
+    st: &InterviewState,
+    field: &form::FormField,
+    value: &str,
+    answer: &str,
+    from_user: bool,
+) -> reviewer::ReviewResult {
+    let id = field.id.as_str();
+    let mut answers: Vec<&str> = st
+        .asked
+        .iter()
+        .filter(|a| a.field_id == id)
+        .filter_map(|a| a.answer.as_deref())
+        .collect();
+    if !from_user {
+        // a value found in an answer to another field
+        answers.push(answer);
+    }
+    let from = answers
+        .len()
+        .saturating_sub(st.field(id).follow_ups as usize + 1);
+    reviewer::floor_review(field, value, &answers[from..], st.field(id).follow_ups)
+}
+
+/// Facts a review found for the form's fields: a fact of a field kept under its key, a
+/// value for another open field kept as that field's prefill (the answer to `id` itself is
+/// the review's own value).
+fn keep_extracted_facts(
+    form: &Form,
+    st: &mut InterviewState,
+    id: &str,
+    facts: &[reviewer::ExtractedFact],
+) {
+    for fact in facts {
+        if form.field(&fact.field_id).is_none() || fact.value.trim().is_empty() {
+            continue;
+        }
+        let target = st.field_mut(&fact.field_id);
+        match &fact.fact_key {
+            Some(key) => {
+                target.facts.insert(key.clone(), fact.value.clone());
+            }
+            None if fact.field_id != id
+                && !target.status.is_closed()
+                && target.prefill.is_none() =>
+            {
+                target.prefill = Some(fact.value.clone());
+            }
+            None => {}
         }
     }
 }
