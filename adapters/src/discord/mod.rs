@@ -19,8 +19,10 @@
 //!   built-in rate limiter on (production, no `api_proxy`) serenity already does this.
 //! - Replies that need no vetting stream while the model writes them (`edits.rs`): one
 //!   message with a Stop button, edited about once a second; the final reply is edited in.
-//! - A message is processed once: recent ids are remembered in memory and every turn is
-//!   deduplicated by the store.
+//! - A message is processed once: recent ids are remembered in memory (the shared intake,
+//!   [`crate::intake`]) and every turn is deduplicated by the store.
+//! - Where things are: `gateway.rs` (the handler: the gateway's lifecycle, each event to
+//!   its kind), `messages.rs`, `interactions.rs`, `work.rs` (Discord's work in the intake).
 
 use crate::{AdapterError, AdapterHealth};
 use kaiwa_core::orchestrator::ForAdapters;

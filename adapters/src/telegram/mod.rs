@@ -12,8 +12,9 @@
 //!   after that leaves them in the inbox, and the next start answers them. On SIGTERM
 //!   polling stops first; what is confirmed and not answered within the grace period is
 //!   answered after the restart.
-//! - No chat blocks another: each session (chat, topic, user) has its own [`Lanes`](crate::lanes::Lanes) queue,
-//!   run in order; a session flooding, or waiting out a 429, delays nobody else. At most
+//! - No chat blocks another: each session (chat, topic, user) has its own lane in the
+//!   shared intake ([`crate::intake`]), run in order; a session flooding, or waiting out a
+//!   429, delays nobody else. At most
 //!   `[limits] max_waiting` messages wait per session; more are refused with one notice
 //!   per burst.
 //! - A private chat, a group and each forum topic (`message_thread_id`) are separate places;
@@ -25,8 +26,9 @@
 //!   private chat sees the native draft grow (with a Stop button; the
 //!   `stopped_message_generation` update ends the model's request), a group or topic one
 //!   message edited about once a second; the final reply replaces either.
-//! - An update is processed once: recent update ids are remembered in memory, and every turn
-//!   is deduplicated by the store (`telegram` + chat + update id), which survives restarts.
+//! - An update is processed once: recent update ids are remembered in memory (a repeated one
+//!   is dropped before anything is written), and every turn is deduplicated by the store
+//!   (`telegram` + chat + update id), which survives restarts.
 
 mod api;
 mod drafts;
