@@ -6,6 +6,7 @@
 mod console;
 mod instances;
 mod migrations;
+mod privacy;
 mod reading;
 mod same_turns;
 mod staff;
@@ -14,6 +15,7 @@ use console::{
     a_console_link_works_once_and_a_session_until_it_ends,
     the_console_finds_sessions_tickets_and_readers_across_users,
 };
+use privacy::{forgetting_a_user_deletes_only_theirs, old_transcripts_are_deleted};
 use reading::reading_data_is_stored_per_user;
 use staff::{
     a_place_is_held_by_one_person_until_handed_back,
@@ -197,7 +199,7 @@ pub(crate) fn incoming(id: &str) -> Incoming {
     }
 }
 
-async fn texts(store: &dyn Store, session: i64) -> Vec<String> {
+pub(crate) async fn texts(store: &dyn Store, session: i64) -> Vec<String> {
     store
         .recent_messages(session, 50)
         .await
@@ -417,7 +419,7 @@ async fn kept_messages_are_seen_by_another_instance_in_order(db: Db) {
     store.close().await;
 }
 
-fn submission() -> Submission {
+pub(crate) fn submission() -> Submission {
     Submission {
         applicant: "山田 \"Yama\" 花子".into(),
         form_id: "engineer".into(),
@@ -686,134 +688,5 @@ async fn texts_of_every_kind_come_back_whole(db: Db) {
         "{back:?}"
     );
     fresh.close().await;
-    store.close().await;
-}
-
-async fn forgetting_a_user_deletes_only_theirs(db: Db) {
-    let store = db.open().await;
-    let trace = r#"{"notes":[],"calls":[]}"#;
-    let mut theirs = vec![
-        StateChange::AddUserMessage {
-            text: "my answers".into(),
-        },
-        StateChange::AddAssistantMessage {
-            text: "thanks".into(),
-            trace: Some(trace.into()),
-        },
-    ];
-    theirs.push(StateChange::SaveSubmission {
-        submission: submission(),
-    });
-    let theirs = store
-        .commit_turn(commit(
-            SessionRecord::draft(place("a"), "interview"),
-            "a1",
-            theirs,
-        ))
-        .await
-        .expect("commits");
-    // the turn's trace is kept on its bot message
-    let traced = store
-        .traced_messages(theirs.session.id)
-        .await
-        .expect("reads");
-    assert_eq!(traced, theirs.assistant_message_ids);
-    assert_eq!(
-        store
-            .message_trace(theirs.session.id, traced[0])
-            .await
-            .expect("reads")
-            .as_deref(),
-        Some(trace)
-    );
-    // and the turn's model calls are the ledger's rows of that turn
-    let calls = store
-        .turn_calls(theirs.session.id, traced[0])
-        .await
-        .expect("reads");
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(calls[0].agent, "greeter");
-    let other_key = SessionKey {
-        user: "u2".into(),
-        ..place("a")
-    };
-    let other = store
-        .commit_turn(commit(
-            SessionRecord::draft(other_key.clone(), "assistant"),
-            "a2",
-            said("mine", "ok"),
-        ))
-        .await
-        .expect("commits");
-    let data = store
-        .user_data(Platform::Console, "u1")
-        .await
-        .expect("data");
-    assert_eq!(data["sessions"].as_array().map(Vec::len), Some(1));
-    assert_eq!(data["sessions"][0]["messages"][0]["text"], "my answers");
-    assert_eq!(data["submissions"].as_array().map(Vec::len), Some(1));
-    assert!(!data.to_string().contains("mine"), "only their own data");
-
-    let deleted = store
-        .forget_user(Platform::Console, "u1", true)
-        .await
-        .expect("forgets");
-    assert!(deleted >= 4, "{deleted}");
-    assert!(
-        store
-            .active_session(&place("a"))
-            .await
-            .expect("reads")
-            .is_none()
-    );
-    assert_eq!(
-        store.submissions(None).await.expect("reads").len(),
-        1,
-        "kept for the team"
-    );
-    let data = store
-        .user_data(Platform::Console, "u1")
-        .await
-        .expect("data");
-    assert_eq!(data["sessions"].as_array().map(Vec::len), Some(0));
-    // and goes with it
-    assert!(
-        store
-            .traced_messages(theirs.session.id)
-            .await
-            .expect("reads")
-            .is_empty()
-    );
-    store
-        .forget_user(Platform::Console, "u1", false)
-        .await
-        .expect("forgets");
-    assert!(store.submissions(None).await.expect("reads").is_empty());
-    // the other user is untouched
-    assert_eq!(texts(&*store, other.session.id).await, ["mine", "ok"]);
-    store.close().await;
-}
-
-async fn old_transcripts_are_deleted(db: Db) {
-    let store = db.open().await;
-    let turn = first_turn(&*store, "c1").await;
-    let kept = store
-        .delete_transcripts_before(Utc::now() - chrono::Duration::days(1))
-        .await
-        .expect("deletes");
-    assert_eq!(kept, 0);
-    let deleted = store
-        .delete_transcripts_before(Utc::now() + chrono::Duration::seconds(5))
-        .await
-        .expect("deletes");
-    assert_eq!(deleted, 2);
-    assert!(texts(&*store, turn.session.id).await.is_empty());
-    assert!(
-        store
-            .active_session(&place("c1"))
-            .await
-            .expect("reads")
-            .is_some()
-    );
     store.close().await;
 }
