@@ -132,10 +132,6 @@ impl<T: Turns> Intake<T> {
         &self.turns
     }
 
-    pub fn orchestrator(&self) -> &ForAdapters {
-        &self.orchestrator
-    }
-
     /// Whether `id` (what the platform calls the received thing) is new here: checked
     /// before anything is written, and remembered once handed over
     /// ([`Intake::hand_over`]), so that a delivery not stored comes again.
@@ -230,11 +226,6 @@ impl<T: Turns> Intake<T> {
                 () = wake.notified() => {}
             }
         }
-    }
-
-    /// Spawns `task` beside the turns: [`Intake::finish`] waits for it too.
-    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.lanes.spawn(task);
     }
 
     /// Waits for the work queued and running (no more is claimed), then lets go of the

@@ -222,6 +222,7 @@ async fn simulate_user(
     updates: &AtomicU64,
 ) -> anyhow::Result<Vec<f64>> {
     let outbox = LastOptions::default();
+    let instances = orchestrator.for_instances();
     let mut overheads = Vec::with_capacity(turns);
     for t in 0..turns {
         let body = match script[t % script.len()] {
@@ -271,10 +272,7 @@ async fn simulate_user(
         // an instance among several handles a chat it holds (as an adapter does: taken
         // when free, renewed when due)
         if orchestrator.instance().is_shared()
-            && !orchestrator
-                .for_instances()
-                .hold_chat(incoming.platform, &incoming.chat)
-                .await
+            && !instances.hold_chat(incoming.platform, &incoming.chat).await
         {
             bail!("user {user}'s chat is held by another instance");
         }

@@ -1,7 +1,9 @@
 //! Kaiwa inside a host bot's teloxide dispatcher: [`TelegramPlugin`] (its dptree branch,
 //! or Kaiwa's own polling as the dispatcher's listener, [`TelegramListener`]).
 
-use super::{AdapterHealth, Intake, TelegramApi, TelegramConfig, long_poll, polling, stop};
+use super::{
+    AdapterHealth, Intake, TelegramApi, TelegramConfig, hand_over, long_poll, polling, stop,
+};
 use crate::AdapterError;
 use kaiwa_core::orchestrator::ForAdapters;
 use std::sync::Arc;
@@ -77,9 +79,7 @@ impl TelegramPlugin {
             ctx.save_failed(&routed.work).await;
             return true;
         }
-        if self.intake.first_sight(routed.id) {
-            self.intake.hand_over(routed.lane, routed.work).await;
-        }
+        hand_over(&self.intake, vec![routed]).await;
         true
     }
 

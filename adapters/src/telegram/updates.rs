@@ -355,8 +355,67 @@ impl Context {
         Ok(Some(Routed { id, lane, work }))
     }
 
+    /// Says that `work`'s message could not be stored (it was not taken in).
+    pub(super) async fn save_failed(&self, work: &Work) {
+        match work {
+            Work::Turn { place, .. } => {
+                if let Err(e) = self.api.send_text(*place, SAVE_FAILED, None).await {
+                    tracing::warn!(error = %e, "could not tell the user");
+                }
+            }
+            Work::Press { query, .. } => self.answer_quietly(query, Some(SAVE_FAILED)).await,
+            _ => {}
+        }
+    }
+
+    async fn turn(&self, incoming: Incoming, place: Place) {
+        if let Err(error) = self
+            .orchestrator
+            .handle_kept(incoming, self.outbox.as_ref())
+            .await
+        {
+            tracing::error!(%error, chat = %place.chat, "turn not stored");
+            if let Err(e) = self.api.send_text(place, SAVE_FAILED, None).await {
+                tracing::warn!(error = %e, "could not tell the user");
+            }
+        }
+    }
+
+    /// Answers a callback query (stops the button's spinner), logging a failure instead of
+    /// returning it: the press itself is processed either way.
+    async fn answer_quietly(&self, id: &str, notice: Option<&str>) {
+        if let Err(e) = self.api.answer_callback(id, notice).await {
+            tracing::warn!(error = %e, "could not answer a button press; processing it anyway");
+        }
+    }
+}
+
+/// Telegram's work in the shared intake: a chat's messages reach whichever instance
+/// receives them (webhooks behind a load balancer), so among several instances they run
+/// in the order the claims take them.
+#[async_trait::async_trait]
+impl Turns for Context {
+    type Work = Work;
+    type Lane = LaneKey;
+
+    const PLATFORM: Platform = Platform::Telegram;
+    const ONE_RECEIVER_PER_CHAT: bool = false;
+
+    fn outbox(&self) -> &dyn Outbox {
+        self.outbox.as_ref()
+    }
+
+    fn kept(&self, incoming: Incoming) -> Option<(LaneKey, Work)> {
+        let (lane, place) = lane_of(&incoming)?;
+        Some((lane, Work::Turn { incoming, place }))
+    }
+
+    fn entry(work: &Work) -> Option<&Incoming> {
+        work.kept()
+    }
+
     /// Does `work`, in its lane.
-    pub(super) async fn run(&self, work: Work) {
+    async fn run(&self, work: Work) {
         match work {
             Work::Turn { incoming, place } => self.turn(incoming, place).await,
             Work::Press {
@@ -430,7 +489,7 @@ impl Context {
 
     /// `work` found its session's queue full: the first refusal of a burst is answered, the
     /// rest dropped.
-    pub(super) async fn refuse(&self, work: Work, tell: bool) {
+    async fn refuse(&self, work: Work, tell: bool) {
         match work {
             Work::Turn { place, .. }
             | Work::TextOnly { place }
@@ -447,73 +506,6 @@ impl Context {
                 self.answer_quietly(&query, text).await;
             }
         }
-    }
-
-    /// Says that `work`'s message could not be stored (it was not taken in).
-    pub(super) async fn save_failed(&self, work: &Work) {
-        match work {
-            Work::Turn { place, .. } => {
-                if let Err(e) = self.api.send_text(*place, SAVE_FAILED, None).await {
-                    tracing::warn!(error = %e, "could not tell the user");
-                }
-            }
-            Work::Press { query, .. } => self.answer_quietly(query, Some(SAVE_FAILED)).await,
-            _ => {}
-        }
-    }
-
-    async fn turn(&self, incoming: Incoming, place: Place) {
-        if let Err(error) = self
-            .orchestrator
-            .handle_kept(incoming, self.outbox.as_ref())
-            .await
-        {
-            tracing::error!(%error, chat = %place.chat, "turn not stored");
-            if let Err(e) = self.api.send_text(place, SAVE_FAILED, None).await {
-                tracing::warn!(error = %e, "could not tell the user");
-            }
-        }
-    }
-
-    /// Answers a callback query (stops the button's spinner), logging a failure instead of
-    /// returning it: the press itself is processed either way.
-    async fn answer_quietly(&self, id: &str, notice: Option<&str>) {
-        if let Err(e) = self.api.answer_callback(id, notice).await {
-            tracing::warn!(error = %e, "could not answer a button press; processing it anyway");
-        }
-    }
-}
-
-/// Telegram's work in the shared intake: a chat's messages reach whichever instance
-/// receives them (webhooks behind a load balancer), so among several instances they run
-/// in the order the claims take them.
-#[async_trait::async_trait]
-impl Turns for Context {
-    type Work = Work;
-    type Lane = LaneKey;
-
-    const PLATFORM: Platform = Platform::Telegram;
-    const ONE_RECEIVER_PER_CHAT: bool = false;
-
-    fn outbox(&self) -> &dyn Outbox {
-        self.outbox.as_ref()
-    }
-
-    fn kept(&self, incoming: Incoming) -> Option<(LaneKey, Work)> {
-        let (lane, place) = lane_of(&incoming)?;
-        Some((lane, Work::Turn { incoming, place }))
-    }
-
-    fn entry(work: &Work) -> Option<&Incoming> {
-        work.kept()
-    }
-
-    async fn run(&self, work: Work) {
-        Context::run(self, work).await;
-    }
-
-    async fn refuse(&self, work: Work, tell: bool) {
-        Context::refuse(self, work, tell).await;
     }
 }
 

@@ -227,10 +227,6 @@ impl ForPeople {
 pub struct ForInstances(Arc<Orchestrator>);
 
 impl ForInstances {
-    pub fn instance(&self) -> &Instance {
-        self.0.instance()
-    }
-
     /// Takes or renews the lease `name` (the scheduled jobs, a poller).
     pub async fn hold(&self, name: &str) -> bool {
         self.0.hold(name).await

@@ -501,7 +501,7 @@ impl<'a> MessageColumns<'a> {
 }
 
 /// Handled messages as arrays of their keys: platforms, chats, message ids.
-pub(super) fn clear_keys<'a>(
+fn clear_keys<'a>(
     done: impl Iterator<Item = &'a (Platform, String, String)>,
 ) -> (Vec<&'static str>, Vec<String>, Vec<String>) {
     let (mut platforms, mut chats, mut ids) = (Vec::new(), Vec::new(), Vec::new());

@@ -15,8 +15,8 @@
 //!
 //! Where things are: `writer` (group commit), `batch` (a batch in one statement),
 //! `single_turn` (one turn in one transaction, the writer's path for a turn out of the
-//! ordinary), this file ([`Store`], [`Inbox`], connecting, the turn's one-row load). The queries both backends share are in
-//! `store/queries/`.
+//! ordinary), this file ([`Store`], [`Inbox`], connecting, the turn's one-row load). The
+//! queries both backends share are in `store/queries/`.
 
 mod batch;
 mod single_turn;
@@ -99,9 +99,7 @@ impl PgStore {
         // the rest read and take leases, half each (a burst of new chats takes a lease each)
         let leasers = ((connections - writers) / 2).max(1);
         let readers = connections - writers - leasers;
-        let pool = PgPoolOptions::new()
-            .max_connections(readers)
-            .acquire_timeout(Duration::from_secs(10))
+        let pool = pool_of(readers)
             .connect_with(options.clone())
             .await
             .map_err(StoreError::db("connecting to PostgreSQL"))?;
@@ -115,18 +113,13 @@ impl PgStore {
         // the writers' statements are the same few, over arrays: planned once per
         // connection instead of for every batch (planning the batch's statement costs
         // about as much as running it)
-        let writing = PgPoolOptions::new()
-            .max_connections(writers)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(
-                options
-                    .clone()
-                    .options([("plan_cache_mode", "force_generic_plan")]),
-            );
-        let leasing = PgPoolOptions::new()
-            .max_connections(leasers)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(options.options([("synchronous_commit", "off")]));
+        let writing = pool_of(writers).connect_lazy_with(
+            options
+                .clone()
+                .options([("plan_cache_mode", "force_generic_plan")]),
+        );
+        let leasing =
+            pool_of(leasers).connect_lazy_with(options.options([("synchronous_commit", "off")]));
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
         let write_failures = Arc::new(AtomicU64::new(0));
         let jobs = (0..writers)
@@ -191,10 +184,17 @@ impl PgStore {
     }
 }
 
-/// The instance's connections, from the server's: writers and as many readers and the
-/// leases' connection (every turn's writes go through a writer, and a held chat's session
-/// is read from the cache), never more than an eighth of the server's connections, so that
-/// eight instances fit beside the team's other clients.
+/// A pool of at most `connections`, waiting up to 10 s for one.
+fn pool_of(connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(10))
+}
+
+/// The instance's connections, from the server's: its writers, readers and the leases'
+/// connections (every turn's writes go through a writer, and a held chat's session is read
+/// from the cache), never more than an eighth of the server's connections, so that eight
+/// instances fit beside the team's other clients.
 async fn pool_size(options: &PgConnectOptions) -> Result<u32, StoreError> {
     let mut probe = sqlx::PgConnection::connect_with(options)
         .await
