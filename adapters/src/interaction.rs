@@ -2,10 +2,59 @@
 //! send on their own: a press is read against the options the orchestrator says are
 //! pending ([`pending_request`]; adapters never read the store), turned into the values it
 //! chose ([`chosen_values`]), and the message it came from is shown with the choice
-//! ([`shown_choice`]). Used by [`crate::telegram`] and [`crate::discord`].
+//! ([`shown_choice`]); a Discord or Slack button says what it answers ([`Press`]). Used
+//! by [`crate::telegram`], [`crate::discord`] and [`crate::slack`].
 
 use kaiwa_core::message::{OptionsRequest, SessionKey};
 use kaiwa_core::orchestrator::{ForAdapters, OrchestratorError};
+
+/// What every custom id of Kaiwa's components starts with.
+pub const NAMESPACE: &str = "kaiwa|";
+
+/// What a component carries in its custom id (a Discord custom id, a Slack action id: always far below their limits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Press {
+    /// A button of a single-choice request.
+    Pick { request_id: String, index: usize },
+    /// The select menu of a multi-select request (the values are option indexes).
+    Select { request_id: String },
+}
+
+impl Press {
+    pub fn request_id(&self) -> &str {
+        match self {
+            Press::Pick { request_id, .. } | Press::Select { request_id } => request_id,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        match self {
+            Press::Pick { request_id, index } => format!("kaiwa|p|{request_id}|{index}"),
+            Press::Select { request_id } => format!("kaiwa|s|{request_id}"),
+        }
+    }
+
+    pub fn decode(id: &str) -> Option<Press> {
+        let mut parts = id.split('|');
+        if parts.next()? != "kaiwa" {
+            return None;
+        }
+        let kind = parts.next()?;
+        let request_id = parts.next()?.to_string();
+        if request_id.is_empty() || request_id.len() > 24 {
+            return None;
+        }
+        let press = match kind {
+            "p" => Press::Pick {
+                request_id,
+                index: parts.next()?.parse().ok()?,
+            },
+            "s" => Press::Select { request_id },
+            _ => return None,
+        };
+        parts.next().is_none().then_some(press)
+    }
+}
 
 /// A press on buttons that are no longer (or never were) the user's.
 pub const STALE_NOTICE: &str = "This button is no longer active. / このボタンはもう使えません。";

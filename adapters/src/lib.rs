@@ -7,9 +7,11 @@
 //! - [`console`]: stdin / stdout, options as numbered lists (used by `kaiwa chat`).
 //! - [`telegram`]: long polling (confirmed once stored), inline keyboards, forum topics.
 //! - [`discord`]: serenity gateway, threads per question, buttons, select menus, embeds.
+//! - [`slack`]: Socket Mode or the Events API, threads per question, Block Kit buttons,
+//!   ephemeral answers to slash commands.
 //!
-//! - [`interaction`]: what both chat adapters share: reading a button press, the notices.
-//! - [`intake`]: what both chat adapters do with what they received: once, to its
+//! - [`interaction`]: what the chat adapters share: reading a button press, the notices.
+//! - [`intake`]: what the chat adapters do with what they received: once, to its
 //!   session's lane or to the instance that holds its chat, the claims, the finish.
 //! - [`lanes`]: one ordered queue per session, so no chat blocks another.
 //!
@@ -30,6 +32,7 @@ pub mod interaction;
 pub mod lanes;
 pub mod live_reply;
 pub mod markup;
+pub mod slack;
 pub mod split;
 pub mod telegram;
 

@@ -86,7 +86,7 @@ impl App {
     }
 }
 
-/// Admin user ids and admin places from `[telegram]` and `[discord]`.
+/// Admin user ids and admin places from `[telegram]`, `[discord]` and `[slack]`.
 pub fn admin_access(settings: &Settings) -> AdminAccess {
     let mut access = AdminAccess::default();
     let (tg, dc) = (&settings.telegram, &settings.discord);
@@ -103,6 +103,11 @@ pub fn admin_access(settings: &Settings) -> AdminAccess {
     }
     if let Some(channel) = dc.admin_channel_id {
         access.places.insert(Platform::Discord, channel.to_string());
+    }
+    let sl = &settings.slack;
+    access.admins.insert(Platform::Slack, sl.admins.to_vec());
+    if let Some(channel) = &sl.admin_channel_id {
+        access.places.insert(Platform::Slack, channel.clone());
     }
     access
 }

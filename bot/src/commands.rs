@@ -623,6 +623,19 @@ pub async fn check_online(settings: &Settings, database_url: &str) -> anyhow::Re
             }
         }
     }
+    let sl = &settings.slack;
+    match kaiwa::config::optional_secret(&sl.bot_token_env) {
+        None => say!("online slack: skipped ({} is not set)", sl.bot_token_env),
+        Some(token) => {
+            let app = kaiwa::config::optional_secret(&sl.app_token_env);
+            let api =
+                kaiwa_adapters::slack::SlackApi::new(&token, app.as_deref(), sl.api_url.as_deref())
+                    .map_err(anyhow::Error::msg)?;
+            for (what, outcome) in slack_checks(&api, sl, app.is_some()).await {
+                line(what, outcome);
+            }
+        }
+    }
     if let Some(llm) = &settings.llm {
         line("model", model_answers(llm).await);
     } else {
@@ -633,6 +646,137 @@ pub async fn check_online(settings: &Settings, database_url: &str) -> anyhow::Re
     } else {
         bail!("online checks failed: {}", failed.join(", "))
     }
+}
+
+/// The scopes Kaiwa's Slack app needs (the README's manifest asks for them).
+pub const SLACK_SCOPES: [&str; 5] = [
+    "chat:write",
+    "im:history",
+    "channels:history",
+    "groups:history",
+    "commands",
+];
+
+/// `kaiwa check --online` for Slack: the bot token (and its scopes), the transport's
+/// secret (Socket Mode's app-level token, or the Events API's signing secret) and the
+/// admin channel's membership, each with its fix.
+async fn slack_checks(
+    api: &kaiwa_adapters::slack::SlackApi,
+    sl: &kaiwa::config::SlackSettings,
+    has_app_token: bool,
+) -> Vec<(&'static str, Result<String, String>)> {
+    let mut checks = Vec::new();
+    let (me, headers) = match api.call_form("auth.test", &[]).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            checks.push((
+                "slack",
+                Err(format!(
+                    "{e}: copy the Bot User OAuth Token (xoxb-…) from the app's OAuth & \
+                     Permissions page into {}",
+                    sl.bot_token_env
+                )),
+            ));
+            return checks;
+        }
+    };
+    let field = |name: &str| {
+        me.get(name)
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    checks.push((
+        "slack",
+        Ok(format!(
+            "the token is {}'s in {}",
+            field("user"),
+            field("team")
+        )),
+    ));
+    let granted: Vec<String> = headers
+        .get("x-oauth-scopes")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let missing: Vec<&str> = SLACK_SCOPES
+        .into_iter()
+        .filter(|s| !granted.iter().any(|g| g == s))
+        .collect();
+    checks.push((
+        "slack scopes",
+        if missing.is_empty() {
+            Ok(format!("{} granted", SLACK_SCOPES.join(", ")))
+        } else {
+            Err(format!(
+                "missing {}: add them under OAuth & Permissions → Bot Token Scopes (or paste \
+                 the README's manifest), then reinstall the app",
+                missing.join(", ")
+            ))
+        },
+    ));
+    if sl.events_listen.is_some() {
+        checks.push((
+            "slack events",
+            if kaiwa::config::optional_secret(&sl.signing_secret_env).is_some() {
+                Ok(format!(
+                    "the signing secret is in {}",
+                    sl.signing_secret_env
+                ))
+            } else {
+                Err(format!(
+                    "set {} to the app's Signing Secret (Basic Information → App Credentials)",
+                    sl.signing_secret_env
+                ))
+            },
+        ));
+    } else if !has_app_token {
+        checks.push((
+            "slack socket",
+            Err(format!(
+                "set {} to an app-level token with connections:write (Basic Information → \
+                 App-Level Tokens), or set [slack] events_listen for the Events API",
+                sl.app_token_env
+            )),
+        ));
+    } else {
+        checks.push((
+            "slack socket",
+            api.open_socket()
+                .await
+                .map(|_| "Socket Mode hands out a connection".to_string())
+                .map_err(|e| {
+                    format!(
+                        "{e}: turn Socket Mode on (Settings → Socket Mode) and check the \
+                         app-level token in {}",
+                        sl.app_token_env
+                    )
+                }),
+        ));
+    }
+    if let Some(channel) = &sl.admin_channel_id {
+        let member = api
+            .call_form("conversations.info", &[("channel", channel)])
+            .await;
+        checks.push((
+            "slack admin channel",
+            match member {
+                Ok((answer, _)) if answer["channel"]["is_member"].as_bool() == Some(true) => {
+                    Ok(format!("the bot is in {channel}"))
+                }
+                Ok(_) => Err(format!(
+                    "the bot is not in {channel}: type /invite @your-bot in that channel"
+                )),
+                Err(e) => Err(format!(
+                    "{e}: check [slack] admin_channel_id (the channel's id, C…, from its \
+                     details) and invite the bot there"
+                )),
+            },
+        ));
+    }
+    checks
 }
 
 /// The model server lists its models and answers a tiny completion with a tool.

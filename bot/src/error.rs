@@ -40,11 +40,15 @@ pub enum Error {
     UnknownFlow { flow: String, available: String },
     /// `kaiwa run` was started with no platform token set.
     #[error(
-        "no chat platform is configured: set {telegram} (a Telegram bot token) or {discord} (a \
-         Discord bot token) to run the bot; `kaiwa chat <flow>` talks to the flows in this \
-         terminal instead"
+        "no chat platform is configured: set {telegram} (a Telegram bot token), {discord} (a \
+         Discord bot token) or {slack} (a Slack bot token) to run the bot; `kaiwa chat <flow>` \
+         talks to the flows in this terminal instead"
     )]
-    NoPlatform { telegram: String, discord: String },
+    NoPlatform {
+        telegram: String,
+        discord: String,
+        slack: String,
+    },
     #[error(
         "database {url} is the target of a `kaiwa db copy` that did not finish: run that copy again (it starts over) before kaiwa run"
     )]

@@ -44,6 +44,7 @@ pub use {kaiwa_adapters, kaiwa_core};
 use config::{Settings, optional_secret};
 use kaiwa_adapters::console;
 use kaiwa_adapters::discord::{DiscordAdminSink, DiscordApi, DiscordConfig, DiscordOutbox};
+use kaiwa_adapters::slack::{EventsApi, SlackAdminSink, SlackApi, SlackConfig, SlackOutbox};
 use kaiwa_adapters::telegram::{
     PlaceFlow, TelegramAdminSink, TelegramApi, TelegramConfig, TelegramOutbox, WebhookConfig,
 };
@@ -138,6 +139,18 @@ pub struct Kaiwa {
     /// `[telegram] webhook_listen` with its secret (read when the bot is built).
     telegram_webhook: Option<WebhookConfig>,
     discord: Option<(DiscordApi, String)>,
+    /// The Web API with the bot's tokens, and the Events API when `[slack] events_listen`
+    /// is set (its signing secret read when the bot is built).
+    slack: Option<(SlackApi, Option<EventsApi>)>,
+}
+
+/// Slack's secrets: the bot token, Socket Mode's app-level token, the Events API's signing
+/// secret.
+#[derive(Clone, Default)]
+pub struct SlackTokens {
+    pub bot: String,
+    pub app: Option<String>,
+    pub signing_secret: Option<String>,
 }
 
 /// Builds a [`Kaiwa`] in code: settings, and what the environment would otherwise give.
@@ -160,6 +173,7 @@ pub struct KaiwaBuilder {
     database_url: Option<String>,
     telegram_token: Option<String>,
     discord_token: Option<String>,
+    slack: Option<SlackTokens>,
     admin: Option<Arc<dyn AdminSink>>,
     models: Option<ModelRouter>,
     store: Option<Arc<dyn Store>>,
@@ -184,11 +198,23 @@ impl KaiwaBuilder {
         self
     }
 
+    /// Slack's tokens (default: none, Slack off).
+    pub fn slack_tokens(mut self, tokens: SlackTokens) -> Self {
+        self.slack = Some(tokens);
+        self
+    }
+
     /// The tokens from the variables the settings name (`[telegram] token_env`,
-    /// `[discord] token_env`), where set.
+    /// `[discord] token_env`, `[slack] bot_token_env` …), where set.
     pub fn tokens_from_env(mut self) -> Self {
         self.telegram_token = optional_secret(&self.settings.telegram.token_env);
         self.discord_token = optional_secret(&self.settings.discord.token_env);
+        let sl = &self.settings.slack;
+        self.slack = optional_secret(&sl.bot_token_env).map(|bot| SlackTokens {
+            bot,
+            app: optional_secret(&sl.app_token_env),
+            signing_secret: optional_secret(&sl.signing_secret_env),
+        });
         self
     }
 
@@ -233,6 +259,10 @@ impl KaiwaBuilder {
         let discord = self
             .discord_token
             .map(|token| (DiscordApi::new(&token, dc.api_proxy.as_deref()), token));
+        let slack = match self.slack {
+            Some(tokens) => Some(slack_of(&settings.slack, tokens)?),
+            None => None,
+        };
         let admin = match self.admin {
             Some(admin) => admin,
             None => {
@@ -248,9 +278,16 @@ impl KaiwaBuilder {
                             .with_language(&dc.admin_language),
                     ));
                 }
+                if let (Some((api, _)), Some(channel)) = (&slack, &settings.slack.admin_channel_id)
+                {
+                    sinks.push(Arc::new(
+                        SlackAdminSink::new(api.clone(), channel)
+                            .with_language(&settings.slack.admin_language),
+                    ));
+                }
                 match sinks.len() {
                     0 => {
-                        if telegram.is_some() || discord.is_some() {
+                        if telegram.is_some() || discord.is_some() || slack.is_some() {
                             tracing::warn!(
                                 "no admin chat or channel configured; audit summaries go to the log only"
                             );
@@ -289,8 +326,53 @@ impl KaiwaBuilder {
             telegram,
             telegram_webhook,
             discord,
+            slack,
         })
     }
+}
+
+/// Slack's Web API and transport from `[slack]` and its secrets: Socket Mode needs the
+/// app-level token, the Events API the signing secret (without it anyone could post
+/// events), so a start without them is refused.
+fn slack_of(
+    sl: &config::SlackSettings,
+    tokens: SlackTokens,
+) -> Result<(SlackApi, Option<EventsApi>), Error> {
+    let events = match &sl.events_listen {
+        Some(listen) => {
+            let Some(secret) = tokens.signing_secret.clone().filter(|s| !s.is_empty()) else {
+                return Err(Error::Config(
+                    format!(
+                        "[slack] events_listen is set but the variable {:?} (signing_secret_env) \
+                         holding the app's signing secret is not",
+                        sl.signing_secret_env
+                    )
+                    .into(),
+                ));
+            };
+            Some(EventsApi {
+                listen: listen.clone(),
+                path: sl.events_path.clone(),
+                signing_secret: secret,
+            })
+        }
+        None => {
+            if tokens.app.is_none() {
+                return Err(Error::Config(
+                    format!(
+                        "Slack's Socket Mode needs the app-level token (xapp-…) in {:?} \
+                         (app_token_env), or set [slack] events_listen for the Events API",
+                        sl.app_token_env
+                    )
+                    .into(),
+                ));
+            }
+            None
+        }
+    };
+    let api = SlackApi::new(&tokens.bot, tokens.app.as_deref(), sl.api_url.as_deref())
+        .map_err(|e| Error::Config(e.into()))?;
+    Ok((api, events))
 }
 
 /// The webhook `[telegram]` configures, its secret read from the variable it names: a
@@ -332,6 +414,7 @@ impl Kaiwa {
             database_url: None,
             telegram_token: None,
             discord_token: None,
+            slack: None,
             admin: None,
             models: None,
             store: None,
@@ -535,6 +618,19 @@ impl Kaiwa {
         }
     }
 
+    fn slack_config(&self) -> SlackConfig {
+        let sl = &self.settings.slack;
+        SlackConfig {
+            admin_channel_id: sl.admin_channel_id.clone(),
+            helpdesk_channel_ids: sl.helpdesk_channel_ids.clone(),
+            reading_channel_ids: sl.reading_channel_ids.clone(),
+            dm_flow: Some(sl.dm_flow.clone()),
+            dm_flow_arg: sl.dm_flow_arg.clone(),
+            dms: sl.dms,
+            events: self.slack.as_ref().and_then(|(_, events)| events.clone()),
+        }
+    }
+
     fn discord_config(&self) -> DiscordConfig {
         let dc = &self.settings.discord;
         DiscordConfig {
@@ -575,6 +671,9 @@ impl Kaiwa {
         }
         if let Some((api, _)) = &self.discord {
             outboxes.insert(Platform::Discord, Arc::new(DiscordOutbox::new(api.clone())));
+        }
+        if let Some((api, _)) = &self.slack {
+            outboxes.insert(Platform::Slack, Arc::new(SlackOutbox::new(api.clone())));
         }
         let (stop_tx, stop_rx) = watch::channel(false);
         let reviews = {

@@ -12,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use kaiwa_adapters::AdapterHealth;
 use kaiwa_adapters::discord::DiscordAdapter;
+use kaiwa_adapters::slack::SlackAdapter;
 use kaiwa_adapters::telegram::TelegramAdapter;
 use kaiwa_core::orchestrator::Orchestrator;
 use std::sync::Arc;
@@ -128,10 +129,11 @@ pub(crate) async fn run(
 ) -> Result<(), Error> {
     let settings = &kaiwa.settings;
     let (tg, dc) = (&settings.telegram, &settings.discord);
-    if kaiwa.telegram.is_none() && kaiwa.discord.is_none() {
+    if kaiwa.telegram.is_none() && kaiwa.discord.is_none() && kaiwa.slack.is_none() {
         return Err(Error::NoPlatform {
             telegram: tg.token_env.clone(),
             discord: dc.token_env.clone(),
+            slack: settings.slack.bot_token_env.clone(),
         });
     }
     let orchestrator = kaiwa.orchestrator.clone();
@@ -171,6 +173,12 @@ pub(crate) async fn run(
         health.push(discord.health());
         let rx = stop_rx.clone();
         adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });
+    }
+    if let Some((api, _)) = kaiwa.slack.clone() {
+        let slack = SlackAdapter::new(api, kaiwa.slack_config(), orchestrator.for_adapters());
+        health.push(slack.health());
+        let rx = stop_rx.clone();
+        adapters.spawn(async move { ("slack", slack.run(stopped(rx)).await) });
     }
     let jobs = kaiwa.jobs(stopped(stop_rx.clone()));
 

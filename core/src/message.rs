@@ -14,6 +14,7 @@ use std::fmt;
 pub enum Platform {
     Telegram,
     Discord,
+    Slack,
     Console,
 }
 
@@ -22,6 +23,7 @@ impl Platform {
         match self {
             Platform::Telegram => "telegram",
             Platform::Discord => "discord",
+            Platform::Slack => "slack",
             Platform::Console => "console",
         }
     }
@@ -30,6 +32,7 @@ impl Platform {
         match s {
             "telegram" => Some(Platform::Telegram),
             "discord" => Some(Platform::Discord),
+            "slack" => Some(Platform::Slack),
             "console" => Some(Platform::Console),
             _ => None,
         }

@@ -5,6 +5,8 @@
 //!   script of HTTP replies and recording the requests.
 //! - [`fake_embeddings::FakeEmbeddings`]: an OpenAI-compatible `/v1/embeddings` whose
 //!   vectors know the concepts a test names.
+//! - [`fake_slack::FakeSlack`]: Slack's Web API, a Socket Mode WebSocket, signed Events
+//!   API deliveries.
 //!
 //! Nothing here reaches the internet; fakes speak the real wire protocol so the real clients
 //! (reqwest, teloxide, serenity) are what is tested.
@@ -13,6 +15,7 @@ pub mod fake_discord;
 pub mod fake_embeddings;
 pub mod fake_openai;
 pub mod fake_search;
+pub mod fake_slack;
 pub mod fake_telegram;
 
 /// A plain form with one multi-select field, for the adapters' multi-select tests.

@@ -2,12 +2,13 @@
 //! action) and its slash commands.
 
 use super::MESSAGE_LIMIT;
-use super::components::{NAMESPACE, Press, components};
+use super::components::components;
 use super::gateway::Handler;
 use super::messages::user_ref;
 use super::places::{Place, target_of};
 use crate::interaction::{
-    ALREADY_COMPLETE, SAVE_FAILED, STALE_NOTICE, chosen_values, pending_request, shown_choice,
+    ALREADY_COMPLETE, NAMESPACE, Press, SAVE_FAILED, STALE_NOTICE, chosen_values, pending_request,
+    shown_choice,
 };
 use crate::split::truncate;
 use kaiwa_core::admin::AdminAction;

@@ -44,8 +44,9 @@ mod shards;
 mod work;
 
 use crate::discord::places::Parents;
+pub use crate::interaction::{NAMESPACE, Press};
 pub use api::{DiscordApi, PERMISSIONS, application, build_http, invite_url};
-pub use components::{NAMESPACE, Press, components};
+pub use components::components;
 pub use edits::STOP_ID;
 use gateway::Handler;
 pub use outbox::{DiscordAdminSink, DiscordOutbox, notice_embed};

@@ -38,6 +38,9 @@ pub struct Settings {
     /// Discord; `kaiwa run` starts it when the token variable is set.
     #[serde(default)]
     pub discord: DiscordSettings,
+    /// Slack; `kaiwa run` starts it when the bot token variable is set.
+    #[serde(default)]
+    pub slack: SlackSettings,
     #[serde(default)]
     pub limits: LimitSettings,
     #[serde(default)]
@@ -248,6 +251,88 @@ impl Default for DiscordSettings {
     }
 }
 
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlackSettings {
+    /// The environment variable holding the bot token (`xoxb-…`).
+    #[serde(default = "default_slack_bot_token_env")]
+    pub bot_token_env: String,
+    /// The environment variable holding the app-level token (`xapp-…`, scope
+    /// `connections:write`) Socket Mode connects with.
+    #[serde(default = "default_slack_app_token_env")]
+    pub app_token_env: String,
+    /// Slack's Web API base (default `https://slack.com/api/`); tests and proxies point
+    /// elsewhere. Its `apps.connections.open` hands out the Socket Mode URL.
+    pub api_url: Option<String>,
+    /// Channel for audit summaries and handoffs; admin commands (`/kaiwa …`) work there.
+    pub admin_channel_id: Option<String>,
+    /// User ids (`U…`) allowed to use the admin commands and buttons.
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// The language of the admin channel's buttons (`en`, `ja`).
+    #[serde(default = "default_admin_language")]
+    pub admin_language: String,
+    /// Channels where a new message starts a help-desk thread.
+    #[serde(default)]
+    pub helpdesk_channel_ids: Vec<String>,
+    /// Channels where a new message starts a reading thread.
+    #[serde(default)]
+    pub reading_channel_ids: Vec<String>,
+    /// The flow direct messages run (default: `interview`) and its argument (a form).
+    #[serde(default = "default_dm_flow")]
+    pub dm_flow: String,
+    pub dm_flow_arg: Option<String>,
+    /// Whether direct messages are Kaiwa's (default true).
+    #[serde(default = "default_true")]
+    pub dms: bool,
+    /// The Events API instead of Socket Mode: the address to listen on (e.g.
+    /// `"0.0.0.0:8090"`), for several instances behind a load balancer.
+    pub events_listen: Option<String>,
+    /// The path Slack posts events, interactions and slash commands to.
+    #[serde(default = "default_slack_events_path")]
+    pub events_path: String,
+    /// The environment variable holding the app's signing secret (Events API).
+    #[serde(default = "default_slack_signing_secret_env")]
+    pub signing_secret_env: String,
+}
+
+impl Default for SlackSettings {
+    fn default() -> Self {
+        SlackSettings {
+            bot_token_env: default_slack_bot_token_env(),
+            app_token_env: default_slack_app_token_env(),
+            api_url: None,
+            admin_channel_id: None,
+            admins: Vec::new(),
+            admin_language: default_admin_language(),
+            helpdesk_channel_ids: Vec::new(),
+            reading_channel_ids: Vec::new(),
+            dm_flow: default_dm_flow(),
+            dm_flow_arg: None,
+            dms: true,
+            events_listen: None,
+            events_path: default_slack_events_path(),
+            signing_secret_env: default_slack_signing_secret_env(),
+        }
+    }
+}
+
+fn default_slack_bot_token_env() -> String {
+    "SLACK_BOT_TOKEN".into()
+}
+
+fn default_slack_app_token_env() -> String {
+    "SLACK_APP_TOKEN".into()
+}
+
+fn default_slack_events_path() -> String {
+    "/slack/events".into()
+}
+
+fn default_slack_signing_secret_env() -> String {
+    "SLACK_SIGNING_SECRET".into()
+}
+
 fn default_admin_language() -> String {
     "en".into()
 }
@@ -394,6 +479,7 @@ impl Default for Settings {
             server: ServerSettings::default(),
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
+            slack: SlackSettings::default(),
             limits: LimitSettings::default(),
             privacy: PrivacySettings::default(),
             handoff: HandoffSettings::default(),
@@ -633,10 +719,22 @@ impl Settings {
         for (section, language) in [
             ("telegram", &self.telegram.admin_language),
             ("discord", &self.discord.admin_language),
+            ("slack", &self.slack.admin_language),
         ] {
             if !["en", "ja"].contains(&language.as_str()) {
                 bail!("[{section}] admin_language must be \"en\" or \"ja\" (got {language:?})");
             }
+        }
+        if let Some(url) = &self.slack.api_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("[slack] api_url must start with http:// or https:// (got {url:?})");
+        }
+        if !self.slack.events_path.starts_with('/') {
+            bail!(
+                "[slack] events_path must start with / (got {:?})",
+                self.slack.events_path
+            );
         }
         let tg = &self.telegram;
         if !tg.webhook_path.starts_with('/') {

@@ -125,6 +125,8 @@ impl Orchestrator {
             _ if self.models.is_empty() => None,
             crate::message::Platform::Telegram => Some(Duration::from_secs(4)),
             crate::message::Platform::Discord => Some(Duration::from_secs(8)),
+            // Slack's "is thinking…" lasts until a reply or two minutes
+            crate::message::Platform::Slack => Some(Duration::from_secs(30)),
             _ => None,
         };
         let shown = std::sync::atomic::AtomicBool::new(false);

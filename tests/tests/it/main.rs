@@ -9,4 +9,5 @@ mod embeddings;
 mod layout;
 mod model_client;
 mod search;
+mod slack;
 mod telegram;

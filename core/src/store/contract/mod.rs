@@ -366,7 +366,12 @@ async fn a_write_check_leaves_nothing_behind(db: Db) {
     let store = db.open().await;
     store.check_writable().await.expect("writable");
     store.check_writable().await.expect("again");
-    for platform in [Platform::Console, Platform::Telegram, Platform::Discord] {
+    for platform in [
+        Platform::Console,
+        Platform::Telegram,
+        Platform::Discord,
+        Platform::Slack,
+    ] {
         assert!(
             store
                 .inbox_pending(platform)

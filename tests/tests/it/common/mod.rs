@@ -32,3 +32,26 @@ pub async fn kaiwa(
     }
     builder.build().await.expect("kaiwa")
 }
+
+/// Kaiwa with `[slack]` in `sections` and the fake Slack's tokens ([`kaiwa::SlackTokens`]).
+pub async fn kaiwa_on_slack(
+    dir: &Path,
+    sections: &str,
+    database_url: &str,
+    tokens: kaiwa::SlackTokens,
+    models: ModelRouter,
+) -> Kaiwa {
+    let path = kaiwa_tests::write_config(dir, sections);
+    let options = kaiwa::Options {
+        config: Some(path),
+        database_url: Some(database_url.to_string()),
+    };
+    let (settings, _) = options.settings().expect("settings");
+    Kaiwa::builder(settings)
+        .database_url(database_url)
+        .models(models)
+        .slack_tokens(tokens)
+        .build()
+        .await
+        .expect("kaiwa")
+}

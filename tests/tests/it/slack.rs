@@ -1,0 +1,673 @@
+//! The Slack adapter end to end: Socket Mode and the Events API against the fake Slack on
+//! 127.0.0.1 (its Web API, its WebSocket, signed deliveries), with the real orchestrator,
+//! flows and SQLite store, started as `kaiwa run` starts them (`kaiwa::Kaiwa`).
+
+use crate::common;
+
+use kaiwa_core::llm::ModelRouter;
+use kaiwa_core::message::{Platform, SessionKey};
+use kaiwa_core::store::Store;
+use kaiwa_tests::fake_slack::{self, APP_TOKEN, BOT_TOKEN, FakeSlack, SIGNING_SECRET};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const ADMIN: &str = "CADMIN";
+const ADMIN_USER: &str = "UADMIN";
+const HELPDESK: &str = "CHELP";
+const READING: &str = "CREAD";
+const DM: &str = "D100";
+const OTHER_DM: &str = "D200";
+
+struct Bot {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+impl Bot {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), &mut self.task).await;
+        self.store.close().await;
+    }
+}
+
+/// The `[slack]` section; `events`: the Events API on that address instead of Socket Mode.
+fn section(fake: &FakeSlack, form: &str, events: Option<&str>) -> String {
+    let mut section = format!(
+        "[slack]\napi_url = \"{}\"\nadmin_channel_id = \"{ADMIN}\"\nadmins = [\"{ADMIN_USER}\"]\n\
+         helpdesk_channel_ids = [\"{HELPDESK}\"]\nreading_channel_ids = [\"{READING}\"]\n\
+         dm_flow = \"interview\"\ndm_flow_arg = \"{form}\"\n",
+        fake.api_url()
+    );
+    if let Some(listen) = events {
+        section.push_str(&format!("events_listen = \"{listen}\"\n"));
+    }
+    section
+}
+
+async fn start(fake: &FakeSlack, form: &str, events: Option<&str>) -> Bot {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
+    let config = dir.path().join("config");
+    let tokens = kaiwa::SlackTokens {
+        bot: BOT_TOKEN.into(),
+        app: Some(APP_TOKEN.into()),
+        signing_secret: Some(SIGNING_SECRET.into()),
+    };
+    let kaiwa = common::kaiwa_on_slack(
+        &config,
+        &section(fake, form, events),
+        &db,
+        tokens,
+        ModelRouter::none(),
+    )
+    .await;
+    let store = kaiwa.store().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = kaiwa.run_until(stopped).await {
+            eprintln!("Kaiwa stopped: {e}");
+        }
+    });
+    if events.is_none() {
+        fake.wait_connected().await;
+    }
+    Bot {
+        stop: Some(stop),
+        task,
+        store,
+        _dir: dir,
+    }
+}
+
+/// New texts in a thread (`""`: the top level) of `channel` after `before`, once the bot
+/// has gone quiet.
+async fn replies(fake: &FakeSlack, channel: &str, thread: &str, before: usize) -> Vec<String> {
+    fake.wait_for(
+        &format!("a reply in {channel}/{thread}"),
+        Duration::from_secs(30),
+        |f| f.thread(channel, thread).len() > before && !f.streaming_in(channel),
+    )
+    .await;
+    kaiwa_tests::once_quiet(|| fake.thread_texts(channel, thread), before).await
+}
+
+/// A user's message in a DM (or a thread), and the replies to it.
+async fn say(fake: &FakeSlack, channel: &str, user: &str, text: &str) -> Vec<String> {
+    let before = fake.thread(channel, "").len();
+    fake.message(channel, user, text, None);
+    replies(fake, channel, "", before).await
+}
+
+async fn say_in_thread(
+    fake: &FakeSlack,
+    channel: &str,
+    thread: &str,
+    user: &str,
+    text: &str,
+) -> Vec<String> {
+    let before = fake.thread(channel, thread).len();
+    fake.message(channel, user, text, Some(thread));
+    replies(fake, channel, thread, before).await
+}
+
+/// Presses the button labelled `label` on the bot's latest message with buttons in
+/// `channel` (`thread`: where the replies come).
+async fn tap(
+    fake: &FakeSlack,
+    channel: &str,
+    thread: &str,
+    user: &str,
+    label: &str,
+) -> Vec<String> {
+    let (message, action) = fake.button(channel, label);
+    let before = fake.thread(channel, thread).len();
+    fake.press(channel, user, &message, &action);
+    replies(fake, channel, thread, before).await
+}
+
+/// The admin channel's notices whose text holds `kind` (`[audit]`, `[handoff]`, …).
+fn notices(fake: &FakeSlack, kind: &str) -> Vec<Value> {
+    fake.messages_in(ADMIN)
+        .into_iter()
+        .filter(|m| m["text"].as_str().is_some_and(|t| t.contains(kind)))
+        .collect()
+}
+
+/// The action id of the button labelled `label` in a posted message.
+fn action_of(message: &Value, label: &str) -> String {
+    message["blocks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+        .find(|e| {
+            e["text"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(label))
+        })
+        .and_then(|e| e["action_id"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no button {label:?} in {message}"))
+}
+
+fn ts_of(message: &Value) -> String {
+    message["ts"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dm_interview_runs_to_its_audit_summary_and_the_team_approves_it() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    let first = say(&fake, DM, "U51", "hello").await;
+    assert!(
+        first
+            .iter()
+            .any(|t| t.to_lowercase().contains("language") || t.contains("言語")),
+        "{first:?}"
+    );
+    tap(&fake, DM, "", "U51", "English").await;
+    say(&fake, DM, "U51", "Japan").await;
+    say(
+        &fake,
+        DM,
+        "U51",
+        "Hanako Yamada, you can reach me at hanako@example.com",
+    )
+    .await;
+    say(&fake, DM, "U51", "5").await;
+    say(&fake, DM, "U51", "Rust").await;
+    say(&fake, DM, "U51", "I want to build developer tools").await;
+    tap(&fake, DM, "", "U51", "Remote").await;
+    say(&fake, DM, "U51", "2026-04-01").await;
+    let end = say(&fake, DM, "U51", "https://github.com/hanako").await;
+    assert!(end.iter().any(|t| t.contains("submitted")), "{end:?}");
+    // a pressed question shows the choice, its buttons gone
+    let shown = fake
+        .messages_in(DM)
+        .into_iter()
+        .find(|m| m["text"].as_str().is_some_and(|t| t.contains("✓ Remote")))
+        .expect("the answered question");
+    assert!(
+        !shown["blocks"].to_string().contains("\"actions\""),
+        "{shown}"
+    );
+
+    fake.wait_for("the audit summary", Duration::from_secs(20), |f| {
+        !notices(f, "[audit]").is_empty()
+    })
+    .await;
+    let notice = notices(&fake, "[audit]").remove(0);
+    assert!(notice["blocks"].to_string().contains("passed"), "{notice}");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(subs[0].submission.values["work_style"], "remote");
+
+    // someone not on the admin list cannot decide; an admin approves
+    let approve = action_of(&notice, "Approve");
+    fake.press(ADMIN, "UNOBODY", &ts_of(&notice), &approve);
+    fake.wait_for("a refusal", Duration::from_secs(20), |f| {
+        f.thread_texts(ADMIN, &ts_of(&notice))
+            .iter()
+            .any(|t| t.contains("Not allowed"))
+    })
+    .await;
+    let applicant = fake.thread(DM, "").len();
+    fake.press(ADMIN, ADMIN_USER, &ts_of(&notice), &approve);
+    let told = replies(&fake, DM, "", applicant).await;
+    assert!(!told.is_empty(), "the applicant hears of the decision");
+    let subs = bot.store.submissions(Some("engineer")).await.expect("subs");
+    assert_eq!(
+        subs[0].decision.as_ref().map(|d| d.decision.as_str()),
+        Some("approved")
+    );
+    // every envelope was acknowledged
+    assert_eq!(fake.unacked(), 0);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_help_desk_thread_is_answered_with_citations_taken_over_and_handed_back() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    let question = fake.message(HELPDESK, "U41", "How do I stop a conversation?", None);
+    let answer = replies(&fake, HELPDESK, &question, 0).await;
+    assert!(
+        answer[0].contains("Sources:\n[1] en/user-guide.md#Stopping a conversation"),
+        "{answer:?}"
+    );
+    assert!(
+        fake.thread(HELPDESK, "").is_empty(),
+        "the answer lives in the thread, not the channel"
+    );
+    let more = say_in_thread(
+        &fake,
+        HELPDESK,
+        &question,
+        "U41",
+        "How do I export submissions?",
+    )
+    .await;
+    assert!(more[0].contains("Exporting submissions"), "{more:?}");
+
+    tap(&fake, HELPDESK, &question, "U41", "No").await;
+    tap(&fake, HELPDESK, &question, "U41", "human").await;
+    fake.wait_for("the handoff notice", Duration::from_secs(20), |f| {
+        !notices(f, "[handoff]").is_empty()
+    })
+    .await;
+    let handoff = notices(&fake, "[handoff]").remove(0);
+    let before = fake.thread(HELPDESK, &question).len();
+    fake.press(
+        ADMIN,
+        ADMIN_USER,
+        &ts_of(&handoff),
+        &action_of(&handoff, "Take over"),
+    );
+    let joined = replies(&fake, HELPDESK, &question, before).await;
+    assert!(
+        joined
+            .iter()
+            .any(|t| t.contains("A person from the team has joined")),
+        "{joined:?}"
+    );
+
+    // the user writes: relayed to the admin channel, in the notice's thread; the agent is
+    // silent
+    let quiet = fake.thread(HELPDESK, &question).len();
+    fake.message(HELPDESK, "U41", "Is anyone there?", Some(&question));
+    fake.wait_for("the relay", Duration::from_secs(20), |f| {
+        !notices(f, "[relay]").is_empty()
+    })
+    .await;
+    let relay = notices(&fake, "[relay]").remove(0);
+    assert!(relay.to_string().contains("Is anyone there?"), "{relay}");
+    let notice_thread = ts_of(&handoff);
+    assert_eq!(
+        relay["thread_ts"],
+        notice_thread.as_str(),
+        "in the notice's thread"
+    );
+    // the admin answers in that thread…
+    fake.message(ADMIN, ADMIN_USER, "Yes, I am here.", Some(&notice_thread));
+    let got = replies(&fake, HELPDESK, &question, quiet).await;
+    assert!(
+        got.last().is_some_and(|t| t.ends_with("Yes, I am here.")),
+        "{got:?}"
+    );
+    // …or in the user's thread, where Kaiwa stays silent
+    fake.message(
+        HELPDESK,
+        ADMIN_USER,
+        "Let me check that for you.",
+        Some(&question),
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        fake.thread(HELPDESK, &question).len(),
+        quiet + 1,
+        "Kaiwa is silent"
+    );
+    // someone who is not an admin reaches nobody
+    fake.message(ADMIN, "UNOBODY", "not an admin", Some(&notice_thread));
+    fake.wait_for("a refusal", Duration::from_secs(20), |f| {
+        f.thread_texts(ADMIN, &notice_thread)
+            .iter()
+            .any(|t| t.contains("Not allowed"))
+    })
+    .await;
+
+    // handed back: the agent answers again
+    let before = fake.thread(HELPDESK, &question).len();
+    fake.press(
+        ADMIN,
+        ADMIN_USER,
+        &ts_of(&relay),
+        &action_of(&relay, "Hand back"),
+    );
+    let told = replies(&fake, HELPDESK, &question, before).await;
+    assert!(
+        told.iter().any(|t| t.contains("the assistant is back")),
+        "{told:?}"
+    );
+    let answer = say_in_thread(
+        &fake,
+        HELPDESK,
+        &question,
+        "U41",
+        "How do I export submissions?",
+    )
+    .await;
+    assert!(answer[0].contains("Exporting submissions"), "{answer:?}");
+    let key = SessionKey {
+        platform: Platform::Slack,
+        chat: HELPDESK.into(),
+        thread: question.clone(),
+        user: "U41".into(),
+    };
+    let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
+    for text in [
+        "Is anyone there?",
+        "Yes, I am here.",
+        "Let me check that for you.",
+    ] {
+        assert!(
+            said.iter().any(|t| t.contains(text)),
+            "{text:?} in {said:?}"
+        );
+    }
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mydata_in_a_channel_is_ephemeral_and_shows_nothing_there() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    let question = fake.message(HELPDESK, "U43", "How do I export submissions?", None);
+    replies(&fake, HELPDESK, &question, 0).await;
+    let posted = fake.messages_in(HELPDESK).len();
+    fake.slash(HELPDESK, "U43", "mydata");
+    fake.wait_for("an ephemeral answer", Duration::from_secs(20), |f| {
+        f.ephemerals_for("U43").iter().any(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("export submissions"))
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.messages_in(HELPDESK).len(),
+        posted,
+        "nothing posted for the channel to see"
+    );
+    assert!(fake.ephemerals_for("U41").is_empty(), "nobody else sees it");
+    // an unknown subcommand says so, to its user only
+    fake.slash(HELPDESK, "U43", "frobnicate");
+    fake.wait_for(
+        "an answer to an unknown command",
+        Duration::from_secs(20),
+        |f| f.ephemerals_for("U43").len() >= 2,
+    )
+    .await;
+    assert_eq!(fake.messages_in(HELPDESK).len(), posted);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_button_gets_an_ephemeral_notice_and_changes_nothing() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    say(&fake, DM, "U71", "hello").await;
+    let (old, english) = fake.button(DM, "English");
+    tap(&fake, DM, "", "U71", "English").await;
+    let sent = fake.messages_in(DM).len();
+    fake.press(DM, "U71", &old, &english);
+    fake.press(DM, "U71", &old, "someone|else");
+    fake.wait_for("two ephemeral notices", Duration::from_secs(20), |f| {
+        f.ephemerals_for("U71").len() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fake.messages_in(DM).len(), sent, "nothing else was sent");
+    let next = say(&fake, DM, "U71", "Japan").await;
+    assert!(next.last().is_some_and(|t| t.contains("name")), "{next:?}");
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_in_429_waits_its_retry_after_and_delays_nobody_else() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    say(&fake, DM, "U98", "hello").await;
+    say(&fake, OTHER_DM, "U99", "hello").await;
+    // Slack answers the first DM's next two posts 429, Retry-After 1 s
+    fake.rate_limit(DM, 2, 1);
+    let before = fake.thread(DM, "").len();
+    fake.message(DM, "U98", "2", None);
+    fake.wait_for("a 429", Duration::from_secs(10), |f| {
+        // a post that made no message: answered 429
+        let posts = f
+            .calls_of("chat.postMessage")
+            .iter()
+            .filter(|c| c.body["channel"] == DM)
+            .count();
+        posts > f.messages_in(DM).len()
+    })
+    .await;
+    let asked = std::time::Instant::now();
+    let other = say(&fake, OTHER_DM, "U99", "2").await;
+    let waited = asked.elapsed();
+    assert!(!other.is_empty());
+    let limited = replies(&fake, DM, "", before).await;
+    assert!(
+        !limited.is_empty(),
+        "the limited channel's reply came after its wait"
+    );
+    let posts: Vec<_> = fake
+        .calls_of("chat.postMessage")
+        .into_iter()
+        .filter(|c| c.body["channel"] == DM)
+        .collect();
+    // the limited posts and their retries: each retry a second after the 429 before it
+    let tail = &posts[posts.len() - 3..];
+    for pair in tail.windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_millis(990), "retried after {gap:?}");
+    }
+    eprintln!("the other channel's reply came after {waited:?}");
+    assert!(
+        waited < Duration::from_millis(1500),
+        "the other channel waited {waited:?}"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_dropped_mid_burst_loses_nothing_and_answers_nothing_twice() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    let users: Vec<(String, String)> = (0..8)
+        .map(|u| (format!("D3{u:02}"), format!("U3{u:02}")))
+        .collect();
+    for (channel, user) in &users {
+        fake.message(channel, user, "hello", None);
+    }
+    // mid-burst: the socket dies, then Slack asks for a new connection on the next one
+    fake.drop_socket();
+    for (channel, user) in &users {
+        fake.message(channel, user, "2", None);
+    }
+    fake.wait_for("a new connection", Duration::from_secs(30), |f| {
+        f.connections() >= 2
+    })
+    .await;
+    fake.ask_to_reconnect();
+    fake.wait_for(
+        "every envelope acknowledged",
+        Duration::from_secs(30),
+        |f| f.unacked() == 0,
+    )
+    .await;
+    for (channel, _) in &users {
+        fake.wait_for("two replies", Duration::from_secs(30), |f| {
+            f.thread(channel, "").len() >= 2
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for (channel, user) in &users {
+        let key = SessionKey {
+            platform: Platform::Slack,
+            chat: channel.clone(),
+            thread: String::new(),
+            user: user.clone(),
+        };
+        let said = kaiwa_tests::session_texts(bot.store.as_ref(), &key).await;
+        for text in ["hello", "2"] {
+            assert_eq!(
+                said.iter().filter(|t| *t == text).count(),
+                1,
+                "{text:?} once in {channel}: {said:?}"
+            );
+        }
+        // the greeting, then the question in Japanese: each once
+        let texts = fake.thread_texts(channel, "");
+        let mut unique = texts.clone();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            texts.len(),
+            "nothing answered twice: {texts:?}"
+        );
+    }
+    assert!(
+        fake.connections() >= 3,
+        "connected again after the disconnect"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_api_takes_signed_events_once_and_refuses_forged_ones() {
+    let fake = FakeSlack::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let listen = format!("127.0.0.1:{port}");
+    let bot = start(&fake, "engineer", Some(&listen)).await;
+    let url = format!("http://{listen}/slack/events");
+    // the URL's verification when it is set in Slack's settings
+    let challenge = r#"{"token":"t","challenge":"c-123","type":"url_verification"}"#;
+    let mut status = 0;
+    for _ in 0..100 {
+        status = fake_slack::deliver(
+            &url,
+            SIGNING_SECRET,
+            fake_slack::now(),
+            challenge,
+            false,
+            None,
+        )
+        .await;
+        if status != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200);
+
+    let (_, event) = fake.message_event(DM, "U61", "hello", None);
+    let body = event.to_string();
+    // forged: a wrong secret, a body changed after signing, a replay from ten minutes ago
+    let forged = [
+        fake_slack::deliver(
+            &url,
+            "not-the-secret",
+            fake_slack::now(),
+            &body,
+            false,
+            None,
+        )
+        .await,
+        {
+            let ts = fake_slack::now().to_string();
+            reqwest::Client::new()
+                .post(&url)
+                .header("x-slack-request-timestamp", &ts)
+                .header(
+                    "x-slack-signature",
+                    fake_slack::sign(SIGNING_SECRET, &ts, &body),
+                )
+                .header("content-type", "application/json")
+                .body(body.replace("hello", "hacked"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        },
+        fake_slack::deliver(
+            &url,
+            SIGNING_SECRET,
+            fake_slack::now() - 600,
+            &body,
+            false,
+            None,
+        )
+        .await,
+        reqwest::Client::new()
+            .post(&url)
+            .body(body.clone())
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0),
+    ];
+    assert_eq!(forged, [401, 401, 401, 401]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        fake.messages_in(DM).is_empty(),
+        "a forged event changed nothing"
+    );
+
+    // the real one, then Slack's retry of it: one turn
+    let first =
+        fake_slack::deliver(&url, SIGNING_SECRET, fake_slack::now(), &body, false, None).await;
+    assert_eq!(first, 200);
+    let retry = fake_slack::deliver(
+        &url,
+        SIGNING_SECRET,
+        fake_slack::now(),
+        &body,
+        false,
+        Some(1),
+    )
+    .await;
+    assert_eq!(retry, 200);
+    let greeting = replies(&fake, DM, "", 0).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        fake.thread(DM, "").len(),
+        greeting.len(),
+        "the retry is not a second turn"
+    );
+
+    // a press and a slash command come form-encoded
+    let (ts, action) = fake.button(DM, "English");
+    let press = fake.block_actions(DM, "U61", &ts, &action, None);
+    let form = serde_urlencoded::to_string([("payload", press.to_string())]).expect("form");
+    let before = fake.thread(DM, "").len();
+    assert_eq!(
+        fake_slack::deliver(&url, SIGNING_SECRET, fake_slack::now(), &form, true, None).await,
+        200
+    );
+    let asked = replies(&fake, DM, "", before).await;
+    assert!(asked.iter().any(|t| t.contains("country")), "{asked:?}");
+    let fields = fake.slash_fields(HELPDESK, "U61", "mydata");
+    let fields: Vec<(String, String)> = fields
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let form = serde_urlencoded::to_string(fields).expect("form");
+    assert_eq!(
+        fake_slack::deliver(&url, SIGNING_SECRET, fake_slack::now(), &form, true, None).await,
+        200
+    );
+    fake.wait_for("an ephemeral answer", Duration::from_secs(20), |f| {
+        !f.ephemerals_for("U61").is_empty()
+    })
+    .await;
+    bot.stop().await;
+}
