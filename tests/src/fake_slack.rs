@@ -630,6 +630,37 @@ fn answer(shared: &Shared, method: &str, auth: &str, body: &Value) -> Response {
             ok(json!({}))
         }
         "conversations.info" => ok(json!({"channel": {"id": channel, "is_member": true}})),
+        // the bot's messages as Slack lists them: the channel's newest first, a thread's
+        // oldest first (metadata only when asked for)
+        "conversations.history" | "conversations.replies" => {
+            let thread = body["ts"].as_str().unwrap_or_default();
+            let with_metadata = body["include_all_metadata"] == "true";
+            let mut listed: Vec<Value> = inner
+                .messages
+                .iter()
+                .filter(|m| m["channel"] == channel.as_str() && m.get("_deleted").is_none())
+                .filter(|m| {
+                    let in_thread = m["thread_ts"].as_str().unwrap_or_default();
+                    if method == "conversations.history" {
+                        in_thread.is_empty()
+                    } else {
+                        in_thread == thread
+                    }
+                })
+                .map(|m| {
+                    let mut listed = json!({"type": "message", "bot_id": "B0001", "user": BOT_USER,
+                        "ts": m["ts"], "text": m["text"]});
+                    if with_metadata && !m["metadata"].is_null() {
+                        listed["metadata"] = m["metadata"].clone();
+                    }
+                    listed
+                })
+                .collect();
+            if method == "conversations.history" {
+                listed.reverse();
+            }
+            ok(json!({"messages": listed, "has_more": false}))
+        }
         _ => ok(json!({})),
     }
 }

@@ -36,6 +36,20 @@ fn place_json(key: &SessionKey) -> Value {
     place
 }
 
+/// The metadata's event type of a message that is a stored reply.
+const REPLY_LABEL: &str = "kaiwa_reply";
+
+/// Labels a post with the stored reply it is (its metadata; Slack keeps it with the
+/// message): after a restart, a reply the place shows is not sent again.
+fn label(body: &mut Value, reply: Option<i64>) {
+    if let Some(reply) = reply {
+        body["metadata"] = json!({
+            "event_type": REPLY_LABEL,
+            "event_payload": {"reply": reply.to_string()},
+        });
+    }
+}
+
 /// Renders replies in a channel, a thread or a DM.
 pub struct SlackOutbox {
     api: SlackApi,
@@ -55,11 +69,20 @@ impl SlackOutbox {
         &self.streams
     }
 
-    /// `text` as messages at Slack's limit (cut past a few).
-    async fn post_text(&self, key: &SessionKey, text: &str) -> Result<(), SlackError> {
-        for piece in split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1) {
+    /// `text` as messages at Slack's limit (cut past a few); the last labelled with
+    /// `reply` (see [`label`]).
+    async fn post_text(
+        &self,
+        key: &SessionKey,
+        text: &str,
+        reply: Option<i64>,
+    ) -> Result<(), SlackError> {
+        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.into_iter().enumerate() {
             let mut body = place_json(key);
             body["text"] = piece.into();
+            label(&mut body, reply.filter(|_| i == last));
             self.api.call("chat.postMessage", &body).await?;
         }
         Ok(())
@@ -67,28 +90,51 @@ impl SlackOutbox {
 
     /// A reply's text: edited into the message that showed it being written (its Stop
     /// button removed), if there is one; else posted.
-    async fn send_reply(&self, key: &SessionKey, text: &str) -> Result<(), SlackError> {
+    async fn send_reply(
+        &self,
+        key: &SessionKey,
+        text: &str,
+        reply: Option<i64>,
+    ) -> Result<(), SlackError> {
         let Some(shown) = self.streams.take_shown(key) else {
-            return self.post_text(key, text).await;
+            return self.post_text(key, text, reply).await;
         };
         shown.wait_to_edit().await;
         let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
         let (first, rest) = pieces
             .split_first()
             .map_or((String::new(), &[][..]), |(f, r)| (f.clone(), r));
-        let edit = json!({"channel": key.chat, "ts": shown.message, "text": first, "blocks": []});
+        let mut edit =
+            json!({"channel": key.chat, "ts": shown.message, "text": first, "blocks": []});
+        label(&mut edit, reply.filter(|_| rest.is_empty()));
         match self.api.call("chat.update", &edit).await {
             Ok(_) => {}
             // the streamed message is gone (deleted by someone): the reply goes anew
-            Err(SlackError::Api { .. }) => return self.post_text(key, text).await,
+            Err(SlackError::Api { .. }) => return self.post_text(key, text, reply).await,
             Err(e) => return Err(e),
         }
-        for piece in rest {
+        let last = rest.len().saturating_sub(1);
+        for (i, piece) in rest.iter().enumerate() {
             let mut body = place_json(key);
             body["text"] = piece.clone().into();
+            label(&mut body, reply.filter(|_| i == last));
             self.api.call("chat.postMessage", &body).await?;
         }
         Ok(())
+    }
+
+    /// An options request as its prompt with buttons (or a menu), labelled with `reply`.
+    async fn post_options(
+        &self,
+        key: &SessionKey,
+        request: &kaiwa_core::message::OptionsRequest,
+        reply: Option<i64>,
+    ) -> Result<(), SlackError> {
+        let mut body = place_json(key);
+        body["text"] = truncate(&request.prompt, MESSAGE_LIMIT).into();
+        body["blocks"] = blocks::options(request, None).into();
+        label(&mut body, reply);
+        self.api.call("chat.postMessage", &body).await.map(|_| ())
     }
 
     /// `items` as messages only `key`'s user sees, in the key's place.
@@ -129,15 +175,10 @@ impl Outbox for SlackOutbox {
     async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
         for item in items {
             match item {
-                Outgoing::Text { text } => self.send_reply(key, text).await?,
-                Outgoing::Options(request) => {
-                    let mut body = place_json(key);
-                    body["text"] = truncate(&request.prompt, MESSAGE_LIMIT).into();
-                    body["blocks"] = blocks::options(request, None).into();
-                    self.api.call("chat.postMessage", &body).await?;
-                }
+                Outgoing::Text { text } => self.send_reply(key, text, None).await?,
+                Outgoing::Options(request) => self.post_options(key, request, None).await?,
                 Outgoing::StartThread { title } => {
-                    self.post_text(key, &format!("*{title}*")).await?;
+                    self.post_text(key, &format!("*{title}*"), None).await?;
                 }
                 Outgoing::Typing => {
                     // Slack's "is thinking…" exists in threads of apps with the assistant
@@ -171,6 +212,60 @@ impl Outbox for SlackOutbox {
         items: &[Outgoing],
     ) -> Result<bool, DeliveryError> {
         self.post_ephemeral(key, items).await.map(|()| true)
+    }
+
+    /// A reply's text labelled with its id (the message's metadata).
+    async fn deliver_reply(
+        &self,
+        key: &SessionKey,
+        item: &Outgoing,
+        id: i64,
+    ) -> Result<(), DeliveryError> {
+        match item {
+            Outgoing::Text { text } => Ok(self.send_reply(key, text, Some(id)).await?),
+            Outgoing::Options(request) => Ok(self.post_options(key, request, Some(id)).await?),
+            _ => self.deliver(key, std::slice::from_ref(item)).await,
+        }
+    }
+
+    /// The labels of the bot's recent messages in the place (a thread's replies, or the
+    /// channel's history), read back.
+    async fn already_shown(&self, key: &SessionKey, ids: &[i64]) -> Option<Vec<bool>> {
+        let answer = if key.thread.is_empty() {
+            let form = [
+                ("channel", key.chat.as_str()),
+                ("limit", "100"),
+                ("include_all_metadata", "true"),
+            ];
+            self.api.call_form("conversations.history", &form).await
+        } else {
+            let form = [
+                ("channel", key.chat.as_str()),
+                ("ts", key.thread.as_str()),
+                ("limit", "200"),
+                ("include_all_metadata", "true"),
+            ];
+            self.api.call_form("conversations.replies", &form).await
+        };
+        let (answer, _) = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::info!(error = %e, "could not read what the place shows");
+                return None;
+            }
+        };
+        let labelled: Vec<&str> = answer["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["metadata"]["event_type"] == REPLY_LABEL)
+            .filter_map(|m| m["metadata"]["event_payload"]["reply"].as_str())
+            .collect();
+        Some(
+            ids.iter()
+                .map(|id| labelled.contains(&id.to_string().as_str()))
+                .collect(),
+        )
     }
 
     fn streamer(&self, key: &SessionKey, tap: &Arc<Tap>) -> Option<Box<dyn Streamer>> {

@@ -11,5 +11,6 @@ mod instances;
 mod kb_index;
 mod plugin;
 mod run_service;
+mod slack_crash;
 mod trace_interview;
 mod upgrade;

@@ -203,7 +203,11 @@ impl Orchestrator {
         let session = committed.session.id;
         for (i, item) in outgoing.iter().enumerate() {
             let id = item.transcript_text().and(item_ids.next());
-            match (outbox.deliver(key, std::slice::from_ref(item)).await, id) {
+            let sent = match id {
+                Some(id) => outbox.deliver_reply(key, item, *id).await,
+                None => outbox.deliver(key, std::slice::from_ref(item)).await,
+            };
+            match (sent, id) {
                 (Ok(()), Some(id)) => {
                     self.delivered(Ok(()), session, std::slice::from_ref(id))
                         .await;
@@ -295,6 +299,23 @@ impl Orchestrator {
                     return;
                 }
             };
+        // what the place shows already (a platform that can tell) is not sent again
+        let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
+        let earlier = match outbox.already_shown(key, &ids).await {
+            Some(shown) if shown.len() == earlier.len() => {
+                let (there, missing): (Vec<_>, Vec<_>) = earlier
+                    .into_iter()
+                    .zip(shown)
+                    .partition(|(_, shown)| *shown);
+                let there: Vec<i64> = there.iter().map(|(m, _)| m.id).collect();
+                if !there.is_empty() {
+                    tracing::info!(replies = there.len(), "replies found delivered already");
+                    self.delivered(Ok(()), session.id, &there).await;
+                }
+                missing.into_iter().map(|(m, _)| m).collect()
+            }
+            _ => earlier,
+        };
         if earlier.is_empty() {
             self.unreached_set().remove(&session.id);
             return;
@@ -311,14 +332,20 @@ impl Orchestrator {
                 "（再起動しました。届いていない可能性のある返信です）",
             ),
         };
-        let mut items = vec![Outgoing::text(note)];
-        items.extend(earlier.iter().map(|m| Outgoing::text(m.text.clone())));
-        let ids: Vec<i64> = earlier.iter().map(|m| m.id).collect();
-        let sent = outbox.deliver(key, &items).await;
-        if self.delivered(sent, session.id, &ids).await {
-            self.unreached_set().remove(&session.id);
-            tracing::info!(replies = ids.len(), "replies not delivered before sent");
+        let noted = outbox.deliver(key, &[Outgoing::text(note)]).await;
+        if !self.delivered(noted, session.id, &[]).await {
+            return;
         }
+        // each marked delivered once the platform took it
+        for message in &earlier {
+            let item = Outgoing::text(message.text.clone());
+            let sent = outbox.deliver_reply(key, &item, message.id).await;
+            if !self.delivered(sent, session.id, &[message.id]).await {
+                return;
+            }
+        }
+        self.unreached_set().remove(&session.id);
+        tracing::info!(replies = earlier.len(), "replies not delivered before sent");
     }
 
     /// A reply that changes nothing but the transcript (help, stale buttons, apologies).

@@ -77,6 +77,28 @@ pub trait Outbox: Send + Sync {
         let _ = (key, tap);
         None
     }
+
+    /// Delivers `item`, the stored reply `id` (a message of the transcript): a platform
+    /// that can label a message with it does, for [`Outbox::already_shown`].
+    async fn deliver_reply(
+        &self,
+        key: &SessionKey,
+        item: &Outgoing,
+        id: i64,
+    ) -> Result<(), DeliveryError> {
+        let _ = id;
+        self.deliver(key, std::slice::from_ref(item)).await
+    }
+
+    /// Which of the stored replies `ids` — committed and not recorded as delivered (the
+    /// process stopped, or the platform's answer was lost) — `key`'s place already shows:
+    /// a platform whose history the bot can read tells (by the labels of
+    /// [`Outbox::deliver_reply`]), and those are not sent again. `None`: it cannot tell,
+    /// and all are sent again.
+    async fn already_shown(&self, key: &SessionKey, ids: &[i64]) -> Option<Vec<bool>> {
+        let _ = (key, ids);
+        None
+    }
 }
 
 /// What happened to one incoming message.

@@ -1083,6 +1083,86 @@ async fn a_reply_the_platform_did_not_take_goes_with_the_next_one() {
     assert_eq!(probe.turns.load(Ordering::SeqCst), 4);
 }
 
+/// A platform that takes every reply but, while `lose`, loses its answer (the post is made,
+/// the bot hears an error), and that tells which stored replies it shows.
+#[derive(Default)]
+struct Labelled {
+    lose: std::sync::atomic::AtomicBool,
+    took: Collect,
+    shown: std::sync::Mutex<Vec<i64>>,
+}
+
+#[async_trait]
+impl Outbox for Labelled {
+    async fn deliver(&self, key: &SessionKey, items: &[Outgoing]) -> Result<(), DeliveryError> {
+        self.took.deliver(key, items).await
+    }
+
+    async fn deliver_reply(
+        &self,
+        key: &SessionKey,
+        item: &Outgoing,
+        id: i64,
+    ) -> Result<(), DeliveryError> {
+        self.took.deliver(key, std::slice::from_ref(item)).await?;
+        self.shown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
+        if self.lose.load(Ordering::SeqCst) {
+            return Err(DeliveryError::Disconnected("answer lost".into()));
+        }
+        Ok(())
+    }
+
+    async fn already_shown(&self, _key: &SessionKey, ids: &[i64]) -> Option<Vec<bool>> {
+        let shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        Some(ids.iter().map(|id| shown.contains(id)).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_reply_the_platform_shows_already_is_not_sent_again() {
+    let probe = Arc::new(Probe::new(None));
+    let (orchestrator, store) = setup(probe.clone()).await;
+    let outbox = Labelled::default();
+    outbox.lose.store(true, Ordering::SeqCst);
+    let first = orchestrator
+        .handle(text("c", "m1", "one"), &outbox)
+        .await
+        .expect("first");
+    assert_eq!(
+        store
+            .undelivered(first.session_id)
+            .await
+            .expect("loads")
+            .len(),
+        1,
+        "the answer was lost: not recorded as delivered"
+    );
+    outbox.lose.store(false, Ordering::SeqCst);
+    orchestrator
+        .handle(text("c", "m2", "two"), &outbox)
+        .await
+        .expect("second");
+    // the platform showed "got one": neither it nor a note comes again
+    assert_eq!(outbox.took.texts(), ["got one", "got two"]);
+    // and it is recorded as delivered (the mark rides with the store's next batch)
+    let mut left = usize::MAX;
+    for _ in 0..50 {
+        left = store
+            .undelivered(first.session_id)
+            .await
+            .expect("loads")
+            .len();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(left, 0);
+}
+
 #[tokio::test]
 async fn the_platform_sending_a_message_again_gets_the_reply_it_missed() {
     let probe = Arc::new(Probe::new(None));
