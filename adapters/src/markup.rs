@@ -1,7 +1,8 @@
 //! The light Markdown the flows write (`## heading`, `**bold**`, `- item`) rendered for
-//! each platform: Discord shows it as it is, Telegram gets HTML ([`telegram_html`]), the
-//! console plain text ([`plain`]). Nothing else is interpreted: a user's `*` or `<` stays
-//! what it is.
+//! each platform: Discord shows it as it is, Telegram gets HTML ([`telegram_html`]), Slack
+//! its mrkdwn ([`slack_mrkdwn`]), the console plain text ([`plain`]). Nothing else is
+//! interpreted: a user's `*` or `<` stays what it is. What Slack sends is read back as the
+//! user typed it ([`from_slack`]).
 
 /// Telegram HTML: text escaped, `**bold**` and heading lines in `<b>`.
 pub fn telegram_html(text: &str) -> String {
@@ -20,6 +21,55 @@ pub fn telegram_html(text: &str) -> String {
         }
     }
     out
+}
+
+/// Slack's mrkdwn: `&`, `<`, `>` escaped (Slack reads them as markup), `**bold**` and
+/// heading lines in `*`.
+pub fn slack_mrkdwn(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        match heading(line) {
+            Some(title) => {
+                out.push('*');
+                out.push_str(&bold(&escape_html(title), "", ""));
+                out.push('*');
+            }
+            None => out.push_str(&bold(&escape_html(line), "*", "*")),
+        }
+    }
+    out
+}
+
+/// A message's text as Slack sends it, as the user typed it: links (`<https://x|x>`) as
+/// their address, `&amp;`, `&lt;`, `&gt;` unescaped; mentions (`<@U123>`) stay.
+pub fn from_slack(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find('<') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('>') else {
+            out.push_str(&rest[start..]);
+            rest = "";
+            break;
+        };
+        let inside = &after[..end];
+        if inside.starts_with('@') || inside.starts_with('#') || inside.starts_with('!') {
+            out.push('<');
+            out.push_str(inside);
+            out.push('>');
+        } else {
+            out.push_str(inside.split('|').next().unwrap_or(inside));
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
 
 /// Plain text: heading marks and `**` removed.
@@ -91,5 +141,19 @@ mod tests {
         // what is not the flows' markup stays
         assert_eq!(plain("#hashtag and 2 * 3"), "#hashtag and 2 * 3");
         assert_eq!(telegram_html("a <b>"), "a &lt;b&gt;");
+        assert_eq!(
+            slack_mrkdwn(md),
+            "*Kokoro*\n- *impression* a quiet book (2026-11-01)\n- 3 &lt; 4 &amp; **x"
+        );
+    }
+
+    #[test]
+    fn slack_text_is_read_as_typed() {
+        assert_eq!(
+            from_slack("see <https://example.com/a?b=1&amp;c=2|example.com> &lt;3 &amp; <@U1>"),
+            "see https://example.com/a?b=1&c=2 <3 & <@U1>"
+        );
+        assert_eq!(from_slack("a < b"), "a < b");
+        assert_eq!(from_slack("&amp;lt;"), "&lt;");
     }
 }

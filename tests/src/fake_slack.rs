@@ -53,6 +53,10 @@ struct Inner {
     sent: HashMap<String, usize>,
     connections: usize,
     hellos: usize,
+    /// Channels the bot is not a member of.
+    outside: std::collections::HashSet<String>,
+    /// The bot token's scopes, when a test narrowed them.
+    scopes: Option<String>,
 }
 
 struct Shared {
@@ -210,6 +214,16 @@ impl FakeSlack {
             .lock()
             .limited
             .insert(channel.to_string(), (count, secs));
+    }
+
+    /// The bot is not in `channel` (`conversations.info` says so).
+    pub fn leave(&self, channel: &str) {
+        self.shared.lock().outside.insert(channel.to_string());
+    }
+
+    /// The bot token has only these scopes (comma-separated, as Slack lists them).
+    pub fn grant_only(&self, scopes: &str) {
+        self.shared.lock().scopes = Some(scopes.to_string());
     }
 
     /// Closes the socket without a word (a network failure).
@@ -575,9 +589,10 @@ fn answer(shared: &Shared, method: &str, auth: &str, body: &Value) -> Response {
                 json!({"url": "https://fake.slack.com/", "team": "Fake team",
                 "user": "kaiwa", "team_id": TEAM, "user_id": BOT_USER}),
             );
-            if let Ok(scopes) =
-                "chat:write,im:history,channels:history,groups:history,commands".parse()
-            {
+            let scopes = inner.scopes.clone().unwrap_or_else(|| {
+                "chat:write,im:history,channels:history,groups:history,commands".into()
+            });
+            if let Ok(scopes) = scopes.parse() {
                 response.headers_mut().insert("x-oauth-scopes", scopes);
             }
             response
@@ -629,7 +644,10 @@ fn answer(shared: &Shared, method: &str, auth: &str, body: &Value) -> Response {
             message["_deleted"] = true.into();
             ok(json!({}))
         }
-        "conversations.info" => ok(json!({"channel": {"id": channel, "is_member": true}})),
+        "conversations.info" => {
+            let member = !inner.outside.contains(&channel);
+            ok(json!({"channel": {"id": channel, "is_member": member}}))
+        }
         // the bot's messages as Slack lists them: the channel's newest first, a thread's
         // oldest first (metadata only when asked for)
         "conversations.history" | "conversations.replies" => {

@@ -3,6 +3,7 @@
 //! Action ids carry what a press answers ([`Press`], [`AdminAction`]).
 
 use crate::interaction::Press;
+use crate::markup::slack_mrkdwn;
 use crate::split::truncate;
 use kaiwa_core::admin::AdminNotice;
 use kaiwa_core::message::OptionsRequest;
@@ -24,8 +25,10 @@ fn plain(text: &str, max: usize) -> Value {
     json!({"type": "plain_text", "text": truncate(text, max), "emoji": true})
 }
 
+/// A section of the flows' light Markdown, as mrkdwn.
 fn section(text: &str) -> Value {
-    json!({"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, SECTION)}})
+    let text = truncate(&slack_mrkdwn(text), SECTION);
+    json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
 }
 
 /// The blocks of an options request: its prompt, then buttons (single choice) or a
@@ -94,13 +97,14 @@ pub fn stop(text: &str) -> Vec<Value> {
 
 /// An admin notice: its title, its fields, its body and its buttons (labels in `language`).
 pub fn notice(notice: &AdminNotice, language: &str) -> Vec<Value> {
-    let mut blocks = vec![section(&format!("*[{}] {}*", notice.kind, notice.title))];
+    let mut blocks = vec![section(&format!("**[{}] {}**", notice.kind, notice.title))];
     let fields: Vec<Value> = notice
         .fields
         .iter()
         .take(10)
         .map(|(label, value)| {
-            json!({"type": "mrkdwn", "text": truncate(&format!("*{label}*\n{value}"), 2000)})
+            let text = slack_mrkdwn(&format!("**{label}**\n{value}"));
+            json!({"type": "mrkdwn", "text": truncate(&text, 2000)})
         })
         .collect();
     if !fields.is_empty() {
@@ -122,7 +126,10 @@ pub fn notice(notice: &AdminNotice, language: &str) -> Vec<Value> {
 
 /// A notice as plain text (the notification's and a screen reader's fallback).
 pub fn notice_text(notice: &AdminNotice) -> String {
-    truncate(&format!("[{}] {}", notice.kind, notice.title), 300)
+    truncate(
+        &slack_mrkdwn(&format!("[{}] {}", notice.kind, notice.title)),
+        300,
+    )
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use super::MESSAGE_LIMIT;
 use super::api::{SlackApi, SlackError};
 use super::blocks;
 use crate::live_reply::{Budget, EDIT_EVERY, Streams, has_sentence};
+use crate::markup::slack_mrkdwn;
 use crate::split::{MAX_PIECES, split_capped, truncate};
 use async_trait::async_trait;
 use kaiwa_core::admin::{AdminNotice, AdminSink, DeliveryError, NoticeRef};
@@ -77,7 +78,7 @@ impl SlackOutbox {
         text: &str,
         reply: Option<i64>,
     ) -> Result<(), SlackError> {
-        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
+        let pieces = split_capped(&slack_mrkdwn(text), MESSAGE_LIMIT, MAX_PIECES, |_| 1);
         let last = pieces.len().saturating_sub(1);
         for (i, piece) in pieces.into_iter().enumerate() {
             let mut body = place_json(key);
@@ -100,7 +101,7 @@ impl SlackOutbox {
             return self.post_text(key, text, reply).await;
         };
         shown.wait_to_edit().await;
-        let pieces = split_capped(text, MESSAGE_LIMIT, MAX_PIECES, |_| 1);
+        let pieces = split_capped(&slack_mrkdwn(text), MESSAGE_LIMIT, MAX_PIECES, |_| 1);
         let (first, rest) = pieces
             .split_first()
             .map_or((String::new(), &[][..]), |(f, r)| (f.clone(), r));
@@ -131,7 +132,7 @@ impl SlackOutbox {
         reply: Option<i64>,
     ) -> Result<(), SlackError> {
         let mut body = place_json(key);
-        body["text"] = truncate(&request.prompt, MESSAGE_LIMIT).into();
+        body["text"] = truncate(&slack_mrkdwn(&request.prompt), MESSAGE_LIMIT).into();
         body["blocks"] = blocks::options(request, None).into();
         label(&mut body, reply);
         self.api.call("chat.postMessage", &body).await.map(|_| ())
@@ -148,7 +149,7 @@ impl SlackOutbox {
             body["user"] = key.user.clone().into();
             match item {
                 Outgoing::Options(request) => {
-                    body["text"] = truncate(&request.prompt, MESSAGE_LIMIT).into();
+                    body["text"] = truncate(&slack_mrkdwn(&request.prompt), MESSAGE_LIMIT).into();
                     body["blocks"] = blocks::options(request, None).into();
                 }
                 other => {
@@ -156,6 +157,7 @@ impl SlackOutbox {
                     else {
                         continue;
                     };
+                    let text = slack_mrkdwn(&text);
                     for piece in split_capped(&text, MESSAGE_LIMIT, MAX_PIECES, |_| 1) {
                         let mut body = body.clone();
                         body["text"] = piece.into();
@@ -319,13 +321,14 @@ impl Streamer for SlackStreamer {
 
     async fn show(&mut self, text: &str) -> Result<bool, DeliveryError> {
         let text = truncate(text, blocks::SECTION);
+        let shown = slack_mrkdwn(&text);
         match &self.message {
             None => {
                 if !has_sentence(&text) || self.streams.spent(WORKSPACE, STREAM_BUDGET) {
                     return Ok(false);
                 }
                 let mut body = place_json(&self.key);
-                body["text"] = text.clone().into();
+                body["text"] = shown.into();
                 body["blocks"] = blocks::stop(&text).into();
                 let sent = self.api.call_once("chat.postMessage", &body).await?;
                 let Some(ts) = sent.get("ts").and_then(Value::as_str) else {
@@ -341,7 +344,7 @@ impl Streamer for SlackStreamer {
                 let edit = json!({
                     "channel": self.key.chat,
                     "ts": ts,
-                    "text": text,
+                    "text": shown,
                     "blocks": blocks::stop(&text),
                 });
                 self.api.call_once("chat.update", &edit).await?;

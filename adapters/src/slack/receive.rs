@@ -130,7 +130,8 @@ impl Receiver {
         let text = message
             .content
             .as_ref()
-            .and_then(|c| c.text.clone())
+            .and_then(|c| c.text.as_deref())
+            .map(crate::markup::from_slack)
             .unwrap_or_default();
         let text = text.trim();
         let thread = message.origin.thread_ts.as_ref().map(|t| t.0.clone());
@@ -219,7 +220,7 @@ impl Receiver {
 
     /// Posts `text` in a channel (or thread), for everyone there.
     async fn say(&self, channel: &str, thread: &str, text: &str) {
-        let mut body = json!({"channel": channel, "text": text});
+        let mut body = json!({"channel": channel, "text": crate::markup::slack_mrkdwn(text)});
         if !thread.is_empty() {
             body["thread_ts"] = thread.into();
         }
@@ -230,7 +231,8 @@ impl Receiver {
 
     /// Tells `user` alone `text` in a channel.
     async fn whisper(&self, channel: &str, thread: &str, user: &str, text: &str) {
-        let mut body = json!({"channel": channel, "user": user, "text": text});
+        let mut body =
+            json!({"channel": channel, "user": user, "text": crate::markup::slack_mrkdwn(text)});
         if !thread.is_empty() {
             body["thread_ts"] = thread.into();
         }
@@ -342,7 +344,9 @@ impl Receiver {
             tokio::spawn(async move {
                 let outcome = orchestrator.admin_action(&by, &name, action).await;
                 if !outcome.posted {
-                    let body = json!({"channel": by.chat, "thread_ts": notice_thread, "text": outcome.text});
+                    let text = crate::markup::slack_mrkdwn(&outcome.text);
+                    let body =
+                        json!({"channel": by.chat, "thread_ts": notice_thread, "text": text});
                     if let Err(e) = api.call("chat.postMessage", &body).await {
                         tracing::warn!(error = %e, "could not show the outcome of an admin's press");
                     }
@@ -396,7 +400,7 @@ impl Receiver {
         let update = json!({
             "channel": channel,
             "ts": message_ts,
-            "text": crate::split::truncate(&shown, super::MESSAGE_LIMIT),
+            "text": crate::split::truncate(&crate::markup::slack_mrkdwn(&shown), super::MESSAGE_LIMIT),
             "blocks": blocks::options(&request, Some(&shown)),
         });
         let api = self.api.clone();
@@ -437,7 +441,11 @@ impl Receiver {
         }
         let channel = command.channel_id.0.clone();
         let user = command.user_id.0.clone();
-        let text = command.text.clone().unwrap_or_default();
+        let text = command
+            .text
+            .as_deref()
+            .map(crate::markup::from_slack)
+            .unwrap_or_default();
         let text = text.trim();
         let text = text.strip_prefix('/').unwrap_or(text);
         let body = if text.is_empty() {

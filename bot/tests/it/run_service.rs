@@ -607,6 +607,81 @@ async fn check_online_reports_each_service_with_its_fix() {
     }
 }
 
+/// `kaiwa check --online` for Slack against the fake: the token, its scopes, Socket Mode
+/// and the admin channel fine; then each with what a new operator gets wrong, and its fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_online_reports_slack_with_its_fixes() {
+    use kaiwa_tests::fake_slack::{APP_TOKEN, BOT_TOKEN, FakeSlack};
+    let slack = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("kaiwa.toml"),
+        format!(
+            "{}\n[slack]\nbot_token_env = \"KAIWA_TEST_SLACK_BOT\"\n\
+             app_token_env = \"KAIWA_TEST_SLACK_APP\"\napi_url = \"{}\"\n\
+             admin_channel_id = \"CADMIN\"\n",
+            common::head(1),
+            slack.api_url()
+        ),
+    )
+    .expect("config");
+    let check = |bot: &'static str, app: Option<&'static str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+        command
+            .args(["check", "--online"])
+            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
+            .env(
+                "KAIWA_DATABASE_URL",
+                format!("sqlite://{}/kaiwa.db", dir.path().display()),
+            )
+            .env("KAIWA_TEST_SLACK_BOT", bot);
+        match app {
+            Some(app) => command.env("KAIWA_TEST_SLACK_APP", app),
+            None => command.env_remove("KAIWA_TEST_SLACK_APP"),
+        };
+        command.output()
+    };
+    let fine = check(BOT_TOKEN, Some(APP_TOKEN)).await.expect("runs");
+    let out = String::from_utf8_lossy(&fine.stdout).to_string();
+    assert!(fine.status.success(), "{out}");
+    for expected in [
+        "online slack: ok, the token is kaiwa's in Fake team",
+        "online slack scopes: ok",
+        "online slack socket: ok",
+        "online slack admin channel: ok, the bot is in CADMIN",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+
+    slack.leave("CADMIN");
+    slack.grant_only("chat:write,commands");
+    let bad = check(BOT_TOKEN, None).await.expect("runs");
+    let out = String::from_utf8_lossy(&bad.stdout).to_string();
+    assert!(!bad.status.success(), "{out}");
+    for expected in [
+        "online slack scopes: FAILED, missing im:history, channels:history, groups:history",
+        "online slack socket: FAILED, set KAIWA_TEST_SLACK_APP",
+        "online slack admin channel: FAILED, the bot is not in CADMIN: type /invite",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+    let wrong = check("xoxb-wrong", Some("xapp-wrong")).await.expect("runs");
+    let out = String::from_utf8_lossy(&wrong.stdout).to_string();
+    assert!(
+        out.contains(
+            "online slack: FAILED, Slack auth.test: invalid_auth: copy the Bot User OAuth Token"
+        ),
+        "{out}"
+    );
+    let everything = format!("{out}{}", String::from_utf8_lossy(&wrong.stderr));
+    for secret in ["xoxb-wrong", "xapp-wrong", BOT_TOKEN, APP_TOKEN] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} printed: {everything}"
+        );
+    }
+}
+
 /// The first hour, as the README tells it: `kaiwa init`, the Telegram keys added,
 /// `kaiwa check --online` against the fakes, then `kaiwa run` on the written configuration
 /// answers a message.

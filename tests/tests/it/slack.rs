@@ -5,8 +5,10 @@
 use crate::common;
 
 use kaiwa_core::llm::ModelRouter;
+use kaiwa_core::llm::openai::{OpenAiClient, OpenAiConfig};
 use kaiwa_core::message::{Platform, SessionKey};
 use kaiwa_core::store::Store;
+use kaiwa_tests::fake_openai::{FakeOpenAi, Reply};
 use kaiwa_tests::fake_slack::{self, APP_TOKEN, BOT_TOKEN, FakeSlack, SIGNING_SECRET};
 use serde_json::Value;
 use std::sync::Arc;
@@ -53,6 +55,15 @@ fn section(fake: &FakeSlack, form: &str, events: Option<&str>) -> String {
 }
 
 async fn start(fake: &FakeSlack, form: &str, events: Option<&str>) -> Bot {
+    start_with(fake, form, events, ModelRouter::none()).await
+}
+
+async fn start_with(
+    fake: &FakeSlack,
+    form: &str,
+    events: Option<&str>,
+    models: ModelRouter,
+) -> Bot {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = format!("sqlite://{}", dir.path().join("kaiwa.db").display());
     let config = dir.path().join("config");
@@ -61,14 +72,8 @@ async fn start(fake: &FakeSlack, form: &str, events: Option<&str>) -> Bot {
         app: Some(APP_TOKEN.into()),
         signing_secret: Some(SIGNING_SECRET.into()),
     };
-    let kaiwa = common::kaiwa_on_slack(
-        &config,
-        &section(fake, form, events),
-        &db,
-        tokens,
-        ModelRouter::none(),
-    )
-    .await;
+    let kaiwa =
+        common::kaiwa_on_slack(&config, &section(fake, form, events), &db, tokens, models).await;
     let store = kaiwa.store().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -669,5 +674,193 @@ async fn the_events_api_takes_signed_events_once_and_refuses_forged_ones() {
         !f.ephemerals_for("U61").is_empty()
     })
     .await;
+    bot.stop().await;
+}
+
+/// The help-desk's answering agent on a fake model server answering `replies` in turn.
+async fn answering_model(replies: Vec<Reply>, pace: Duration) -> (FakeOpenAi, ModelRouter) {
+    let model = FakeOpenAi::start(replies).await.expect("model");
+    model.set_stream_pace(pace);
+    let client: Arc<dyn kaiwa_core::llm::ChatModel> =
+        Arc::new(OpenAiClient::new(OpenAiConfig::new(model.base_url(), "fake")).expect("client"));
+    (
+        model,
+        ModelRouter::none().with_agent("helpdesk_answer", client),
+    )
+}
+
+/// The `ts` of the message in `channel` being streamed (it carries the Stop button).
+fn streaming_message(fake: &FakeSlack, channel: &str) -> Option<String> {
+    fake.messages_in(channel)
+        .into_iter()
+        .find(|m| {
+            m["blocks"]
+                .to_string()
+                .contains(kaiwa_adapters::slack::STOP_ID)
+        })
+        .map(|m| ts_of(&m))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_help_desk_answer_streams_with_a_stop_button_that_ends_the_request() {
+    let answer = "To stop a conversation, send /end. What you said is kept. \
+         Start again whenever you like. See the guide [1].";
+    let long = "Exports come as CSV. Each row is one submission and each column one field, \
+         with dates in ISO form, and the file can be opened in any spreadsheet program you like.";
+    let (model, models) = answering_model(
+        vec![Reply::text(answer), Reply::text(long)],
+        Duration::from_millis(150),
+    )
+    .await;
+    let fake = FakeSlack::start().await;
+    let bot = start_with(&fake, "engineer", None, models).await;
+    let question = fake.message(HELPDESK, "U45", "How do I stop a conversation?", None);
+    fake.wait_for("the streamed answer", Duration::from_secs(20), |f| {
+        streaming_message(f, HELPDESK).is_some()
+    })
+    .await;
+    let streamed = streaming_message(&fake, HELPDESK).expect("streamed");
+    let texts = replies(&fake, HELPDESK, &question, 0).await;
+    assert!(
+        texts[0].starts_with("To stop a conversation") && texts[0].contains("Sources:"),
+        "the final answer replaced the stream: {texts:?}"
+    );
+    let edits: Vec<std::time::Instant> = fake
+        .calls_of("chat.update")
+        .into_iter()
+        .filter(|c| c.body["ts"] == streamed.as_str())
+        .map(|c| c.at)
+        .collect();
+    assert!(edits.len() >= 2, "edited while written: {edits:?}");
+    for pair in edits.windows(2) {
+        assert!(
+            pair[1].duration_since(pair[0]) >= Duration::from_millis(900),
+            "edits a second apart"
+        );
+    }
+
+    // a follow-up, stopped while it is written
+    let before = fake.thread(HELPDESK, &question).len();
+    fake.message(
+        HELPDESK,
+        "U45",
+        "How do I export submissions?",
+        Some(&question),
+    );
+    fake.wait_for("the second streamed answer", Duration::from_secs(20), |f| {
+        streaming_message(f, HELPDESK).is_some_and(|ts| ts != streamed)
+    })
+    .await;
+    let second = streaming_message(&fake, HELPDESK).expect("streamed");
+    fake.press(HELPDESK, "U45", &second, kaiwa_adapters::slack::STOP_ID);
+    let texts = replies(&fake, HELPDESK, &question, before).await;
+    assert!(texts[0].starts_with("Exports come as CSV."), "{texts:?}");
+    assert!(texts[0].contains("(stopped)"), "{texts:?}");
+    assert!(
+        !texts[0].contains("spreadsheet"),
+        "the rest was not written: {texts:?}"
+    );
+    assert_eq!(
+        model.abandoned_soon(1).await,
+        1,
+        "the model request was cancelled"
+    );
+    // a Stop on a finished answer: a notice to who pressed it, nothing else
+    fake.press(HELPDESK, "U45", &second, kaiwa_adapters::slack::STOP_ID);
+    fake.wait_for("the late Stop answered", Duration::from_secs(10), |f| {
+        !f.ephemerals_for("U45").is_empty()
+    })
+    .await;
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_is_split_at_slacks_limit_and_cut_past_three_messages() {
+    let paragraph = "Exports come as CSV files with one row per submission and one column \
+         per field, dates in ISO form. "
+        .repeat(6);
+    let long: String = (0..20)
+        .map(|i| format!("Part {i}. {paragraph}"))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        + " See the guide [1].";
+    assert!(long.chars().count() > 12_000);
+    let (_model, models) = answering_model(vec![Reply::text(&long)], Duration::ZERO).await;
+    let fake = FakeSlack::start().await;
+    let bot = start_with(&fake, "engineer", None, models).await;
+    let question = fake.message(HELPDESK, "U46", "How do I export submissions?", None);
+    fake.wait_for("the answer, whole", Duration::from_secs(30), |f| {
+        f.thread_texts(HELPDESK, &question)
+            .iter()
+            .any(|t| t.contains("(cut:"))
+    })
+    .await;
+    let texts = kaiwa_tests::once_quiet(|| fake.thread_texts(HELPDESK, &question), 0).await;
+    let answer: Vec<&String> = texts.iter().filter(|t| t.contains("Part ")).collect();
+    assert_eq!(answer.len(), 3, "three messages: {answer:?}");
+    for piece in &answer {
+        assert!(piece.chars().count() <= kaiwa_adapters::slack::MESSAGE_LIMIT);
+    }
+    assert!(
+        answer[2].contains("(cut:"),
+        "the last one says the rest was cut"
+    );
+    assert!(
+        streaming_message(&fake, HELPDESK).is_none(),
+        "no Stop button is left"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_channel_message_starts_its_thread_and_admin_commands_are_the_admins() {
+    let fake = FakeSlack::start().await;
+    let bot = start(&fake, "engineer", None).await;
+    let book = fake.message(READING, "U47", "/reading start Kokoro", None);
+    let answer = replies(&fake, READING, &book, 0).await;
+    assert!(!answer.is_empty());
+    assert!(
+        fake.thread(READING, "").is_empty(),
+        "answered in its thread"
+    );
+    let key = SessionKey {
+        platform: Platform::Slack,
+        chat: READING.into(),
+        thread: book.clone(),
+        user: "U47".into(),
+    };
+    let session = bot
+        .store
+        .active_session(&key)
+        .await
+        .expect("loads")
+        .expect("a session");
+    assert_eq!(session.flow, "reading");
+
+    // `/kaiwa sessions` in the admin channel: refused to someone not on the list
+    fake.slash(ADMIN, "UNOBODY", "sessions");
+    fake.wait_for("a refusal", Duration::from_secs(20), |f| {
+        f.ephemerals_for("UNOBODY").iter().any(|m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("not allowed"))
+        })
+    })
+    .await;
+    fake.slash(ADMIN, ADMIN_USER, "sessions");
+    fake.wait_for("the admin's answer", Duration::from_secs(20), |f| {
+        !f.ephemerals_for(ADMIN_USER).is_empty()
+    })
+    .await;
+    let listed = fake.ephemerals_for(ADMIN_USER)[0]["text"].to_string();
+    assert!(listed.contains("reading slack user U47"), "{listed}");
+    assert!(
+        fake.messages_in(ADMIN).is_empty(),
+        "nothing for the channel to see"
+    );
+    // a file without text in a DM: told, nothing stored
+    fake.message(DM, "U47", "", None);
+    let told = fake.wait_messages(DM, 1).await;
+    assert!(told[0].contains("text messages"), "{told:?}");
     bot.stop().await;
 }
