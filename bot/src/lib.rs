@@ -3,7 +3,8 @@
 //! ([`Kaiwa::builder`]). Every way of running Kaiwa starts here: `kaiwa run`
 //! ([`Kaiwa::run`]), `kaiwa chat` ([`Kaiwa::chat`]), and a bot a team already runs, which
 //! mounts Kaiwa's Telegram handler in its teloxide dispatcher ([`Kaiwa::telegram`]) or adds
-//! Kaiwa's serenity event handler beside its own ([`Kaiwa::discord`]).
+//! Kaiwa's serenity event handler beside its own ([`Kaiwa::discord`]). Slack runs as its
+//! own adapter under `kaiwa run` (`[slack]`, the tokens in [`SlackTokens`]).
 //!
 //! ```no_run
 //! # async fn example() -> anyhow::Result<()> {
