@@ -6,26 +6,19 @@
 
 /// Telegram HTML: text escaped, `**bold**` and heading lines in `<b>`.
 pub fn telegram_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        match heading(line) {
-            Some(title) => {
-                out.push_str("<b>");
-                out.push_str(&bold(&escape_html(title), "<b>", "</b>"));
-                out.push_str("</b>");
-            }
-            None => out.push_str(&bold(&escape_html(line), "<b>", "</b>")),
-        }
-    }
-    out
+    escaped_with_bold(text, ("<b>", "</b>"), ("<b>", "</b>"))
 }
 
 /// Slack's mrkdwn: `&`, `<`, `>` escaped (Slack reads them as markup), `**bold**` and
 /// heading lines in `*`.
 pub fn slack_mrkdwn(text: &str) -> String {
+    escaped_with_bold(text, ("*", "*"), ("", ""))
+}
+
+/// Each line escaped ([`escape_html`]), a heading's title between `heading`'s marks (its
+/// own `**` pairs between `inner`'s), other lines' `**` pairs between `heading`'s.
+fn escaped_with_bold(text: &str, heading_marks: (&str, &str), inner: (&str, &str)) -> String {
+    let (open, close) = heading_marks;
     let mut out = String::with_capacity(text.len() + 16);
     for (i, line) in text.split('\n').enumerate() {
         if i > 0 {
@@ -33,11 +26,11 @@ pub fn slack_mrkdwn(text: &str) -> String {
         }
         match heading(line) {
             Some(title) => {
-                out.push('*');
-                out.push_str(&bold(&escape_html(title), "", ""));
-                out.push('*');
+                out.push_str(open);
+                out.push_str(&bold(&escape_html(title), inner.0, inner.1));
+                out.push_str(close);
             }
-            None => out.push_str(&bold(&escape_html(line), "*", "*")),
+            None => out.push_str(&bold(&escape_html(line), open, close)),
         }
     }
     out

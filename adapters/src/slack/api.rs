@@ -122,14 +122,9 @@ impl SlackApi {
 
     /// `method` with `body` as JSON and the bot token; the answer's JSON when `ok`.
     pub async fn call(&self, method: &str, body: &Value) -> Result<Value, SlackError> {
-        let channel = body
-            .get("channel")
-            .or_else(|| body.get("channel_id"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         self.send(
             method,
-            channel,
+            channel_of(body),
             &self.inner.bot_token,
             Payload::Json(body),
             TRIES,
@@ -141,13 +136,9 @@ impl SlackApi {
     /// [`SlackApi::call`] tried once: a rate limit comes back at once (a streamed edit is
     /// skipped, not queued).
     pub async fn call_once(&self, method: &str, body: &Value) -> Result<Value, SlackError> {
-        let channel = body
-            .get("channel")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         self.send(
             method,
-            channel,
+            channel_of(body),
             &self.inner.bot_token,
             Payload::Json(body),
             1,
@@ -318,6 +309,14 @@ impl SlackApi {
 enum Payload<'a> {
     Json(&'a Value),
     Form(&'a [(&'a str, &'a str)]),
+}
+
+/// The channel a call is about (its rate limit is that channel's).
+fn channel_of(body: &Value) -> &str {
+    body.get("channel")
+        .or_else(|| body.get("channel_id"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// A 429's `Retry-After` (seconds; 1 s when it has none).
