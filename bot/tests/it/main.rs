@@ -11,6 +11,6 @@ mod instances;
 mod kb_index;
 mod plugin;
 mod run_service;
-mod slack_crash;
+mod slack_run;
 mod trace_interview;
 mod upgrade;
