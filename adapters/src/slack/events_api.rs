@@ -151,6 +151,10 @@ async fn json_request(receiver: &Receiver, text: &str) -> Result<Answer, Refused
 async fn form_request(receiver: &Receiver, text: &str) -> Result<Answer, Refused> {
     let fields: Vec<(String, String)> =
         serde_urlencoded::from_str(text).map_err(|_| Refused::Unreadable)?;
+    // Slack checking the certificate of a slash command's URL
+    if fields.iter().any(|(k, _)| k == "ssl_check") {
+        return Ok(Answer::Empty);
+    }
     if let Some((_, payload)) = fields.iter().find(|(k, _)| k == "payload") {
         let interaction: SlackInteractionEvent = match serde_json::from_str(payload) {
             Ok(interaction) => interaction,

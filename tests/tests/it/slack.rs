@@ -571,6 +571,20 @@ async fn the_events_api_takes_signed_events_once_and_refuses_forged_ones() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(status, 200);
+    // Slack checking the slash command URL's certificate
+    let ssl_check = "ssl_check=1&token=verification-token";
+    assert_eq!(
+        fake_slack::deliver(
+            &url,
+            SIGNING_SECRET,
+            fake_slack::now(),
+            ssl_check,
+            true,
+            None
+        )
+        .await,
+        200
+    );
 
     let (_, event) = fake.message_event(DM, "U61", "hello", None);
     let body = event.to_string();
