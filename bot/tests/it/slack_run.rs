@@ -284,3 +284,65 @@ async fn two_instances_take_events_api_deliveries_once_and_in_order() {
         "both were sent a forgery"
     );
 }
+
+/// What an operator gets wrong at the start, each said with the variable to fix: Socket
+/// Mode without its app-level token, a token Slack refuses, the Events API without its
+/// signing secret (anyone could post events). No secret reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_start_without_its_secrets_is_refused_with_the_variable_to_set() {
+    let slack = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |settings: String, app: Option<&'static str>| {
+        std::fs::write(dir.path().join("kaiwa.toml"), settings).expect("config");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
+        command
+            .arg("run")
+            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
+            .env(
+                "KAIWA_DATABASE_URL",
+                format!("sqlite://{}/kaiwa.db", dir.path().display()),
+            )
+            .env("KAIWA_TEST_SLACK_BOT", BOT_TOKEN)
+            .env_remove("KAIWA_TEST_SLACK_SECRET")
+            .env("RUST_LOG", "info")
+            .kill_on_drop(true);
+        match app {
+            Some(app) => command.env("KAIWA_TEST_SLACK_APP", app),
+            None => command.env_remove("KAIWA_TEST_SLACK_APP"),
+        };
+        async move {
+            let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+                .await
+                .expect("it stops on its own")
+                .expect("runs");
+            (
+                output.status.success(),
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            )
+        }
+    };
+    let (ok, said) = run(config(&slack), None).await;
+    assert!(!ok);
+    assert!(said.contains("KAIWA_TEST_SLACK_APP"), "{said}");
+    let (ok, said) = run(config(&slack), Some("xapp-revoked")).await;
+    assert!(!ok);
+    assert!(
+        said.contains("invalid_auth") && said.contains("[slack] app_token_env"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("xapp-revoked") && !said.contains(BOT_TOKEN),
+        "{said}"
+    );
+    let events = format!(
+        "{}events_listen = \"127.0.0.1:0\"\nsigning_secret_env = \"KAIWA_TEST_SLACK_SECRET\"\n",
+        config(&slack)
+    );
+    let (ok, said) = run(events, None).await;
+    assert!(!ok);
+    assert!(said.contains("KAIWA_TEST_SLACK_SECRET"), "{said}");
+}
