@@ -338,6 +338,12 @@ impl FakeSlack {
             .iter()
             .find(|m| m["ts"] == message_ts)
             .and_then(|m| m["thread_ts"].as_str().map(str::to_string));
+        let ephemeral = self
+            .shared
+            .lock()
+            .ephemerals
+            .iter()
+            .any(|m| m["ts"] == message_ts);
         let mut message =
             json!({"type": "message", "ts": message_ts, "text": "", "user": BOT_USER});
         if let Some(thread) = thread {
@@ -362,11 +368,11 @@ impl FakeSlack {
             "user": {"id": user, "username": user, "name": user, "team_id": TEAM},
             "api_app_id": APP_ID,
             "token": "verification-token",
-            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": false},
+            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": ephemeral},
             "trigger_id": format!("tr-{}", self.shared.next.fetch_add(1, Ordering::Relaxed)),
             "channel": {"id": channel, "name": "c"},
             "message": message,
-            "response_url": format!("http://{}/api/response", self.shared.address),
+            "response_url": format!("http://{}/api/response.{message_ts}", self.shared.address),
             "actions": [action],
         })
     }
@@ -398,31 +404,23 @@ impl FakeSlack {
     /// The latest message of the bot in `channel` with buttons: its `ts` and the action id
     /// of the button labelled `label`.
     pub fn button(&self, channel: &str, label: &str) -> (String, String) {
-        self.messages_in(channel)
-            .iter()
-            .rev()
-            .find_map(|m| {
-                let blocks = m["blocks"].as_array()?;
-                let id = blocks
-                    .iter()
-                    .filter(|b| b["type"] == "actions")
-                    .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-                    .find(|e| {
-                        e["text"]["text"]
-                            .as_str()
-                            .is_some_and(|t| t.contains(label))
-                    })?;
-                Some((
-                    m["ts"].as_str()?.to_string(),
-                    id["action_id"].as_str()?.to_string(),
-                ))
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "no button {label:?} in {channel}: {:#?}",
-                    self.messages_in(channel)
-                )
-            })
+        button_in(&self.messages_in(channel), label).unwrap_or_else(|| {
+            panic!(
+                "no button {label:?} in {channel}: {:#?}",
+                self.messages_in(channel)
+            )
+        })
+    }
+
+    /// The latest ephemeral message to `user` with buttons: its `ts` and the action id of
+    /// the button labelled `label`.
+    pub fn ephemeral_button(&self, user: &str, label: &str) -> (String, String) {
+        button_in(&self.ephemerals_for(user), label).unwrap_or_else(|| {
+            panic!(
+                "no button {label:?} for {user}: {:#?}",
+                self.ephemerals_for(user)
+            )
+        })
     }
 
     // ---- waiting ----
@@ -464,6 +462,27 @@ impl FakeSlack {
         .await;
         self.texts_in(channel)
     }
+}
+
+/// The latest of `messages` with a button labelled `label`: its `ts` and the button's
+/// action id.
+fn button_in(messages: &[Value], label: &str) -> Option<(String, String)> {
+    messages.iter().rev().find_map(|m| {
+        let blocks = m["blocks"].as_array()?;
+        let id = blocks
+            .iter()
+            .filter(|b| b["type"] == "actions")
+            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+            .find(|e| {
+                e["text"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(label))
+            })?;
+        Some((
+            m["ts"].as_str()?.to_string(),
+            id["action_id"].as_str()?.to_string(),
+        ))
+    })
 }
 
 fn texts(messages: &[Value]) -> Vec<String> {
@@ -578,6 +597,18 @@ fn answer(shared: &Shared, method: &str, auth: &str, body: &Value) -> Response {
             return refuse("invalid_auth");
         }
         return ok(json!({"url": format!("ws://{}/link", shared.socket_address)}));
+    }
+    // a press's response URL (no token: the URL is the credential) replacing an
+    // ephemeral message
+    if let Some(ts) = method.strip_prefix("response.") {
+        let Some(message) = inner.ephemerals.iter_mut().find(|m| m["ts"] == ts) else {
+            return refuse("expired_url");
+        };
+        if body["replace_original"] == true {
+            message["text"] = body["text"].clone();
+            message["blocks"] = body["blocks"].clone();
+        }
+        return ok(json!({}));
     }
     if token != BOT_TOKEN {
         return refuse("invalid_auth");

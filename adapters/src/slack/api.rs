@@ -168,6 +168,31 @@ impl SlackApi {
         .await
     }
 
+    /// Posts `body` to an interaction's `response_url` (no token: the URL is the
+    /// credential), e.g. to replace an ephemeral message.
+    pub async fn respond(&self, url: &str, body: &Value) -> Result<(), SlackError> {
+        let method = "response_url";
+        let response = self
+            .inner
+            .http
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| SlackError::Transport {
+                method: method.into(),
+                source,
+            })?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(SlackError::Status {
+                method: method.into(),
+                status: response.status().as_u16(),
+            })
+        }
+    }
+
     /// Socket Mode: a new WebSocket URL from `apps.connections.open` (the app token).
     pub async fn open_socket(&self) -> Result<String, SlackError> {
         let method = "apps.connections.open";

@@ -355,12 +355,14 @@ impl Receiver {
             return Ok(());
         }
         let dm = is_dm(&channel, None);
-        let place = Press::decode(&action_id).zip(self.place_of(
-            &channel,
-            dm,
-            thread.as_deref(),
-            &message_ts,
-        ));
+        // an ephemeral message answered a slash command: the press is in its place
+        let ephemeral = container.is_ephemeral == Some(true);
+        let place = if ephemeral {
+            Some(self.command_place(&channel, dm))
+        } else {
+            self.place_of(&channel, dm, thread.as_deref(), &message_ts)
+        };
+        let place = Press::decode(&action_id).zip(place);
         let Some((press, place)) = place else {
             self.whisper(&channel, &thread_or_none, &user.id.0, STALE_NOTICE)
                 .await;
@@ -397,15 +399,28 @@ impl Receiver {
         };
         // the message shows the choice, its buttons gone (after the acknowledgement)
         let shown = shown_choice(&request, &values);
-        let update = json!({
+        let mut update = json!({
             "channel": channel,
             "ts": message_ts,
             "text": crate::split::truncate(&crate::markup::slack_mrkdwn(&shown), super::MESSAGE_LIMIT),
             "blocks": blocks::options(&request, Some(&shown)),
         });
         let api = self.api.clone();
+        // an ephemeral message changes only through the press's response URL
+        let respond = event
+            .response_url
+            .as_ref()
+            .map(|u| u.0.to_string())
+            .filter(|_| ephemeral);
         tokio::spawn(async move {
-            if let Err(e) = api.call("chat.update", &update).await {
+            let shown = match respond {
+                Some(url) => {
+                    update["replace_original"] = true.into();
+                    api.respond(&url, &update).await
+                }
+                None => api.call("chat.update", &update).await.map(|_| ()),
+            };
+            if let Err(e) = shown {
                 tracing::debug!(error = %e, "could not show the choice");
             }
         });
@@ -425,14 +440,33 @@ impl Receiver {
             },
             flow: place.flow,
             flow_arg: place.flow_arg,
-            shared: place.shared,
+            // a press on a slash command's ephemeral answer: as private as the command
+            shared: place.shared && !ephemeral,
         };
-        self.keep(incoming, false).await
+        self.keep(incoming, ephemeral && place.shared).await
+    }
+
+    /// Where a slash command in `channel` (and a press of its ephemeral answer's buttons)
+    /// belongs: a DM's place, or the user's place in the channel, not a thread.
+    fn command_place(&self, channel: &str, dm: bool) -> Place {
+        match self.place_of(channel, dm, None, "") {
+            Some(place) => Place {
+                thread: String::new(),
+                ..place
+            },
+            None => Place {
+                chat: channel.to_string(),
+                thread: String::new(),
+                flow: None,
+                flow_arg: None,
+                shared: !dm,
+            },
+        }
     }
 
     /// `/kaiwa …`: the personal commands (`/kaiwa mydata`), and in the admin channel the
     /// admin commands. In a channel its answers are ephemeral: Slack shows a slash command
-    /// to nobody but who typed it.
+    /// to nobody but who typed it, and so the command is answered as in a private chat.
     pub(super) async fn command(&self, command: SlackCommandEvent) -> Result<(), NotKept> {
         self.health.ok();
         let id = format!("c{}", command.trigger_id.0);
@@ -457,20 +491,7 @@ impl Receiver {
             Body::from_text(&format!("/{text}"))
         };
         let dm = is_dm(&channel, None);
-        let place = match self.place_of(&channel, dm, None, "") {
-            // in a help-desk or reading channel: the user's place in it, not a new thread
-            Some(place) => Place {
-                thread: String::new(),
-                ..place
-            },
-            None => Place {
-                chat: channel,
-                thread: String::new(),
-                flow: None,
-                flow_arg: None,
-                shared: !dm,
-            },
-        };
+        let place = self.command_place(&channel, dm);
         let incoming = Incoming {
             platform: Platform::Slack,
             chat: place.chat,
@@ -484,7 +505,9 @@ impl Receiver {
             body,
             flow: place.flow,
             flow_arg: place.flow_arg,
-            shared: place.shared,
+            // nobody else sees a slash command or its (ephemeral) answers: a private place,
+            // where `/kaiwa mydata` and `/kaiwa forget` are answered as in a DM
+            shared: false,
         };
         self.keep(incoming, place.shared).await
     }

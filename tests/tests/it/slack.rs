@@ -396,12 +396,59 @@ async fn mydata_in_a_channel_is_ephemeral_and_shows_nothing_there() {
         "nothing posted for the channel to see"
     );
     assert!(fake.ephemerals_for("U41").is_empty(), "nobody else sees it");
+    let answered = fake.ephemerals_for("U43");
+    assert!(
+        !answered
+            .iter()
+            .any(|m| m["text"].to_string().contains("only answer")),
+        "answered as in a private chat: {answered:?}"
+    );
+    // `/kaiwa forget` in the channel: its confirmation and its outcome only to its user
+    fake.slash(HELPDESK, "U43", "forget");
+    fake.wait_for("the confirmation", Duration::from_secs(20), |f| {
+        f.ephemerals_for("U43")
+            .iter()
+            .any(|m| m["blocks"].to_string().contains("Delete everything"))
+    })
+    .await;
+    let (confirm, delete) = fake.ephemeral_button("U43", "Delete everything");
+    let before = fake.ephemerals_for("U43").len();
+    fake.press(HELPDESK, "U43", &confirm, &delete);
+    fake.wait_for("the outcome", Duration::from_secs(20), |f| {
+        f.ephemerals_for("U43").len() > before
+    })
+    .await;
+    let pressed = fake
+        .ephemerals_for("U43")
+        .into_iter()
+        .find(|m| m["ts"] == confirm.as_str())
+        .expect("the confirmation");
+    assert!(
+        !pressed["blocks"].to_string().contains("\"actions\""),
+        "its buttons gone: {pressed}"
+    );
+    let key = SessionKey {
+        platform: Platform::Slack,
+        chat: HELPDESK.into(),
+        thread: question.clone(),
+        user: "U43".into(),
+    };
+    assert!(
+        bot.store
+            .active_session(&key)
+            .await
+            .expect("loads")
+            .is_none(),
+        "forgotten"
+    );
+    assert_eq!(fake.messages_in(HELPDESK).len(), posted);
     // an unknown subcommand says so, to its user only
+    let before = fake.ephemerals_for("U43").len();
     fake.slash(HELPDESK, "U43", "frobnicate");
     fake.wait_for(
         "an answer to an unknown command",
         Duration::from_secs(20),
-        |f| f.ephemerals_for("U43").len() >= 2,
+        |f| f.ephemerals_for("U43").len() > before,
     )
     .await;
     assert_eq!(fake.messages_in(HELPDESK).len(), posted);
