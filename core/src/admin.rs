@@ -139,9 +139,14 @@ pub enum DeliveryError {
     Rejected(String),
 }
 
+/// Where admin notices go. A sink implements [`Self::notify`] (it cannot say where a notice
+/// landed) or [`Self::post`] (a chat place, where a person may reply to it), or both.
 #[async_trait]
 pub trait AdminSink: Send + Sync {
-    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError>;
+    /// Sends `notice`, not as a reply to anything.
+    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
+        self.post(notice, &[]).await.map(|_| ())
+    }
 
     /// Sends `notice`, as a reply to the message of `replying_to` in the sink's own place
     /// where there is one, and says where it landed: a person's reply to it then reaches

@@ -232,10 +232,6 @@ pub fn notice_embed(notice: &AdminNotice) -> CreateEmbed {
 
 #[async_trait]
 impl AdminSink for DiscordAdminSink {
-    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
-        self.post(notice, &[]).await.map(|_| ())
-    }
-
     /// The notice as an embed with its buttons in the admin channel, as a reply to the
     /// message of `replying_to` there; returns where it landed.
     async fn post(

@@ -396,10 +396,6 @@ impl SlackAdminSink {
 
 #[async_trait]
 impl AdminSink for SlackAdminSink {
-    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
-        self.post(notice, &[]).await.map(|_| ())
-    }
-
     /// The notice in the admin channel, in the thread of the notice it follows (`replying_to`
     /// there); where it landed is that thread (a person's reply in it reaches the session).
     async fn post(

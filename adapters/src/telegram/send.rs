@@ -393,10 +393,6 @@ impl TelegramAdminSink {
 
 #[async_trait]
 impl AdminSink for TelegramAdminSink {
-    async fn notify(&self, notice: &AdminNotice) -> Result<(), DeliveryError> {
-        self.post(notice, &[]).await.map(|_| ())
-    }
-
     /// The notice in the admin chat, with its buttons, as a reply to the message of
     /// `replying_to` in this chat (a relayed message stays under its conversation); its
     /// last piece is where it landed.
