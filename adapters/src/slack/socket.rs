@@ -16,8 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
-/// A socket that says nothing for this long (Slack pings every few seconds) is dead.
+/// A socket that says nothing for this long, not even a pong to our pings, is dead.
 const SILENT: Duration = Duration::from_secs(60);
+/// How often Kaiwa pings Slack's end of the socket.
+const PING_EVERY: Duration = Duration::from_secs(20);
 /// The longest wait between two tries to connect.
 const MOST_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -127,6 +129,10 @@ async fn connection(
     mut socket: Socket,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Ended {
+    // our pings make a live socket answer (a pong) however quiet Slack is
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heard = tokio::time::Instant::now();
     loop {
         let frame = tokio::select! {
             biased;
@@ -134,19 +140,26 @@ async fn connection(
                 let _ = socket.close(None).await;
                 return Ended::Shutdown;
             }
-            frame = tokio::time::timeout(SILENT, socket.next()) => frame,
+            _ = ping.tick() => {
+                if heard.elapsed() > SILENT {
+                    tracing::warn!("Slack Socket Mode: the socket went silent");
+                    return Ended::Reconnect;
+                }
+                if socket.send(Message::Ping(Vec::new())).await.is_err() {
+                    return Ended::Reconnect;
+                }
+                continue;
+            }
+            frame = socket.next() => frame,
         };
+        heard = tokio::time::Instant::now();
         let text = match frame {
-            Err(_) => {
-                tracing::warn!("Slack Socket Mode: the socket went silent");
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
                 return Ended::Reconnect;
             }
-            Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_)))) => {
-                return Ended::Reconnect;
-            }
-            Ok(Some(Ok(Message::Text(text)))) => text,
+            Some(Ok(Message::Text(text))) => text,
             // pings are answered by tungstenite as the socket is read
-            Ok(Some(Ok(_))) => continue,
+            Some(Ok(_)) => continue,
         };
         let Ok(frame) = serde_json::from_str::<Value>(&text) else {
             tracing::warn!("Slack Socket Mode: a frame that is not JSON");

@@ -813,6 +813,13 @@ async fn a_help_desk_answer_streams_with_a_stop_button_that_ends_the_request() {
     })
     .await;
     let second = streaming_message(&fake, HELPDESK).expect("streamed");
+    // pressed once the message is on the screen (its first edit came: the bot knows it)
+    fake.wait_for("an edit of it", Duration::from_secs(20), |f| {
+        f.calls_of("chat.update")
+            .iter()
+            .any(|c| c.body["ts"] == second.as_str())
+    })
+    .await;
     fake.press(HELPDESK, "U45", &second, kaiwa_adapters::slack::STOP_ID);
     let texts = replies(&fake, HELPDESK, &question, before).await;
     assert!(texts[0].starts_with("Exports come as CSV."), "{texts:?}");
