@@ -8,16 +8,13 @@ use crate::intake::Turns;
 use crate::interaction::SAVE_FAILED;
 use crate::split::truncate;
 use async_trait::async_trait;
-use kaiwa_core::message::{Body, Incoming, Platform};
+use kaiwa_core::message::{Body, Incoming, Platform, SessionKey};
 use kaiwa_core::orchestrator::{ForAdapters, Outbox, QUEUE_FULL};
 use serenity::all::{ChannelId, CommandInteraction, EditInteractionResponse, Http};
 use std::sync::Arc;
 
 /// The shared intake over Discord's turns.
 pub(super) type Intake = crate::intake::Intake<DiscordTurns>;
-
-/// A session's lane: chat, thread, user.
-pub(super) type LaneKey = (String, String, String);
 
 /// A message kept in the inbox, waiting for its turn in its session's lane.
 pub(super) struct Work {
@@ -28,12 +25,9 @@ pub(super) struct Work {
 }
 
 impl Work {
-    pub(super) fn lane(&self) -> LaneKey {
-        (
-            self.incoming.chat.clone(),
-            self.incoming.thread.clone(),
-            self.incoming.user.id.clone(),
-        )
+    /// Its session's lane: the session's key.
+    pub(super) fn lane(&self) -> SessionKey {
+        self.incoming.key()
     }
 }
 
@@ -50,7 +44,7 @@ pub(super) struct DiscordTurns {
 #[async_trait]
 impl Turns for DiscordTurns {
     type Work = Work;
-    type Lane = LaneKey;
+    type Lane = SessionKey;
 
     const PLATFORM: Platform = Platform::Discord;
     const ONE_RECEIVER_PER_CHAT: bool = true;
@@ -59,7 +53,7 @@ impl Turns for DiscordTurns {
         self.outbox.as_ref()
     }
 
-    fn kept(&self, incoming: Incoming) -> Option<(LaneKey, Work)> {
+    fn kept(&self, incoming: Incoming) -> Option<(SessionKey, Work)> {
         let reply_to = channel_of(&incoming.chat, &incoming.thread)?;
         let work = Work {
             incoming,

@@ -12,9 +12,6 @@ use std::sync::Arc;
 /// The shared intake over Slack's turns.
 pub(super) type Intake = crate::intake::Intake<SlackTurns>;
 
-/// A session's lane: channel, thread, user.
-pub(super) type LaneKey = (String, String, String);
-
 /// A message kept in the inbox, waiting for its turn in its session's lane.
 pub(super) struct Work {
     pub(super) incoming: Incoming,
@@ -23,12 +20,9 @@ pub(super) struct Work {
 }
 
 impl Work {
-    pub(super) fn lane(&self) -> LaneKey {
-        (
-            self.incoming.chat.clone(),
-            self.incoming.thread.clone(),
-            self.incoming.user.id.clone(),
-        )
+    /// Its session's lane: the session's key.
+    pub(super) fn lane(&self) -> SessionKey {
+        self.incoming.key()
     }
 }
 
@@ -42,12 +36,7 @@ pub(super) struct SlackTurns {
 impl SlackTurns {
     /// Tells `incoming`'s user `text` where they wrote (only to them after a slash command).
     async fn tell(&self, incoming: &Incoming, only_to_them: bool, text: &str) {
-        let key = SessionKey {
-            platform: Platform::Slack,
-            chat: incoming.chat.clone(),
-            thread: incoming.thread.clone(),
-            user: incoming.user.id.clone(),
-        };
+        let key = incoming.key();
         let items = [Outgoing::text(text)];
         let told = if only_to_them {
             OnlyToThem(&self.outbox).deliver(&key, &items).await
@@ -67,7 +56,7 @@ impl SlackTurns {
 #[async_trait]
 impl Turns for SlackTurns {
     type Work = Work;
-    type Lane = LaneKey;
+    type Lane = SessionKey;
 
     const PLATFORM: Platform = Platform::Slack;
     const ONE_RECEIVER_PER_CHAT: bool = false;
@@ -76,7 +65,7 @@ impl Turns for SlackTurns {
         self.outbox.as_ref()
     }
 
-    fn kept(&self, incoming: Incoming) -> Option<(LaneKey, Work)> {
+    fn kept(&self, incoming: Incoming) -> Option<(SessionKey, Work)> {
         if incoming.chat.is_empty() {
             return None;
         }
