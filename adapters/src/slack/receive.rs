@@ -15,7 +15,7 @@ use crate::interaction::{
     ALREADY_COMPLETE, Press, STALE_NOTICE, TEXT_ONLY, chosen_values, pending_request, shown_choice,
 };
 use kaiwa_core::admin::{AdminAction, NoticeRef};
-use kaiwa_core::message::{Body, Incoming, Platform, SessionKey, UserRef};
+use kaiwa_core::message::{Body, Incoming, OptionsRequest, Platform, SessionKey, UserRef};
 use kaiwa_core::orchestrator::{ForAdapters, OrchestratorError};
 use serde_json::json;
 use slack_morphism::events::{
@@ -39,6 +39,71 @@ struct Place {
     flow_arg: Option<String>,
     /// Others read it (a channel, not a DM).
     shared: bool,
+}
+
+/// A press of one of the bot's buttons or menus, as Kaiwa reads it.
+struct Pressed {
+    /// The press's id (`a…`): once per press, the same when Slack delivers it again.
+    id: String,
+    channel: String,
+    /// The pressed message's `ts`, and its thread's (`None` at the top level).
+    message_ts: String,
+    thread: Option<String>,
+    user: String,
+    name: String,
+    action_id: String,
+    /// A menu's selected options (their indexes).
+    selected: Vec<usize>,
+    /// The pressed message was ephemeral (a slash command's answer).
+    ephemeral: bool,
+    response_url: Option<String>,
+}
+
+impl Pressed {
+    /// The press of `event`; `None` for what is not a press of a message's button or menu.
+    fn of(event: SlackInteractionBlockActionsEvent) -> Option<Pressed> {
+        let user = event.user?;
+        let SlackInteractionActionContainer::Message(container) = event.container else {
+            return None;
+        };
+        let channel = event
+            .channel
+            .map(|c| c.id.0)
+            .or_else(|| container.channel_id.map(|c| c.0))?;
+        let message_ts = container.message_ts.0;
+        let thread = event
+            .message
+            .and_then(|m| m.origin.thread_ts)
+            .map(|t| t.0)
+            .filter(|t| *t != message_ts);
+        let action = event.actions?.into_iter().next()?;
+        let id = format!(
+            "a{channel}:{message_ts}:{}:{}",
+            user.id.0,
+            action.action_ts.as_ref().map_or("", |t| t.0.as_str())
+        );
+        let selected = action
+            .selected_options
+            .iter()
+            .flatten()
+            .filter_map(|o| o.value.parse().ok())
+            .collect();
+        Some(Pressed {
+            id,
+            channel,
+            message_ts,
+            thread,
+            name: user
+                .name
+                .or(user.username)
+                .unwrap_or_else(|| user.id.0.clone()),
+            user: user.id.0,
+            action_id: action.action_id.0,
+            selected,
+            ephemeral: container.is_ephemeral == Some(true),
+            response_url: event.response_url.map(|u| u.0.to_string()),
+        })
+    }
 }
 
 /// Receives what Slack delivers (one per adapter, shared by its transport's tasks).
@@ -275,143 +340,132 @@ impl Receiver {
     }
 
     async fn press(&self, event: SlackInteractionBlockActionsEvent) -> Result<(), NotKept> {
-        let Some(user) = &event.user else {
+        let Some(pressed) = Pressed::of(event) else {
             return Ok(());
         };
-        let SlackInteractionActionContainer::Message(container) = &event.container else {
-            return Ok(());
-        };
-        let Some(channel) = event
-            .channel
-            .as_ref()
-            .map(|c| c.id.0.clone())
-            .or_else(|| container.channel_id.as_ref().map(|c| c.0.clone()))
-        else {
-            return Ok(());
-        };
-        let message_ts = container.message_ts.0.clone();
-        let thread = event
-            .message
-            .as_ref()
-            .and_then(|m| m.origin.thread_ts.as_ref())
-            .map(|t| t.0.clone())
-            .filter(|t| *t != message_ts);
-        let Some(action) = event.actions.as_ref().and_then(|a| a.first()) else {
-            return Ok(());
-        };
-        let action_id = action.action_id.0.clone();
         // a press comes once; Slack delivers it again only if it was not acknowledged
-        let id = format!(
-            "a{channel}:{message_ts}:{}:{}",
-            user.id.0,
-            action.action_ts.as_ref().map_or("", |t| t.0.as_str())
-        );
-        if !self.intake.is_new(&id) {
+        if !self.intake.is_new(&pressed.id) {
             return Ok(());
         }
-        let name = user
-            .name
-            .clone()
-            .or_else(|| user.username.clone())
-            .unwrap_or_else(|| user.id.0.clone());
-        let thread_or_none = thread.clone().unwrap_or_default();
-        if action_id == STOP_ID {
-            self.intake.first_sight(id);
-            // outside the session's queue: the turn writing the reply holds it
-            let stopped = self
-                .intake
-                .turns()
-                .outbox
-                .streams()
-                .stop(&channel, &message_ts);
-            if !stopped {
-                self.whisper(&channel, &thread_or_none, &user.id.0, ALREADY_COMPLETE)
-                    .await;
-            }
+        if pressed.action_id == STOP_ID {
+            self.intake.first_sight(pressed.id.clone());
+            self.stop_pressed(&pressed).await;
             return Ok(());
         }
-        if let Some(action) = AdminAction::decode(&action_id) {
-            self.intake.first_sight(id);
-            let by = SessionKey {
-                platform: Platform::Slack,
-                chat: channel.clone(),
-                thread: String::new(),
-                user: user.id.0.clone(),
-            };
-            // done after the acknowledgement: an approval may take a while
-            let (orchestrator, api) = (self.orchestrator.clone(), self.api.clone());
-            let notice_thread = thread.unwrap_or(message_ts);
-            tokio::spawn(async move {
-                let outcome = orchestrator.admin_action(&by, &name, action).await;
-                if !outcome.posted {
-                    let text = crate::markup::slack_mrkdwn(&outcome.text);
-                    let body =
-                        json!({"channel": by.chat, "thread_ts": notice_thread, "text": text});
-                    if let Err(e) = api.call("chat.postMessage", &body).await {
-                        tracing::warn!(error = %e, "could not show the outcome of an admin's press");
-                    }
-                }
-            });
+        if let Some(action) = AdminAction::decode(&pressed.action_id) {
+            self.intake.first_sight(pressed.id.clone());
+            self.admin_pressed(pressed, action);
             return Ok(());
         }
-        let dm = is_dm(&channel, None);
-        // an ephemeral message answered a slash command: the press is in its place
-        let ephemeral = container.is_ephemeral == Some(true);
-        let place = if ephemeral {
-            Some(self.command_place(&channel, dm))
-        } else {
-            self.place_of(&channel, dm, thread.as_deref(), &message_ts)
+        self.option_pressed(pressed).await
+    }
+
+    /// Stop under a reply being written: outside the session's queue (the turn writing the
+    /// reply holds it).
+    async fn stop_pressed(&self, pressed: &Pressed) {
+        let streams = self.intake.turns().outbox.streams();
+        if !streams.stop(&pressed.channel, &pressed.message_ts) {
+            self.whisper_to(pressed, ALREADY_COMPLETE).await;
+        }
+    }
+
+    /// A button under an admin notice: done after the acknowledgement (an approval may
+    /// take a while); an outcome the orchestrator did not post goes in the notice's thread.
+    fn admin_pressed(&self, pressed: Pressed, action: AdminAction) {
+        let by = SessionKey {
+            platform: Platform::Slack,
+            chat: pressed.channel.clone(),
+            thread: String::new(),
+            user: pressed.user.clone(),
         };
-        let place = Press::decode(&action_id).zip(place);
-        let Some((press, place)) = place else {
-            self.whisper(&channel, &thread_or_none, &user.id.0, STALE_NOTICE)
-                .await;
+        let (orchestrator, api) = (self.orchestrator.clone(), self.api.clone());
+        let notice_thread = pressed.thread.unwrap_or(pressed.message_ts);
+        tokio::spawn(async move {
+            let outcome = orchestrator.admin_action(&by, &pressed.name, action).await;
+            if !outcome.posted {
+                let text = crate::markup::slack_mrkdwn(&outcome.text);
+                let body = json!({"channel": by.chat, "thread_ts": notice_thread, "text": text});
+                if let Err(e) = api.call("chat.postMessage", &body).await {
+                    tracing::warn!(error = %e, "could not show the outcome of an admin's press");
+                }
+            }
+        });
+    }
+
+    /// A button (or the menu) of an options request: the choice as its session's turn; a
+    /// stale or foreign press gets a notice only its presser sees.
+    async fn option_pressed(&self, pressed: Pressed) -> Result<(), NotKept> {
+        let dm = is_dm(&pressed.channel, None);
+        // an ephemeral message answered a slash command: the press is in its place
+        let place = if pressed.ephemeral {
+            Some(self.command_place(&pressed.channel, dm))
+        } else {
+            let thread = pressed.thread.as_deref();
+            self.place_of(&pressed.channel, dm, thread, &pressed.message_ts)
+        };
+        let Some((press, place)) = Press::decode(&pressed.action_id).zip(place) else {
+            self.whisper_to(&pressed, STALE_NOTICE).await;
             return Ok(());
         };
         let key = SessionKey {
             platform: Platform::Slack,
             chat: place.chat.clone(),
             thread: place.thread.clone(),
-            user: user.id.0.clone(),
+            user: pressed.user.clone(),
         };
         let request = match pending_request(&self.orchestrator, &key, press.request_id()).await {
             Ok(Some(request)) => request,
             Ok(None) => {
-                self.whisper(&channel, &thread_or_none, &user.id.0, STALE_NOTICE)
-                    .await;
+                self.whisper_to(&pressed, STALE_NOTICE).await;
                 return Ok(());
             }
             Err(e) => return Err(NotKept(e)),
         };
         let indexes: Vec<usize> = match &press {
             Press::Pick { index, .. } => vec![*index],
-            Press::Select { .. } => action
-                .selected_options
-                .iter()
-                .flatten()
-                .filter_map(|o| o.value.parse().ok())
-                .collect(),
+            Press::Select { .. } => pressed.selected.clone(),
         };
         let Some(values) = chosen_values(&request, &indexes).filter(|v| !v.is_empty()) else {
-            self.whisper(&channel, &thread_or_none, &user.id.0, STALE_NOTICE)
-                .await;
+            self.whisper_to(&pressed, STALE_NOTICE).await;
             return Ok(());
         };
-        // the message shows the choice, its buttons gone (after the acknowledgement)
-        let shown = shown_choice(&request, &values);
+        self.show_choice(&pressed, &request, &values);
+        let incoming = Incoming {
+            platform: Platform::Slack,
+            chat: place.chat,
+            thread: place.thread,
+            user: UserRef {
+                id: pressed.user,
+                display_name: pressed.name,
+                language: None,
+            },
+            message_id: pressed.id,
+            body: Body::Choice {
+                request_id: request.request_id.clone(),
+                values,
+            },
+            flow: place.flow,
+            flow_arg: place.flow_arg,
+            // a press on a slash command's ephemeral answer: as private as the command
+            shared: place.shared && !pressed.ephemeral,
+        };
+        self.keep(incoming, pressed.ephemeral && place.shared).await
+    }
+
+    /// The pressed message shows the choice, its buttons gone (after the acknowledgement);
+    /// an ephemeral one changes only through the press's response URL.
+    fn show_choice(&self, pressed: &Pressed, request: &OptionsRequest, values: &[String]) {
+        let shown = shown_choice(request, values);
+        let text =
+            crate::split::truncate(&crate::markup::slack_mrkdwn(&shown), super::MESSAGE_LIMIT);
         let mut update = json!({
-            "channel": channel,
-            "ts": message_ts,
-            "text": crate::split::truncate(&crate::markup::slack_mrkdwn(&shown), super::MESSAGE_LIMIT),
-            "blocks": blocks::options(&request, Some(&shown)),
+            "channel": pressed.channel,
+            "ts": pressed.message_ts,
+            "text": text,
+            "blocks": blocks::options(request, Some(&shown)),
         });
         let api = self.api.clone();
-        // an ephemeral message changes only through the press's response URL
-        let respond = event
-            .response_url
-            .as_ref()
-            .map(|u| u.0.to_string())
-            .filter(|_| ephemeral);
+        let respond = pressed.response_url.clone().filter(|_| pressed.ephemeral);
         tokio::spawn(async move {
             let shown = match respond {
                 Some(url) => {
@@ -424,26 +478,13 @@ impl Receiver {
                 tracing::debug!(error = %e, "could not show the choice");
             }
         });
-        let incoming = Incoming {
-            platform: Platform::Slack,
-            chat: place.chat,
-            thread: place.thread,
-            user: UserRef {
-                id: user.id.0.clone(),
-                display_name: name,
-                language: None,
-            },
-            message_id: id,
-            body: Body::Choice {
-                request_id: request.request_id.clone(),
-                values,
-            },
-            flow: place.flow,
-            flow_arg: place.flow_arg,
-            // a press on a slash command's ephemeral answer: as private as the command
-            shared: place.shared && !ephemeral,
-        };
-        self.keep(incoming, ephemeral && place.shared).await
+    }
+
+    /// Tells who pressed `pressed` alone `text`, where they pressed.
+    async fn whisper_to(&self, pressed: &Pressed, text: &str) {
+        let thread = pressed.thread.as_deref().unwrap_or_default();
+        self.whisper(&pressed.channel, thread, &pressed.user, text)
+            .await;
     }
 
     /// Where a slash command in `channel` (and a press of its ephemeral answer's buttons)
