@@ -123,6 +123,45 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
+/// Resolves once `rx` says stop.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// The running adapters: each says its name and how it ended.
+type Adapters = JoinSet<(&'static str, Result<(), kaiwa_adapters::AdapterError>)>;
+
+/// The adapters of the platforms with a token, each running until `stop` says so, and
+/// their health for `/healthz`.
+fn start_adapters(
+    kaiwa: &Kaiwa,
+    stop: &watch::Receiver<bool>,
+) -> (Adapters, Vec<Arc<kaiwa_adapters::AdapterHealth>>) {
+    let orchestrator = &kaiwa.orchestrator;
+    let mut adapters = JoinSet::new();
+    let mut health = Vec::new();
+    if let Some((api, _)) = kaiwa.telegram.clone() {
+        let telegram =
+            TelegramAdapter::new(api, kaiwa.telegram_config(), orchestrator.for_adapters());
+        health.push(telegram.health());
+        let rx = stop.clone();
+        adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
+    }
+    if let Some((api, _)) = kaiwa.discord.clone() {
+        let discord = DiscordAdapter::new(api, kaiwa.discord_config(), orchestrator.for_adapters());
+        health.push(discord.health());
+        let rx = stop.clone();
+        adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });
+    }
+    if let Some((api, _)) = kaiwa.slack.clone() {
+        let slack = SlackAdapter::new(api, kaiwa.slack_config(), orchestrator.for_adapters());
+        health.push(slack.health());
+        let rx = stop.clone();
+        adapters.spawn(async move { ("slack", slack.run(stopped(rx)).await) });
+    }
+    (adapters, health)
+}
+
 pub(crate) async fn run(
     kaiwa: Kaiwa,
     shutdown: impl std::future::Future<Output = ()> + Send,
@@ -156,30 +195,7 @@ pub(crate) async fn run(
         })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let mut adapters = JoinSet::new();
-    let mut health = Vec::new();
-    if let Some((api, _)) = kaiwa.telegram.clone() {
-        let telegram =
-            TelegramAdapter::new(api, kaiwa.telegram_config(), orchestrator.for_adapters());
-        health.push(telegram.health());
-        let rx = stop_rx.clone();
-        adapters.spawn(async move { ("telegram", telegram.run(stopped(rx)).await) });
-    }
-    if let Some((api, _)) = kaiwa.discord.clone() {
-        let discord = DiscordAdapter::new(api, kaiwa.discord_config(), orchestrator.for_adapters());
-        health.push(discord.health());
-        let rx = stop_rx.clone();
-        adapters.spawn(async move { ("discord", discord.run(stopped(rx)).await) });
-    }
-    if let Some((api, _)) = kaiwa.slack.clone() {
-        let slack = SlackAdapter::new(api, kaiwa.slack_config(), orchestrator.for_adapters());
-        health.push(slack.health());
-        let rx = stop_rx.clone();
-        adapters.spawn(async move { ("slack", slack.run(stopped(rx)).await) });
-    }
+    let (mut adapters, health) = start_adapters(&kaiwa, &stop_rx);
     let jobs = kaiwa.jobs(stopped(stop_rx.clone()));
 
     let server = serve_health(
