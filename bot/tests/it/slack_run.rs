@@ -9,7 +9,7 @@
 use crate::common;
 
 use kaiwa_tests::fake_slack::{APP_TOKEN, BOT_TOKEN, FakeSlack};
-use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const LATE: &str = "(I restarted; in case these did not reach you:)";
@@ -29,22 +29,40 @@ dm_flow = "assistant"
     )
 }
 
+/// `kaiwa run` on `url` with `dir`'s configuration and Slack's secrets in `env` (no
+/// Telegram token: the variable `common` sets is not the one the configuration names).
+fn spawn_on(
+    url: &str,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, Arc<Mutex<String>>) {
+    let (child, log, _) = common::spawn_run_env(url, dir, "unused", None, "info", env);
+    (child, log)
+}
+
+/// Socket Mode with the fake's tokens on `dir`'s SQLite database.
 fn spawn(dir: &std::path::Path) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"))
-        .arg("run")
-        .env("KAIWA_CONFIG", dir.join("kaiwa.toml"))
-        .env(
-            "KAIWA_DATABASE_URL",
-            format!("sqlite://{}/kaiwa.db", dir.display()),
-        )
-        .env("KAIWA_TEST_SLACK_BOT", BOT_TOKEN)
-        .env("KAIWA_TEST_SLACK_APP", APP_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kaiwa starts")
+    let url = format!("sqlite://{}/kaiwa.db", dir.display());
+    let env = [
+        ("KAIWA_TEST_SLACK_BOT", BOT_TOKEN),
+        ("KAIWA_TEST_SLACK_APP", APP_TOKEN),
+    ];
+    spawn_on(&url, dir, &env).0
+}
+
+/// How many replies the messages sent to `channel` get, once the bot has gone quiet.
+async fn settled_replies(slack: &FakeSlack, channel: &str) -> usize {
+    slack
+        .wait_for("the control's replies", Duration::from_secs(30), |f| {
+            !f.messages_in(channel).is_empty()
+        })
+        .await;
+    common::settle(
+        || slack.messages_in(channel).len(),
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,17 +79,7 @@ async fn a_slack_burst_killed_with_sigkill_loses_nothing_after_the_restart() {
     for i in 0..EACH {
         slack.message("D0CONTROL", "UCONTROL", &format!("control {i}"), None);
     }
-    slack
-        .wait_for("the control's replies", Duration::from_secs(30), |f| {
-            !f.messages_in("D0CONTROL").is_empty()
-        })
-        .await;
-    let expected = common::settle(
-        || slack.messages_in("D0CONTROL").len(),
-        Duration::from_secs(1),
-        Duration::from_secs(20),
-    )
-    .await;
+    let expected = settled_replies(&slack, "D0CONTROL").await;
 
     let chats: Vec<(String, String)> = (0..USERS)
         .map(|u| (format!("D4{u:02}"), format!("U4{u:02}")))
@@ -159,37 +167,12 @@ async fn two_instances_take_events_api_deliveries_once_and_in_order() {
         config(&slack)
     );
     std::fs::write(dir.path().join("kaiwa.toml"), settings).expect("config");
-    let spawn_on = || {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaiwa"));
-        command
-            .arg("run")
-            .env("KAIWA_CONFIG", dir.path().join("kaiwa.toml"))
-            .env("KAIWA_DATABASE_URL", &url)
-            .env("KAIWA_TEST_SLACK_BOT", BOT_TOKEN)
-            .env_remove("KAIWA_TEST_SLACK_APP")
-            .env("KAIWA_TEST_SLACK_SECRET", SIGNING_SECRET)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn().expect("kaiwa starts");
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let stderr = child.stderr.take();
-        let collected = log.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let Some(stderr) = stderr else { return };
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = collected.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        (child, log)
-    };
-    let (mut one, log_one) = spawn_on();
-    let (mut two, log_two) = spawn_on();
+    let env = [
+        ("KAIWA_TEST_SLACK_BOT", BOT_TOKEN),
+        ("KAIWA_TEST_SLACK_SECRET", SIGNING_SECRET),
+    ];
+    let (mut one, log_one) = spawn_on(&url, dir.path(), &env);
+    let (mut two, log_two) = spawn_on(&url, dir.path(), &env);
     let mut hooks = Vec::new();
     for log in [&log_one, &log_two] {
         hooks.push(format!(
@@ -210,17 +193,7 @@ async fn two_instances_take_events_api_deliveries_once_and_in_order() {
             slack.message_event("D0CONTROL", "UCONTROL", &format!("control {i}"), None);
         assert_eq!(deliver(i, event.to_string()).await, 200);
     }
-    slack
-        .wait_for("the control's replies", Duration::from_secs(30), |f| {
-            !f.messages_in("D0CONTROL").is_empty()
-        })
-        .await;
-    let expected = common::settle(
-        || slack.messages_in("D0CONTROL").len(),
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    )
-    .await;
+    let expected = settled_replies(&slack, "D0CONTROL").await;
 
     let chats: Vec<(String, String)> = (0..USERS)
         .map(|u| (format!("D5{u:02}"), format!("U5{u:02}")))
