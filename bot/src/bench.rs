@@ -69,6 +69,8 @@ pub struct BenchOptions {
     /// Instances on the one database (PostgreSQL), each with its own store, leases and
     /// users, as several `kaiwa run` would be.
     pub instances: usize,
+    /// With `instances` > 1: rounds of one instance and `instances` instances, compared.
+    pub rounds: usize,
 }
 
 tokio::task_local! {
@@ -343,6 +345,21 @@ fn cpu_ticks() -> Option<(u64, u64)> {
     Some((steal, fields.iter().take(8).sum()))
 }
 
+/// Clock ticks a second in `/proc`'s figures (`USER_HZ`, 100 on Linux).
+const CLOCK_TICKS_PER_SEC: f64 = 100.0;
+
+/// This process's CPU time so far (user and system), in clock ticks, from
+/// `/proc/self/stat` (`None` where there is none): with the turns' count, the bot's own CPU
+/// per turn, the server's excluded.
+fn own_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // the fields after the command's name, which is in parentheses and may hold spaces
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// Sets its flag when dropped: the stall probe stops however the run ends.
 struct StopOnDrop(Arc<AtomicBool>);
 
@@ -381,7 +398,12 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             options.instances
         );
     }
-    let mut report = run_on(&options, &settings, &url, db_path.as_deref(), script).await?;
+    // several instances are measured against one, in the same run
+    let mut report = if options.instances > 1 {
+        instances_and_one(&options, &settings, &url, script).await?
+    } else {
+        run_on(&options, &settings, &url, db_path.as_deref(), script).await?
+    };
     if backend == Backend::Postgres {
         // the same load on this machine's SQLite, in the same run: the figure PostgreSQL
         // is measured against
@@ -407,6 +429,187 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
         report["vs_sqlite"] = serde_json::json!(ratio);
     }
     Ok(report)
+}
+
+/// The server `--database` is on, where `--instances N` creates a database for each of its
+/// runs but the first (the one-instance runs it is measured against too) and drops it
+/// afterwards.
+struct Server {
+    connection: sqlx::PgConnection,
+    url: reqwest::Url,
+    /// The database `--database` names: the others are named after it.
+    name: String,
+}
+
+impl Server {
+    async fn connect(url: &str) -> anyhow::Result<Server> {
+        use sqlx::Connection;
+        let redacted = kaiwa::app::redact_url(url);
+        let parsed = reqwest::Url::parse(url).with_context(|| format!("reading {redacted}"))?;
+        let name = parsed.path().trim_start_matches('/').to_string();
+        if name.is_empty() {
+            bail!("--instances needs a database name in --database ({redacted})");
+        }
+        let connection = sqlx::PgConnection::connect(url)
+            .await
+            .with_context(|| format!("connecting to {redacted}"))?;
+        Ok(Server {
+            connection,
+            url: parsed,
+            name,
+        })
+    }
+
+    /// A new database named `{name}_{suffix}`; its URL.
+    async fn create(&mut self, suffix: &str) -> anyhow::Result<String> {
+        let name = format!("{}_{suffix}", self.name);
+        let sql = format!("CREATE DATABASE {}", quoted(&name));
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut self.connection)
+            .await
+            .with_context(|| {
+                format!("creating the database {name} for a run (the user needs CREATEDB)")
+            })?;
+        let mut url = self.url.clone();
+        url.set_path(&format!("/{name}"));
+        Ok(url.to_string())
+    }
+
+    async fn drop_database(&mut self, suffix: &str) -> anyhow::Result<()> {
+        let name = format!("{}_{suffix}", self.name);
+        let sql = format!("DROP DATABASE IF EXISTS {}", quoted(&name));
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut self.connection)
+            .await
+            .with_context(|| format!("dropping the database {name}"))?;
+        Ok(())
+    }
+
+    /// Asks the server for a checkpoint, where this user may (a superuser or
+    /// `pg_checkpoint`), so that the dirty pages of one run are not written during the next.
+    async fn checkpoint(&mut self) {
+        if let Err(e) = sqlx::query("CHECKPOINT")
+            .execute(&mut self.connection)
+            .await
+        {
+            tracing::debug!(error = %e, "no checkpoint between the bench's runs");
+        }
+    }
+}
+
+/// `name` as a PostgreSQL identifier: in double quotes, its own quotes doubled.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `--instances N`: [`BenchOptions::rounds`] rounds of one instance and N, each run on a
+/// fresh database (the first N instances' on the one `url` names), the order alternating
+/// round by round; the report is the N
+/// instances' (turns/s over all their rounds, the median round's latencies) with the one
+/// instance's beside it and each round's ratio.
+async fn instances_and_one(
+    options: &BenchOptions,
+    settings: &Settings,
+    url: &str,
+    script: &'static [Step],
+) -> anyhow::Result<serde_json::Value> {
+    let mut server = Server::connect(url).await?;
+    let (mut ones, mut several) = (Vec::new(), Vec::new());
+    for round in 0..options.rounds.max(1) {
+        let order = if round % 2 == 0 {
+            [1, options.instances]
+        } else {
+            [options.instances, 1]
+        };
+        for instances in order {
+            // the first run of N instances is on the database named (it is kept, as a
+            // single run's is), the others on databases of their own
+            let kept = round == 0 && instances > 1;
+            let suffix = format!("r{round}_i{instances}");
+            let url = if kept {
+                url.to_string()
+            } else {
+                server.create(&suffix).await?
+            };
+            let run = BenchOptions {
+                instances,
+                database: Some(url.clone()),
+                flow: options.flow.clone(),
+                form: options.form.clone(),
+                ..*options
+            };
+            server.checkpoint().await;
+            let report = run_on(&run, settings, &url, None, script).await;
+            let dropped = if kept {
+                Ok(())
+            } else {
+                server.drop_database(&suffix).await
+            };
+            let report = report?;
+            dropped?;
+            if instances == 1 {
+                ones.push(report);
+            } else {
+                several.push(report);
+            }
+        }
+    }
+    let mut report = combined(&several);
+    let one = combined(&ones);
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            (a / b * 1000.0).round() / 1000.0
+        } else {
+            0.0
+        }
+    };
+    let tps = |r: &serde_json::Value| r["turns_per_sec"].as_f64().unwrap_or(0.0);
+    report["vs_one_instance"] = serde_json::json!(ratio(tps(&report), tps(&one)));
+    report["rounds_vs_one_instance"] = ones
+        .iter()
+        .zip(&several)
+        .map(|(one, several)| ratio(tps(several), tps(one)))
+        .collect();
+    report["one_instance"] = serde_json::json!({
+        "turns_per_sec": one["turns_per_sec"],
+        "p50_ms": one["p50_ms"],
+        "p99_ms": one["p99_ms"],
+        "cpu_ms_per_turn": one["cpu_ms_per_turn"],
+    });
+    Ok(report)
+}
+
+/// Runs of the same load as one: turns/s over all of them (turns over wall time), the
+/// rest the median run's (by p99).
+fn combined(runs: &[serde_json::Value]) -> serde_json::Value {
+    let sum = |key: &str| runs.iter().filter_map(|r| r[key].as_f64()).sum::<f64>();
+    let mut by_p99: Vec<&serde_json::Value> = runs.iter().collect();
+    by_p99.sort_by(|a, b| {
+        let p99 = |r: &serde_json::Value| r["p99_ms"].as_f64().unwrap_or(0.0);
+        p99(a).total_cmp(&p99(b))
+    });
+    let Some(median) = by_p99.get(by_p99.len() / 2) else {
+        return serde_json::Value::Null;
+    };
+    let mut report = (*median).clone();
+    let turns = runs.iter().filter_map(|r| r["turns"].as_u64()).sum::<u64>();
+    let wall = sum("wall_secs");
+    if wall > 0.0 {
+        let tps = turns as f64 / wall;
+        report["turns_per_sec"] = serde_json::json!((tps * 1000.0).round() / 1000.0);
+    }
+    let cpu = runs
+        .iter()
+        .filter_map(|r| Some(r["cpu_ms_per_turn"].as_f64()? * r["turns"].as_f64()?))
+        .sum::<f64>();
+    if turns > 0 {
+        let per_turn = cpu / turns as f64;
+        report["cpu_ms_per_turn"] = serde_json::json!((per_turn * 1000.0).round() / 1000.0);
+    }
+    report["turns"] = serde_json::json!(turns);
+    report["wall_secs"] = serde_json::json!((wall * 1000.0).round() / 1000.0);
+    report["runs"] = serde_json::json!(runs.len());
+    report
 }
 
 /// One measured run on `url` with `options.instances` instances.
@@ -456,11 +659,15 @@ async fn run_on(
             .context("cannot start the stall probe")?
     };
     let ticks_before = cpu_ticks();
+    let own_before = own_cpu_ticks();
     let started = Instant::now();
     let tasks = start_users(options, &orchestrators, script, started)?;
     let (mut all, first, last) = collect_overheads(tasks).await?;
     let wall = started.elapsed().as_secs_f64();
     drop(stop_probe);
+    let own_ticks = own_cpu_ticks()
+        .zip(own_before)
+        .map(|(after, before)| after.saturating_sub(before));
     // the share of the machine's CPU time its host took while the bench ran
     let steal_pct = match (ticks_before, cpu_ticks()) {
         (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
@@ -512,6 +719,7 @@ async fn run_on(
         "stall_p99_ms": round(percentile(&stalls, 0.99)),
         "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
         "cpu_steal_pct": steal_pct.map(round),
+        "cpu_ms_per_turn": own_ticks.map(|t| round(t as f64 * 1000.0 / CLOCK_TICKS_PER_SEC / turns.max(1) as f64)),
     }))
 }
 

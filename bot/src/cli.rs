@@ -97,6 +97,11 @@ pub enum Command {
         /// leases and users, as several `kaiwa run` would be.
         #[arg(long, default_value_t = 1)]
         instances: usize,
+        /// With `--instances N`: rounds of one instance and N instances, each on a database
+        /// of its own created beside `--database`, their order alternating (a shared
+        /// machine's speed drifts: the pairs are compared, not two runs minutes apart).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// Copy, back up and restore the database.
     Db {

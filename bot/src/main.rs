@@ -89,6 +89,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             rate,
             database,
             instances,
+            rounds,
         } => {
             let options = bench::BenchOptions {
                 flow,
@@ -102,6 +103,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 // refuses a database that holds sessions)
                 database: database.or_else(|| cli.options.database_url.clone()),
                 instances,
+                rounds,
             };
             commands::bench(options, settings).await?;
         }

@@ -873,6 +873,8 @@ async fn bench_measures_the_database_the_global_option_names() {
             "3",
             "--instances",
             "2",
+            "--rounds",
+            "2",
         ],
         "",
     )
@@ -882,7 +884,30 @@ async fn bench_measures_the_database_the_global_option_names() {
     let report: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
     assert_eq!(report["backend"], "postgres", "{report}");
     assert_eq!(report["instances"], 2, "{report}");
-    assert_eq!(report["turns"], 12, "{report}");
+    // two rounds of 4 users × 3 turns
+    assert_eq!(report["turns"], 24, "{report}");
+    assert_eq!(report["runs"], 2, "{report}");
+    // each round's two instances against one instance beside them
+    assert!(
+        report["one_instance"]["turns_per_sec"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["vs_one_instance"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    assert_eq!(
+        report["rounds_vs_one_instance"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    assert!(
+        report["cpu_ms_per_turn"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
     assert!(
         report["sqlite"]["turns_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
         "{report}"
@@ -898,6 +923,18 @@ async fn bench_measures_the_database_the_global_option_names() {
     chats.sort();
     assert_eq!(chats, ["bench-0", "bench-1", "bench-2", "bench-3"]);
     store.close().await;
+    // the other runs' databases are gone
+    let mut server = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("server");
+    let name = url.rsplit('/').next().unwrap_or_default().to_string();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
+            .bind(format!("{name}_"))
+            .fetch_all(&mut server)
+            .await
+            .expect("databases");
+    assert!(left.is_empty(), "{left:?}");
 
     let refused = kaiwa(
         dir.path(),
