@@ -47,6 +47,13 @@ pub const TABLES: &[&str] = &[
     "passage_vectors",
 ];
 
+/// Columns that point at a session without a foreign key on PostgreSQL (table, column):
+/// see `migrations/postgres/20261129000012_ledger_rows_unchecked.sql`.
+const POINTERS: &[(&str, &str)] = &[
+    ("llm_calls", "session_id"),
+    ("processed_updates", "session_id"),
+];
+
 /// The lease that marks a database as the target of a copy not finished.
 pub const COPY_MARKER: &str = "kaiwa-db-copy";
 
@@ -458,7 +465,19 @@ async fn copy_table(
     if shared.is_empty() {
         return Ok(0);
     }
-    let names: Vec<&str> = shared.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<String> = shared
+        .iter()
+        .map(
+            |(name, _)| match POINTERS.iter().find(|(t, c)| *t == table && c == name) {
+                // a pointer to a session that is not there (deleted while the row was written)
+                // is read as none: a target with the foreign key would refuse it
+                Some(_) => {
+                    format!("(SELECT s.id FROM sessions s WHERE s.id = {table}.{name}) AS {name}")
+                }
+                None => name.clone(),
+            },
+        )
+        .collect();
     let mut sql = format!("SELECT {} FROM {table}", names.join(", "));
     if table == "leases" {
         sql.push_str(&format!(" WHERE name <> '{COPY_MARKER}'"));
@@ -625,6 +644,51 @@ pub async fn backup_sqlite(url: &str, path: &std::path::Path) -> Result<(), Copy
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model call or processed update that points at a session no longer there (on
+    /// PostgreSQL nothing refuses one written while `/forget` deleted its session) is
+    /// copied pointing at none, into a SQLite file whose foreign keys would refuse it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pointer_to_a_session_gone_is_copied_as_none() {
+        let url = crate::testing::postgres::database_url().await;
+        let source = Opened::open(&url).await.expect("postgres");
+        let Db::Postgres(pool) = source.db() else {
+            panic!("a PostgreSQL store")
+        };
+        sqlx::query(
+            "INSERT INTO llm_calls (session_id, agent, model, prompt_tokens, completion_tokens, \
+             latency_ms, error, created_ms, wasted) VALUES (424242, 'reviewer', 'm', 1, 1, 1, NULL, 1, FALSE)",
+        )
+        .execute(pool)
+        .await
+        .expect("a model call of a session gone");
+        sqlx::query(
+            "INSERT INTO processed_updates (platform, chat, message_id, session_id, created_ms) \
+             VALUES ('telegram', '7', '8', 424242, 1)",
+        )
+        .execute(pool)
+        .await
+        .expect("an update of a session gone");
+        source.close().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = format!("sqlite://{}/copy.db", dir.path().display());
+        let copied = copy(&url, &target, &mut |_| {}).await.expect("copies");
+        assert!(
+            copied.iter().all(|t| t.source_rows == t.target_rows),
+            "{copied:?}"
+        );
+        let store = crate::store::connect(&target).await.expect("opens");
+        let ledger = store.llm_calls(None).await.expect("ledger");
+        assert_eq!(ledger.len(), 1, "{ledger:?}");
+        assert_eq!(ledger[0].session_id, None);
+        assert!(
+            store
+                .is_processed(crate::message::Platform::Telegram, "7", "8")
+                .await
+                .expect("reads")
+        );
+        store.close().await;
+    }
 
     /// Every table of both schemas is in [`TABLES`] (a migration that adds one adds it
     /// there, or the copy would leave it behind).

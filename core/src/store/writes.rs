@@ -44,9 +44,12 @@ pub(crate) fn sqlite_sql(sql: &str) -> String {
 
 /// What `/forget` deletes for one user (`$1` platform, `$2` user id), children first; the
 /// users row cascades to what is left. Submissions are kept unless `keep_submissions` is
-/// false ([`forget_statements`]).
-const FORGET: [&str; 10] = [
+/// false ([`forget_statements`]). The model calls and processed updates stay, no longer
+/// pointing at the user's sessions (on PostgreSQL no foreign key does it for them).
+const FORGET: [&str; 12] = [
     "DELETE FROM holds WHERE platform = $1 AND user_id = $2",
+    "UPDATE llm_calls SET session_id = NULL WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
+    "UPDATE processed_updates SET session_id = NULL WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
     "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
     "DELETE FROM helpdesk_tickets WHERE session_id IN (SELECT id FROM sessions WHERE platform = $1 AND user_id = $2)",
     "DELETE FROM insights WHERE record_id IN (SELECT id FROM reading_records WHERE platform = $1 AND user_id = $2)",

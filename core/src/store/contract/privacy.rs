@@ -93,6 +93,21 @@ pub(super) async fn forgetting_a_user_deletes_only_theirs(db: Db) {
         .await
         .expect("data");
     assert_eq!(data["sessions"].as_array().map(Vec::len), Some(0));
+    // the ledger keeps its model calls, no longer pointing at the session
+    let ledger = store.llm_calls(None).await.expect("ledger");
+    assert!(
+        ledger
+            .iter()
+            .any(|c| c.agent == "greeter" && c.session_id.is_none()),
+        "{ledger:?}"
+    );
+    assert!(
+        store
+            .llm_calls(Some(theirs.session.id))
+            .await
+            .expect("ledger")
+            .is_empty()
+    );
     // and goes with it
     assert!(
         store

@@ -14,13 +14,20 @@ pub(crate) async fn forget_user_rows(
     user: &str,
     keep_submissions: bool,
 ) -> Result<u64, StoreError> {
-    let statements = forget_statements(keep_submissions)
-        .into_iter()
-        .map(|sql| query(sql).bind(platform.as_str()).bind(user))
+    let sqls = forget_statements(keep_submissions);
+    let statements = sqls
+        .iter()
+        .map(|sql| query(*sql).bind(platform.as_str()).bind(user))
         .collect();
-    let deleted = db
+    let affected = db
         .transaction(statements)
         .await
         .map_err(StoreError::db("forgetting a user"))?;
-    Ok(deleted.iter().sum())
+    // the rows deleted, not those only unlinked from the user's sessions
+    Ok(sqls
+        .iter()
+        .zip(affected)
+        .filter(|(sql, _)| sql.starts_with("DELETE"))
+        .map(|(_, rows)| rows)
+        .sum())
 }
