@@ -446,13 +446,14 @@ impl Server {
         use sqlx::Connection;
         let redacted = kaiwa::app::redact_url(url);
         let parsed = reqwest::Url::parse(url).with_context(|| format!("reading {redacted}"))?;
-        let name = parsed.path().trim_start_matches('/').to_string();
-        if name.is_empty() {
-            bail!("--instances needs a database name in --database ({redacted})");
-        }
-        let connection = sqlx::PgConnection::connect(url)
+        let mut connection = sqlx::PgConnection::connect(url)
             .await
             .with_context(|| format!("connecting to {redacted}"))?;
+        // as the server spells it (the URL's path may be percent-encoded, or empty)
+        let name: String = sqlx::query_scalar("SELECT current_database()::text")
+            .fetch_one(&mut connection)
+            .await
+            .with_context(|| format!("reading the database's name on {redacted}"))?;
         Ok(Server {
             connection,
             url: parsed,
@@ -463,6 +464,14 @@ impl Server {
     /// A new database named `{name}_{suffix}`; its URL.
     async fn create(&mut self, suffix: &str) -> anyhow::Result<String> {
         let name = format!("{}_{suffix}", self.name);
+        // PostgreSQL would cut a longer name, and the URL would name another database
+        if name.len() > MAX_IDENTIFIER {
+            bail!(
+                "--instances names its runs' databases after --database's ({name}): \
+                 give --database a name of at most {} bytes",
+                MAX_IDENTIFIER - suffix.len() - 1
+            );
+        }
         let sql = format!("CREATE DATABASE {}", quoted(&name));
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .execute(&mut self.connection)
@@ -497,6 +506,9 @@ impl Server {
     }
 }
 
+/// The longest identifier PostgreSQL keeps whole (`NAMEDATALEN` - 1).
+const MAX_IDENTIFIER: usize = 63;
+
 /// `name` as a PostgreSQL identifier: in double quotes, its own quotes doubled.
 fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -504,9 +516,8 @@ fn quoted(name: &str) -> String {
 
 /// `--instances N`: [`BenchOptions::rounds`] rounds of one instance and N, each run on a
 /// fresh database (the first N instances' on the one `url` names), the order alternating
-/// round by round; the report is the N
-/// instances' (turns/s over all their rounds, the median round's latencies) with the one
-/// instance's beside it and each round's ratio.
+/// round by round. The report is the N instances' (turns/s over all their rounds, the
+/// median round's latencies) with the one instance's beside it and each round's ratio.
 async fn instances_and_one(
     options: &BenchOptions,
     settings: &Settings,

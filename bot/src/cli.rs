@@ -99,8 +99,9 @@ pub enum Command {
         instances: usize,
         /// With `--instances N`: rounds of one instance and N instances, each on a database
         /// of its own created beside `--database`, their order alternating (a shared
-        /// machine's speed drifts: the pairs are compared, not two runs minutes apart).
-        #[arg(long, default_value_t = 3)]
+        /// machine's speed drifts: the pairs are compared, not two runs minutes apart; an
+        /// even number of rounds puts each first as often).
+        #[arg(long, default_value_t = 4)]
         rounds: usize,
     },
     /// Copy, back up and restore the database.
