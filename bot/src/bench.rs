@@ -29,6 +29,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+mod instances;
+
 /// A simulated user's outbox: it keeps only the options last shown, to press one.
 #[derive(Default)]
 struct LastOptions(std::sync::Mutex<Option<OptionsRequest>>);
@@ -400,7 +402,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     }
     // several instances are measured against one, in the same run
     let mut report = if options.instances > 1 {
-        instances_and_one(&options, &settings, &url, script).await?
+        instances::instances_and_one(&options, &settings, &url, script).await?
     } else {
         run_on(&options, &settings, &url, db_path.as_deref(), script).await?
     };
@@ -415,12 +417,7 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
             ..options
         };
         let sqlite = run_on(&beside, &settings, &sqlite_url, Some(&path), script).await?;
-        let tps = |r: &serde_json::Value| r["turns_per_sec"].as_f64().unwrap_or(0.0);
-        let ratio = if tps(&sqlite) > 0.0 {
-            (tps(&report) / tps(&sqlite) * 1000.0).round() / 1000.0
-        } else {
-            0.0
-        };
+        let ratio = throughput_ratio(&report, &sqlite);
         report["sqlite"] = serde_json::json!({
             "turns_per_sec": sqlite["turns_per_sec"],
             "p50_ms": sqlite["p50_ms"],
@@ -431,196 +428,19 @@ pub async fn run(options: BenchOptions, settings: Settings) -> anyhow::Result<se
     Ok(report)
 }
 
-/// The server `--database` is on, where `--instances N` creates a database for each of its
-/// runs but the first (the one-instance runs it is measured against too) and drops it
-/// afterwards.
-struct Server {
-    connection: sqlx::PgConnection,
-    url: reqwest::Url,
-    /// The database `--database` names: the others are named after it.
-    name: String,
+/// `x` to three decimals, as the report gives its figures.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
-impl Server {
-    async fn connect(url: &str) -> anyhow::Result<Server> {
-        use sqlx::Connection;
-        let redacted = kaiwa::app::redact_url(url);
-        let parsed = reqwest::Url::parse(url).with_context(|| format!("reading {redacted}"))?;
-        let mut connection = sqlx::PgConnection::connect(url)
-            .await
-            .with_context(|| format!("connecting to {redacted}"))?;
-        // as the server spells it (the URL's path may be percent-encoded, or empty)
-        let name: String = sqlx::query_scalar("SELECT current_database()::text")
-            .fetch_one(&mut connection)
-            .await
-            .with_context(|| format!("reading the database's name on {redacted}"))?;
-        Ok(Server {
-            connection,
-            url: parsed,
-            name,
-        })
-    }
-
-    /// A new database named `{name}_{suffix}`; its URL.
-    async fn create(&mut self, suffix: &str) -> anyhow::Result<String> {
-        let name = format!("{}_{suffix}", self.name);
-        // PostgreSQL would cut a longer name, and the URL would name another database
-        if name.len() > MAX_IDENTIFIER {
-            bail!(
-                "--instances names its runs' databases after --database's ({name}): \
-                 give --database a name of at most {} bytes",
-                MAX_IDENTIFIER - suffix.len() - 1
-            );
-        }
-        let sql = format!("CREATE DATABASE {}", quoted(&name));
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&mut self.connection)
-            .await
-            .with_context(|| {
-                format!("creating the database {name} for a run (the user needs CREATEDB)")
-            })?;
-        let mut url = self.url.clone();
-        url.set_path(&format!("/{name}"));
-        Ok(url.to_string())
-    }
-
-    async fn drop_database(&mut self, suffix: &str) -> anyhow::Result<()> {
-        let name = format!("{}_{suffix}", self.name);
-        let sql = format!("DROP DATABASE IF EXISTS {}", quoted(&name));
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&mut self.connection)
-            .await
-            .with_context(|| format!("dropping the database {name}"))?;
-        Ok(())
-    }
-
-    /// Asks the server for a checkpoint, where this user may (a superuser or
-    /// `pg_checkpoint`), so that the dirty pages of one run are not written during the next.
-    async fn checkpoint(&mut self) {
-        if let Err(e) = sqlx::query("CHECKPOINT")
-            .execute(&mut self.connection)
-            .await
-        {
-            tracing::debug!(error = %e, "no checkpoint between the bench's runs");
-        }
-    }
-}
-
-/// The longest identifier PostgreSQL keeps whole (`NAMEDATALEN` - 1).
-const MAX_IDENTIFIER: usize = 63;
-
-/// `name` as a PostgreSQL identifier: in double quotes, its own quotes doubled.
-fn quoted(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `--instances N`: [`BenchOptions::rounds`] rounds of one instance and N, each run on a
-/// fresh database (the first N instances' on the one `url` names), the order alternating
-/// round by round. The report is the N instances' (turns/s over all their rounds, the
-/// median round's latencies) with the one instance's beside it and each round's ratio.
-async fn instances_and_one(
-    options: &BenchOptions,
-    settings: &Settings,
-    url: &str,
-    script: &'static [Step],
-) -> anyhow::Result<serde_json::Value> {
-    let mut server = Server::connect(url).await?;
-    let (mut ones, mut several) = (Vec::new(), Vec::new());
-    for round in 0..options.rounds.max(1) {
-        let order = if round % 2 == 0 {
-            [1, options.instances]
-        } else {
-            [options.instances, 1]
-        };
-        for instances in order {
-            // the first run of N instances is on the database named (it is kept, as a
-            // single run's is), the others on databases of their own
-            let kept = round == 0 && instances > 1;
-            let suffix = format!("r{round}_i{instances}");
-            let url = if kept {
-                url.to_string()
-            } else {
-                server.create(&suffix).await?
-            };
-            let run = BenchOptions {
-                instances,
-                database: Some(url.clone()),
-                flow: options.flow.clone(),
-                form: options.form.clone(),
-                ..*options
-            };
-            server.checkpoint().await;
-            let report = run_on(&run, settings, &url, None, script).await;
-            let dropped = if kept {
-                Ok(())
-            } else {
-                server.drop_database(&suffix).await
-            };
-            let report = report?;
-            dropped?;
-            if instances == 1 {
-                ones.push(report);
-            } else {
-                several.push(report);
-            }
-        }
-    }
-    let mut report = combined(&several);
-    let one = combined(&ones);
-    let ratio = |a: f64, b: f64| {
-        if b > 0.0 {
-            (a / b * 1000.0).round() / 1000.0
-        } else {
-            0.0
-        }
-    };
+/// `run`'s turns/s against `base`'s (0 where `base` has none), as the report gives it.
+fn throughput_ratio(run: &serde_json::Value, base: &serde_json::Value) -> f64 {
     let tps = |r: &serde_json::Value| r["turns_per_sec"].as_f64().unwrap_or(0.0);
-    report["vs_one_instance"] = serde_json::json!(ratio(tps(&report), tps(&one)));
-    report["rounds_vs_one_instance"] = ones
-        .iter()
-        .zip(&several)
-        .map(|(one, several)| ratio(tps(several), tps(one)))
-        .collect();
-    report["one_instance"] = serde_json::json!({
-        "turns_per_sec": one["turns_per_sec"],
-        "p50_ms": one["p50_ms"],
-        "p99_ms": one["p99_ms"],
-        "cpu_ms_per_turn": one["cpu_ms_per_turn"],
-    });
-    Ok(report)
-}
-
-/// Runs of the same load as one: turns/s over all of them (turns over wall time), the
-/// rest the median run's (by p99).
-fn combined(runs: &[serde_json::Value]) -> serde_json::Value {
-    let sum = |key: &str| runs.iter().filter_map(|r| r[key].as_f64()).sum::<f64>();
-    let mut by_p99: Vec<&serde_json::Value> = runs.iter().collect();
-    by_p99.sort_by(|a, b| {
-        let p99 = |r: &serde_json::Value| r["p99_ms"].as_f64().unwrap_or(0.0);
-        p99(a).total_cmp(&p99(b))
-    });
-    let Some(median) = by_p99.get(by_p99.len() / 2) else {
-        return serde_json::Value::Null;
-    };
-    let mut report = (*median).clone();
-    let turns = runs.iter().filter_map(|r| r["turns"].as_u64()).sum::<u64>();
-    let wall = sum("wall_secs");
-    if wall > 0.0 {
-        let tps = turns as f64 / wall;
-        report["turns_per_sec"] = serde_json::json!((tps * 1000.0).round() / 1000.0);
+    if tps(base) > 0.0 {
+        round3(tps(run) / tps(base))
+    } else {
+        0.0
     }
-    let cpu = runs
-        .iter()
-        .filter_map(|r| Some(r["cpu_ms_per_turn"].as_f64()? * r["turns"].as_f64()?))
-        .sum::<f64>();
-    if turns > 0 {
-        let per_turn = cpu / turns as f64;
-        report["cpu_ms_per_turn"] = serde_json::json!((per_turn * 1000.0).round() / 1000.0);
-    }
-    report["turns"] = serde_json::json!(turns);
-    report["wall_secs"] = serde_json::json!((wall * 1000.0).round() / 1000.0);
-    report["runs"] = serde_json::json!(runs.len());
-    report
 }
 
 /// One measured run on `url` with `options.instances` instances.
@@ -706,31 +526,30 @@ async fn run_on(
         store.shared().close().await;
     }
     let db_bytes = db_path.map_or(0, database_bytes);
-    let round = |x: f64| (x * 1000.0).round() / 1000.0;
     Ok(serde_json::json!({
-        "turns_per_sec": round(turns as f64 / wall),
-        "p50_ms": round(percentile(&all, 0.50)),
-        "p99_ms": round(percentile(&all, 0.99)),
-        "max_ms": round(all.last().copied().unwrap_or(0.0)),
-        "first20_mean_ms": round(mean(&first)),
-        "last20_mean_ms": round(mean(&last)),
-        "model_calls_per_turn": round(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
-        "model_critical_path_ms_per_turn": round(
+        "turns_per_sec": round3(turns as f64 / wall),
+        "p50_ms": round3(percentile(&all, 0.50)),
+        "p99_ms": round3(percentile(&all, 0.99)),
+        "max_ms": round3(all.last().copied().unwrap_or(0.0)),
+        "first20_mean_ms": round3(mean(&first)),
+        "last20_mean_ms": round3(mean(&last)),
+        "model_calls_per_turn": round3(model.calls.load(Ordering::Relaxed) as f64 / turns.max(1) as f64),
+        "model_critical_path_ms_per_turn": round3(
             MODEL_CRITICAL_US.swap(0, Ordering::Relaxed) as f64 / 1000.0 / turns.max(1) as f64
         ),
-        "peak_rss_mb": round(rss_peak_mb()),
+        "peak_rss_mb": round3(rss_peak_mb()),
         "backend": Backend::of(url).map(Backend::as_str).unwrap_or("?"),
         "instances": options.instances,
         "db_bytes": db_bytes,
         "wal_restarts": wal_restarts,
         "sessions": options.sessions,
         "turns": turns,
-        "wall_secs": round(wall),
+        "wall_secs": round3(wall),
         "offered_rate": options.rate,
-        "stall_p99_ms": round(percentile(&stalls, 0.99)),
-        "stall_max_ms": round(stalls.last().copied().unwrap_or(0.0)),
-        "cpu_steal_pct": steal_pct.map(round),
-        "cpu_ms_per_turn": own_ticks.map(|t| round(t as f64 * 1000.0 / CLOCK_TICKS_PER_SEC / turns.max(1) as f64)),
+        "stall_p99_ms": round3(percentile(&stalls, 0.99)),
+        "stall_max_ms": round3(stalls.last().copied().unwrap_or(0.0)),
+        "cpu_steal_pct": steal_pct.map(round3),
+        "cpu_ms_per_turn": own_ticks.map(|t| round3(t as f64 * 1000.0 / CLOCK_TICKS_PER_SEC / turns.max(1) as f64)),
     }))
 }
 
