@@ -1,7 +1,7 @@
 //! Starting Kaiwa as every deployment does, through [`kaiwa::Kaiwa`]: a configuration file
 //! ([`kaiwa_tests::write_config`]) with the section of the platform under test.
 
-use kaiwa::Kaiwa;
+use kaiwa::{Kaiwa, KaiwaBuilder};
 use kaiwa_core::llm::ModelRouter;
 use std::path::Path;
 
@@ -15,15 +15,7 @@ pub async fn kaiwa(
     tokens: (Option<&str>, Option<&str>),
     models: ModelRouter,
 ) -> Kaiwa {
-    let path = kaiwa_tests::write_config(dir, sections);
-    let options = kaiwa::Options {
-        config: Some(path),
-        database_url: Some(database_url.to_string()),
-    };
-    let (settings, _) = options.settings().expect("settings");
-    let mut builder = Kaiwa::builder(settings)
-        .database_url(database_url)
-        .models(models);
+    let mut builder = configured(dir, sections, database_url, models);
     if let Some(token) = tokens.0 {
         builder = builder.telegram_token(token);
     }
@@ -41,6 +33,16 @@ pub async fn kaiwa_on_slack(
     tokens: kaiwa::SlackTokens,
     models: ModelRouter,
 ) -> Kaiwa {
+    configured(dir, sections, database_url, models)
+        .slack_tokens(tokens)
+        .build()
+        .await
+        .expect("kaiwa")
+}
+
+/// The builder of Kaiwa from a configuration file written in `dir` with `sections`, on
+/// `database_url`, with `models`; no platform's tokens yet.
+fn configured(dir: &Path, sections: &str, database_url: &str, models: ModelRouter) -> KaiwaBuilder {
     let path = kaiwa_tests::write_config(dir, sections);
     let options = kaiwa::Options {
         config: Some(path),
@@ -50,8 +52,4 @@ pub async fn kaiwa_on_slack(
     Kaiwa::builder(settings)
         .database_url(database_url)
         .models(models)
-        .slack_tokens(tokens)
-        .build()
-        .await
-        .expect("kaiwa")
 }
