@@ -468,21 +468,24 @@ impl FakeSlack {
 /// action id.
 fn button_in(messages: &[Value], label: &str) -> Option<(String, String)> {
     messages.iter().rev().find_map(|m| {
-        let blocks = m["blocks"].as_array()?;
-        let id = blocks
-            .iter()
-            .filter(|b| b["type"] == "actions")
-            .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-            .find(|e| {
-                e["text"]["text"]
-                    .as_str()
-                    .is_some_and(|t| t.contains(label))
-            })?;
-        Some((
-            m["ts"].as_str()?.to_string(),
-            id["action_id"].as_str()?.to_string(),
-        ))
+        let action = button_action(m, label)?;
+        Some((m["ts"].as_str()?.to_string(), action))
     })
+}
+
+/// The action id of the button labelled `label` in a posted `message`, if it has one.
+pub fn button_action(message: &Value, label: &str) -> Option<String> {
+    message["blocks"]
+        .as_array()?
+        .iter()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+        .find(|e| {
+            e["text"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(label))
+        })
+        .and_then(|e| e["action_id"].as_str().map(str::to_string))
 }
 
 fn texts(messages: &[Value]) -> Vec<String> {

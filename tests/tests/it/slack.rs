@@ -151,18 +151,7 @@ fn notices(fake: &FakeSlack, kind: &str) -> Vec<Value> {
 
 /// The action id of the button labelled `label` in a posted message.
 fn action_of(message: &Value, label: &str) -> String {
-    message["blocks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|b| b["type"] == "actions")
-        .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
-        .find(|e| {
-            e["text"]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains(label))
-        })
-        .and_then(|e| e["action_id"].as_str().map(str::to_string))
+    fake_slack::button_action(message, label)
         .unwrap_or_else(|| panic!("no button {label:?} in {message}"))
 }
 
