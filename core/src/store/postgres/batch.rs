@@ -31,7 +31,7 @@ pub(super) type Written = (CommittedTurn, Vec<StoredMessage>);
 const REFUSED: &str = "KWB01";
 
 /// The statement; its parameters are [`AtOnce::run`]'s binds, in order.
-const AT_ONCE: &str = "\
+pub(super) const AT_ONCE: &str = "\
 WITH sync AS (SELECT set_config('synchronous_commit', COALESCE($1, current_setting('synchronous_commit')), true) AS s),
 kept AS (
   INSERT INTO inbox (platform, chat, message_id, incoming, created_ms)
@@ -90,6 +90,14 @@ SELECT CASE WHEN (SELECT count(*) FROM created) + (SELECT count(*) FROM updated)
             ELSE kaiwa_batch_refused() END AS sessions,
        COALESCE((SELECT array_agg(id ORDER BY n) FROM message_ids), '{}') AS messages,
        (SELECT s FROM sync) AS sync";
+
+/// [`clear_and_mark`]'s statement.
+pub(super) const CLEAR_AND_MARK: &str = "\
+WITH sync AS (SELECT set_config('synchronous_commit', COALESCE($1, current_setting('synchronous_commit')), true) AS s),
+cleared AS (DELETE FROM inbox AS i USING UNNEST($2::TEXT[], $3::TEXT[], $4::TEXT[]) AS t(p, c, m)
+  WHERE i.platform = t.p AND i.chat = t.c AND i.message_id = t.m),
+marked AS (UPDATE messages SET delivered = TRUE WHERE id = ANY($5::BIGINT[]))
+SELECT s FROM sync";
 
 /// A batch for [`at_once`]: what it writes, one array per column.
 #[derive(Default)]
@@ -269,23 +277,17 @@ async fn clear_and_mark<'e>(
     sync: Option<&str>,
 ) -> Result<(), StoreError> {
     let (platforms, chats, ids) = clear_keys(batch.done.iter().copied());
-    sqlx::query(
-        "WITH sync AS (SELECT set_config('synchronous_commit', COALESCE($1, current_setting('synchronous_commit')), true) AS s), \
-         cleared AS (DELETE FROM inbox AS i USING UNNEST($2::TEXT[], $3::TEXT[], $4::TEXT[]) AS t(p, c, m) \
-         WHERE i.platform = t.p AND i.chat = t.c AND i.message_id = t.m), \
-         marked AS (UPDATE messages SET delivered = TRUE WHERE id = ANY($5::BIGINT[])) \
-         SELECT s FROM sync",
-    )
-    .bind(sync)
-    .bind(&platforms)
-    .bind(&chats)
-    .bind(&ids)
-    .bind(&batch.delivered)
-    .execute(db)
-    .await
-    .map_err(StoreError::db(
-        "clearing handled messages and marking replies delivered",
-    ))?;
+    sqlx::query(CLEAR_AND_MARK)
+        .bind(sync)
+        .bind(&platforms)
+        .bind(&chats)
+        .bind(&ids)
+        .bind(&batch.delivered)
+        .execute(db)
+        .await
+        .map_err(StoreError::db(
+            "clearing handled messages and marking replies delivered",
+        ))?;
     Ok(())
 }
 

@@ -110,14 +110,7 @@ impl PgStore {
             }
             Err(e) => return Err(e.into()),
         }
-        // the writers' statements are the same few, over arrays: planned once per
-        // connection instead of for every batch (planning the batch's statement costs
-        // about as much as running it)
-        let writing = pool_of(writers).connect_lazy_with(
-            options
-                .clone()
-                .options([("plan_cache_mode", "force_generic_plan")]),
-        );
+        let writing = pool_of(writers).connect_lazy_with(writer_options(options.clone()));
         let leasing =
             pool_of(leasers).connect_lazy_with(options.options([("synchronous_commit", "off")]));
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
@@ -182,6 +175,19 @@ impl PgStore {
     pub async fn session_count(&self) -> Result<i64, StoreError> {
         turns::session_count(&self.db).await
     }
+}
+
+/// The writers' connections: their statements are the same few, over arrays, planned
+/// once per connection instead of for every batch (planning the batch's statement costs
+/// about as much as running it). Such a plan is made when the connection first writes,
+/// maybe on a database just created: planned for empty tables, it would read every session
+/// and every inbox entry for each batch ever after, as the tables grow. The writers touch
+/// rows by their keys only, so their plans never scan a table.
+fn writer_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([
+        ("plan_cache_mode", "force_generic_plan"),
+        ("enable_seqscan", "off"),
+    ])
 }
 
 /// A pool of at most `connections`, waiting up to 10 s for one.

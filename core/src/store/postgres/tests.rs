@@ -172,3 +172,52 @@ async fn a_refused_statement_writes_nothing_of_its_batch() {
     assert_eq!(after, before);
     store.close().await;
 }
+
+/// The generic plan a writer's connection makes of `statement`, with every parameter null.
+async fn writers_plan(url: &str, statement: &str) -> String {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let options = sqlx::postgres::PgConnectOptions::from_str(url).expect("a URL");
+    let mut writer = sqlx::PgConnection::connect_with(&super::writer_options(options))
+        .await
+        .expect("connects");
+    let parameters = (1..)
+        .take_while(|n| statement.contains(&format!("${n}")))
+        .count();
+    let nulls = vec!["NULL"; parameters].join(", ");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "PREPARE planned AS {statement}"
+    )))
+    .execute(&mut writer)
+    .await
+    .expect("prepares");
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN EXECUTE planned({nulls})"
+    )))
+    .fetch_all(&mut writer)
+    .await
+    .expect("explains");
+    let _ = writer.close().await;
+    plan.join("\n")
+}
+
+/// Measured: a writer's plan made on a database just created read every session (and
+/// every inbox entry) for each batch, however large the tables grew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_plan_made_on_empty_tables_reads_rows_by_their_keys() {
+    let url = crate::testing::postgres::database_url().await;
+    let store = PgStore::connect(&url).await.expect("connects");
+    for statement in [super::batch::AT_ONCE, super::batch::CLEAR_AND_MARK] {
+        let plan = writers_plan(&url, statement).await;
+        for table in ["sessions", "inbox", "messages"] {
+            assert!(
+                !plan.contains(&format!("Seq Scan on {table}")),
+                "{table} scanned whole:\n{plan}"
+            );
+        }
+        assert!(plan.contains("using inbox_pkey on inbox"), "{plan}");
+    }
+    let plan = writers_plan(&url, super::batch::AT_ONCE).await;
+    assert!(plan.contains("using sessions_pkey on sessions"), "{plan}");
+    store.close().await;
+}
