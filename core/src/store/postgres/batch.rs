@@ -12,6 +12,7 @@
 //!
 //! Ids: new sessions and messages draw theirs from their tables' identity sequences inside
 //! the statement, ranked ascending, so that a turn's messages are numbered in their order.
+//! Each sequence is looked up once per statement (a subquery), not for every row drawn.
 
 use super::single_turn::clean;
 use crate::message::{Incoming, Platform};
@@ -43,7 +44,7 @@ seen AS (
   ON CONFLICT (platform, user_id) DO UPDATE SET display_name = excluded.display_name, last_seen_ms = excluded.last_seen_ms),
 new_ids AS MATERIALIZED (
   SELECT row_number() OVER (ORDER BY id) AS n, id
-  FROM (SELECT nextval(pg_get_serial_sequence('sessions', 'id')) AS id
+  FROM (SELECT nextval((SELECT pg_get_serial_sequence('sessions', 'id'))::regclass) AS id
         FROM generate_series(1, (SELECT count(*) FROM UNNEST($10::BIGINT[]) AS r WHERE r < 0))) AS drawn),
 turns AS MATERIALIZED (
   SELECT t.*, COALESCE(new_ids.id, t.r) AS sid
@@ -67,7 +68,7 @@ marked AS (
   ON CONFLICT DO NOTHING RETURNING 1),
 message_ids AS MATERIALIZED (
   SELECT row_number() OVER (ORDER BY id) AS n, id
-  FROM (SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id
+  FROM (SELECT nextval((SELECT pg_get_serial_sequence('messages', 'id'))::regclass) AS id
         FROM generate_series(1, cardinality($28::BIGINT[]))) AS drawn),
 said AS (
   INSERT INTO messages (id, session_id, role, text, delivered, trace, created_ms)
