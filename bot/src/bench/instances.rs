@@ -34,9 +34,14 @@ impl Server {
         })
     }
 
+    /// The name of the run database `suffix` stands for.
+    fn database(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.name)
+    }
+
     /// A new database named `{name}_{suffix}`; its URL.
     async fn create(&mut self, suffix: &str) -> anyhow::Result<String> {
-        let name = format!("{}_{suffix}", self.name);
+        let name = self.database(suffix);
         // PostgreSQL would cut a longer name, and the URL would name another database
         if name.len() > MAX_IDENTIFIER {
             bail!(
@@ -58,7 +63,7 @@ impl Server {
     }
 
     async fn drop_database(&mut self, suffix: &str) -> anyhow::Result<()> {
-        let name = format!("{}_{suffix}", self.name);
+        let name = self.database(suffix);
         let sql = format!("DROP DATABASE IF EXISTS {}", quoted(&name));
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .execute(&mut self.connection)

@@ -467,16 +467,15 @@ async fn copy_table(
     }
     let names: Vec<String> = shared
         .iter()
-        .map(
-            |(name, _)| match POINTERS.iter().find(|(t, c)| *t == table && c == name) {
+        .map(|(name, _)| {
+            if POINTERS.contains(&(table, name.as_str())) {
                 // a pointer to a session that is not there (deleted while the row was written)
                 // is read as none: a target with the foreign key would refuse it
-                Some(_) => {
-                    format!("(SELECT s.id FROM sessions s WHERE s.id = {table}.{name}) AS {name}")
-                }
-                None => name.clone(),
-            },
-        )
+                format!("(SELECT s.id FROM sessions s WHERE s.id = {table}.{name}) AS {name}")
+            } else {
+                name.clone()
+            }
+        })
         .collect();
     let mut sql = format!("SELECT {} FROM {table}", names.join(", "));
     if table == "leases" {
