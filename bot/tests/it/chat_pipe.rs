@@ -904,6 +904,16 @@ async fn bench_measures_the_database_the_global_option_names() {
         Some(2),
         "{report}"
     );
+    // the mean round and its 95 % interval, which holds it
+    let mean = report["rounds_vs_one_instance_mean"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let interval = &report["rounds_vs_one_instance_ci95"];
+    let (low, high) = (
+        interval[0].as_f64().unwrap_or(f64::NAN),
+        interval[1].as_f64().unwrap_or(f64::NAN),
+    );
+    assert!(mean > 0.0 && low <= mean && mean <= high, "{report}");
     assert!(
         report["cpu_ms_per_turn"].as_f64().unwrap_or(0.0) > 0.0,
         "{report}"
