@@ -13,12 +13,14 @@
 //! keeps a stale instance from writing over a newer turn: its commit fails, and its entry
 //! goes.
 //!
-//! Where things are: `writer` (group commit), `batch` (a batch in one statement),
+//! Where things are: `writer` (group commit), `share` (the writers an instance uses: both
+//! alone, one among other instances), `batch` (a batch in one statement),
 //! `single_turn` (one turn in one transaction, the writer's path for a turn out of the
 //! ordinary), this file ([`Store`], [`Inbox`], connecting, the turn's one-row load). The
 //! queries both backends share are in `store/queries/`.
 
 mod batch;
+mod share;
 mod single_turn;
 #[cfg(test)]
 mod tests;
@@ -55,8 +57,9 @@ pub struct PgStore {
     /// sessions' versions).
     leasing: PgPool,
     /// Turns, inbox entries and clears, delivery marks for the writers ([`writer`]), one
-    /// queue each: a chat's jobs always go to the same writer, in the order asked.
-    jobs: Vec<mpsc::Sender<Job>>,
+    /// queue each: a chat's jobs always go to the same writer, in the order asked
+    /// ([`share::Writers`]: how many of them are in use).
+    writers: Arc<share::Writers>,
     /// Active sessions as this instance last committed or read them.
     hot: Arc<HotSessions>,
     /// Batches the writer could not commit since the store opened.
@@ -115,7 +118,7 @@ impl PgStore {
             pool_of(leasers).connect_lazy_with(options.options([("synchronous_commit", "off")]));
         let hot = Arc::new(HotSessions::fenced(super::CHAT_LEASE_TTL));
         let write_failures = Arc::new(AtomicU64::new(0));
-        let jobs = (0..writers)
+        let jobs: Vec<mpsc::Sender<Job>> = (0..writers)
             .map(|_| {
                 let (jobs, queue) = mpsc::channel(QUEUE);
                 tokio::spawn(writer::group_commit(
@@ -127,43 +130,31 @@ impl PgStore {
                 jobs
             })
             .collect();
+        let writers = Arc::new(share::Writers::new(jobs));
+        tokio::spawn(share::keep_shared(pool.clone(), Arc::downgrade(&writers)));
         Ok(PgStore {
             db: Db::Postgres(pool.clone()),
             pool,
             writing,
             leasing,
-            jobs,
+            writers,
             hot,
             write_failures,
             failures_reported: AtomicU64::new(0),
         })
     }
 
-    /// The writer of `chat`'s jobs (its turns, inbox entries and clears): always the same,
-    /// so that they commit in the order they were asked for.
-    fn writer_of(&self, platform: Platform, chat: &str) -> &mpsc::Sender<Job> {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (platform.as_str(), chat).hash(&mut hasher);
-        &self.jobs[(hasher.finish() % self.jobs.len() as u64) as usize]
-    }
-
-    async fn submit(&self, writer: &mpsc::Sender<Job>, job: Job) -> Result<(), StoreError> {
-        writer.send(job).await.map_err(|_| writer_gone())
+    /// Queues `job` to the writer of `chat`'s jobs (its turns, inbox entries and clears):
+    /// always the same while the writers in use do not change, so that they commit in the
+    /// order they were asked for.
+    async fn submit(&self, platform: Platform, chat: &str, job: Job) -> Result<(), StoreError> {
+        let routes = self.writers.routes().await;
+        routes.send(routes.of(platform, chat), job).await
     }
 
     /// Everything queued for the writers before now is written (or failed).
     async fn flush(&self) -> Result<(), StoreError> {
-        let mut done = Vec::with_capacity(self.jobs.len());
-        for writer in &self.jobs {
-            let (tx, rx) = oneshot::channel();
-            self.submit(writer, Job::Flush(tx)).await?;
-            done.push(rx);
-        }
-        for rx in done {
-            rx.await.map_err(|_| writer_gone())?;
-        }
-        Ok(())
+        self.writers.flush().await
     }
 
     /// The pool, for other stores of the same database (coordination, flows' own tables).
@@ -259,9 +250,10 @@ impl Store for PgStore {
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let writer = self.writer_of(commit.session.key.platform, &commit.session.key.chat);
+        let key = commit.session.key.clone();
         self.submit(
-            writer,
+            key.platform,
+            &key.chat,
             Job::Turn {
                 commit: Box::new(commit),
                 reply,
@@ -277,16 +269,18 @@ impl Store for PgStore {
         }
         // its turn is committed: any writer will do; answered once the mark is committed
         // (the instance that takes the chat over if this one dies resends what is not)
-        let writer = &self.jobs[(message_ids[0].unsigned_abs() % self.jobs.len() as u64) as usize];
         let (done, committed) = oneshot::channel();
-        self.submit(
-            writer,
-            Job::Delivered {
-                ids: message_ids.to_vec(),
-                done,
-            },
-        )
-        .await?;
+        let routes = self.writers.routes().await;
+        routes
+            .send(
+                routes.any(message_ids[0].unsigned_abs()),
+                Job::Delivered {
+                    ids: message_ids.to_vec(),
+                    done,
+                },
+            )
+            .await?;
+        drop(routes);
         committed.await.map_err(|_| writer_gone())?
     }
 
@@ -393,9 +387,9 @@ impl Store for PgStore {
 #[async_trait]
 impl Inbox for PgStore {
     async fn inbox_put(&self, incoming: &Incoming) -> Result<(), StoreError> {
-        let writer = self.writer_of(incoming.platform, &incoming.chat);
         self.submit(
-            writer,
+            incoming.platform,
+            &incoming.chat,
             Job::Keep {
                 entries: vec![incoming.clone()],
                 durable: None,
@@ -411,7 +405,8 @@ impl Inbox for PgStore {
         message_id: &str,
     ) -> Result<(), StoreError> {
         self.submit(
-            self.writer_of(platform, chat),
+            platform,
+            chat,
             Job::Done {
                 platform,
                 chat: chat.to_string(),
@@ -426,32 +421,29 @@ impl Inbox for PgStore {
             return Ok(());
         }
         // each chat's entries to its writer, all of them committed before the answer
-        let mut by_writer: Vec<Vec<Incoming>> = vec![Vec::new(); self.jobs.len()];
+        let routes = self.writers.routes().await;
+        let mut by_writer: Vec<Vec<Incoming>> = vec![Vec::new(); routes.count()];
         for message in incoming {
-            let writer = self.writer_of(message.platform, &message.chat);
-            let i = self
-                .jobs
-                .iter()
-                .position(|w| w.same_channel(writer))
-                .unwrap_or(0);
-            by_writer[i].push(message.clone());
+            by_writer[routes.of(message.platform, &message.chat)].push(message.clone());
         }
         let mut waiting = Vec::new();
-        for (writer, entries) in self.jobs.iter().zip(by_writer) {
+        for (queue, entries) in by_writer.into_iter().enumerate() {
             if entries.is_empty() {
                 continue;
             }
             let (durable, committed) = oneshot::channel();
-            self.submit(
-                writer,
-                Job::Keep {
-                    entries,
-                    durable: Some(durable),
-                },
-            )
-            .await?;
+            routes
+                .send(
+                    queue,
+                    Job::Keep {
+                        entries,
+                        durable: Some(durable),
+                    },
+                )
+                .await?;
             waiting.push(committed);
         }
+        drop(routes);
         for committed in waiting {
             committed.await.map_err(|_| writer_gone())??;
         }

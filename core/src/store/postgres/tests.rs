@@ -231,3 +231,70 @@ async fn a_writers_plan_made_on_empty_tables_reads_rows_by_their_keys() {
     }
     store.close().await;
 }
+
+/// An instance alone uses both its writers; among others, one (the writers in use move
+/// with the leases' holders), and its turns still all commit, in order across a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_among_others_uses_one_writer() {
+    use crate::store::Leases;
+    use std::time::Duration;
+    let url = crate::testing::postgres::database_url().await;
+    let (a, b) = (
+        PgStore::connect(&url).await.expect("connects"),
+        PgStore::connect(&url).await.expect("connects"),
+    );
+    let ttl = Duration::from_secs(30);
+    let update = |store: &PgStore| {
+        let (writers, pool) = (store.writers.clone(), store.pool.clone());
+        async move { writers.update(&pool).await.expect("counts") }
+    };
+    assert_eq!(update(&a).await, 2, "no lease yet");
+    assert!(
+        a.lease("chat:telegram:a", "instance-a", ttl)
+            .await
+            .expect("takes")
+    );
+    assert_eq!(update(&a).await, 2, "alone");
+    assert!(
+        b.lease("chat:telegram:b", "instance-b", ttl)
+            .await
+            .expect("takes")
+    );
+    assert_eq!(update(&a).await, 1, "two instances");
+    assert_eq!(a.writers.in_use().await, 1);
+    // an expired lease is an instance gone
+    assert!(
+        b.lease("chat:telegram:b", "instance-b", Duration::ZERO)
+            .await
+            .expect("renews")
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(update(&a).await, 2, "the other one gone");
+    // turns of many chats, each session's one after another, while the writers in use
+    // change back and forth: every turn commits, none refused as stale
+    let turns = (0..20).map(|i| {
+        let a = &a;
+        async move {
+            let chat = format!("many-{i}");
+            let mut session = SessionRecord::draft(place(&chat), "assistant");
+            for t in 0..5 {
+                session = a
+                    .commit_turn(commit(session, &format!("{chat}-{t}"), said("hi", "hello")))
+                    .await
+                    .expect("commits")
+                    .session;
+            }
+        }
+    });
+    let changes = async {
+        for n in [1, 2, 1, 2, 1] {
+            a.writers.set(n).await.expect("sets");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    futures::future::join(futures::future::join_all(turns), changes).await;
+    assert_eq!(count(&a, "sessions").await, 20);
+    assert_eq!(count(&a, "processed_updates").await, 100);
+    a.close().await;
+    b.close().await;
+}

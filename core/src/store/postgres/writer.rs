@@ -1,5 +1,6 @@
-//! Group commit on PostgreSQL: each writer task (up to two per instance, a chat's jobs
-//! always to the same one, so they commit in the order asked) drains its queue of turns,
+//! Group commit on PostgreSQL: each writer task (up to two per instance, one in use while
+//! other instances share the database: [`super::share`]; a chat's jobs always to the same
+//! one, so they commit in the order asked) drains its queue of turns,
 //! inbox entries, inbox clears and delivery marks into one transaction, so that turns
 //! finishing at the same time share one commit (one WAL flush) instead of waiting for one
 //! each.

@@ -1,0 +1,238 @@
+//! How many of an instance's writers take its chats: both while it is the only instance on
+//! the database, one when others hold leases there too.
+//!
+//! A writer's batch runs on one server backend. One instance alone runs two, so that a
+//! batch is built and sent while the other commits. Every writer more makes the batches
+//! smaller (the same turns spread over more queues), the commits more frequent, and the
+//! server's backends contend for the same pages: on the 2-core machine of
+//! `docs/performance.md` the server's CPU per turn grew from 0.141 – 0.171 ms with two
+//! writers in all to 0.160 – 0.196 with four, whether as one instance of four or two of
+//! two. So an instance among others sends all its chats to one writer: each instance
+//! still adds a writer of its own, and the writers in all grow with the instances, never
+//! below one per instance.
+//!
+//! The instances are counted by the holders of leases not expired ([`count_holders`]),
+//! every [`SHARE_EVERY`]. A chat's jobs must commit in the order asked: a change of the
+//! writers in use first waits until everything queued is written, and nothing is queued
+//! meanwhile ([`Writers::set`]).
+
+use super::writer::{Job, writer_gone};
+use crate::message::Platform;
+use crate::store::StoreError;
+use sqlx::PgPool;
+use std::sync::Weak;
+use std::time::Duration;
+use tokio::sync::{RwLock, RwLockReadGuard, mpsc, oneshot};
+
+/// How often an instance counts the instances on its database.
+pub(super) const SHARE_EVERY: Duration = Duration::from_millis(250);
+
+/// The instances holding a lease that has not expired (`$1`: now, in milliseconds).
+const HOLDERS: &str = "SELECT count(DISTINCT holder) FROM leases WHERE expires_ms >= $1";
+
+/// The writers' queues, and how many of them take new jobs.
+pub(super) struct Writers {
+    jobs: Vec<mpsc::Sender<Job>>,
+    /// Chats are spread over the first `in_use` queues; held (read) while a job is queued.
+    in_use: RwLock<usize>,
+}
+
+/// The queues in use, while jobs are sent to them.
+pub(super) struct Routes<'a> {
+    in_use: RwLockReadGuard<'a, usize>,
+    jobs: &'a [mpsc::Sender<Job>],
+}
+
+impl Routes<'_> {
+    /// The queue of `chat`'s jobs (its turns, inbox entries and clears): always the same
+    /// while the writers in use do not change, so that they commit in the order asked.
+    pub(super) fn of(&self, platform: Platform, chat: &str) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (platform.as_str(), chat).hash(&mut hasher);
+        (hasher.finish() % *self.in_use as u64) as usize
+    }
+
+    /// Any queue in use, by `key` (a job with no order to keep).
+    pub(super) fn any(&self, key: u64) -> usize {
+        (key % *self.in_use as u64) as usize
+    }
+
+    /// The queues in use.
+    pub(super) fn count(&self) -> usize {
+        *self.in_use
+    }
+
+    pub(super) async fn send(&self, queue: usize, job: Job) -> Result<(), StoreError> {
+        self.jobs[queue].send(job).await.map_err(|_| writer_gone())
+    }
+}
+
+impl Writers {
+    /// All of `jobs` in use (until told of other instances).
+    pub(super) fn new(jobs: Vec<mpsc::Sender<Job>>) -> Writers {
+        let in_use = RwLock::new(jobs.len());
+        Writers { jobs, in_use }
+    }
+
+    /// The queues in use; a change of their number waits until these are dropped.
+    pub(super) async fn routes(&self) -> Routes<'_> {
+        Routes {
+            in_use: self.in_use.read().await,
+            jobs: &self.jobs,
+        }
+    }
+
+    /// Everything queued before now is written (or failed).
+    pub(super) async fn flush(&self) -> Result<(), StoreError> {
+        let mut done = Vec::with_capacity(self.jobs.len());
+        for queue in &self.jobs {
+            let (tx, rx) = oneshot::channel();
+            queue
+                .send(Job::Flush(tx))
+                .await
+                .map_err(|_| writer_gone())?;
+            done.push(rx);
+        }
+        for rx in done {
+            rx.await.map_err(|_| writer_gone())?;
+        }
+        Ok(())
+    }
+
+    /// The writers in use now.
+    pub(super) async fn in_use(&self) -> usize {
+        *self.in_use.read().await
+    }
+
+    /// The writers an instance among `instances` (this one included) uses.
+    pub(super) fn share_of(&self, instances: usize) -> usize {
+        (self.jobs.len() / instances.max(1)).max(1)
+    }
+
+    /// `n` writers in use from now: once everything queued is written, nothing being
+    /// queued meanwhile (a chat moving to another queue must not overtake its own jobs).
+    pub(super) async fn set(&self, n: usize) -> Result<(), StoreError> {
+        let n = n.clamp(1, self.jobs.len().max(1));
+        let mut in_use = self.in_use.write().await;
+        if *in_use != n {
+            self.flush().await?;
+            *in_use = n;
+        }
+        Ok(())
+    }
+
+    /// Counts the instances on `pool`'s database and sets the writers in use.
+    pub(super) async fn update(&self, pool: &PgPool) -> Result<usize, StoreError> {
+        // this instance holds no lease yet (it has not written a turn): it counts all the same
+        let share = self.share_of(count_holders(pool).await?.max(1));
+        self.set(share).await?;
+        Ok(share)
+    }
+}
+
+/// How many instances hold a lease on `pool`'s database.
+pub(super) async fn count_holders(pool: &PgPool) -> Result<usize, StoreError> {
+    let (now, _) = crate::store::writes::lease_times(Duration::ZERO);
+    let (holders,): (i64,) = sqlx::query_as(HOLDERS)
+        .bind(now)
+        .fetch_one(pool)
+        .await
+        .map_err(StoreError::db("counting the instances"))?;
+    Ok(usize::try_from(holders).unwrap_or(0))
+}
+
+/// Keeps the writers in use to this instance's share among those on `pool`'s database,
+/// until the store is gone (its writers with it) or its pool closed.
+pub(super) async fn keep_shared(pool: PgPool, writers: Weak<Writers>) {
+    let mut every = tokio::time::interval(SHARE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(writers) = writers.upgrade() else {
+            return;
+        };
+        if pool.is_closed() {
+            return;
+        }
+        let before = writers.in_use().await;
+        match writers.update(&pool).await {
+            Ok(now) if now != before => {
+                tracing::info!(writers = now, "the instances on the database changed");
+            }
+            Ok(_) => {}
+            // the writers in use stay: a count is tried again soon
+            Err(e) => tracing::debug!(error = %e, "could not count the instances on the database"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writers(n: usize) -> (Writers, Vec<mpsc::Receiver<Job>>) {
+        let (jobs, queues) = (0..n).map(|_| mpsc::channel(16)).unzip();
+        (Writers::new(jobs), queues)
+    }
+
+    #[test]
+    fn an_instance_among_others_uses_one_writer_and_never_none() {
+        let (two, _queues) = writers(2);
+        assert_eq!(two.share_of(0), 2);
+        assert_eq!(two.share_of(1), 2);
+        assert_eq!(two.share_of(2), 1);
+        assert_eq!(two.share_of(7), 1);
+        assert_eq!(writers(1).0.share_of(1), 1);
+        assert_eq!(writers(4).0.share_of(2), 2);
+    }
+
+    #[tokio::test]
+    async fn a_change_waits_for_what_is_queued_and_moves_every_chat_to_the_writers_in_use() {
+        let (writers, mut queues) = writers(2);
+        let writers = std::sync::Arc::new(writers);
+        // a chat of each queue
+        let chats: Vec<String> = {
+            let routes = writers.routes().await;
+            let mut found = vec![None, None];
+            for i in 0.. {
+                let chat = format!("chat-{i}");
+                found[routes.of(Platform::Telegram, &chat)].get_or_insert(chat);
+                if found.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+            found.into_iter().flatten().collect()
+        };
+        let setting = tokio::spawn({
+            let writers = writers.clone();
+            async move { writers.set(1).await }
+        });
+        // the change waits until both queues are written, and queues nothing meanwhile
+        let mut flushes = Vec::new();
+        for queue in &mut queues {
+            match queue.recv().await {
+                Some(Job::Flush(done)) => flushes.push(done),
+                _ => panic!("a flush first"),
+            }
+        }
+        let queuing = tokio::spawn({
+            let writers = writers.clone();
+            async move { writers.routes().await.count() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!setting.is_finished(), "nothing written yet");
+        assert!(!queuing.is_finished(), "a job waits for the change");
+        for done in flushes {
+            let _ = done.send(());
+        }
+        setting.await.expect("set").expect("sets");
+        assert_eq!(queuing.await.expect("queued"), 1, "queued after the change");
+        assert_eq!(writers.in_use().await, 1);
+        let routes = writers.routes().await;
+        for chat in &chats {
+            assert_eq!(routes.of(Platform::Telegram, chat), 0);
+        }
+        assert_eq!(routes.any(7), 0);
+    }
+}
