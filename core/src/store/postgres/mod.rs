@@ -250,16 +250,18 @@ impl Store for PgStore {
 
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommittedTurn, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let key = commit.session.key.clone();
-        self.submit(
-            key.platform,
-            &key.chat,
-            Job::Turn {
-                commit: Box::new(commit),
-                reply,
-            },
-        )
-        .await?;
+        let routes = self.writers.routes().await;
+        let queue = routes.of(commit.session.key.platform, &commit.session.key.chat);
+        routes
+            .send(
+                queue,
+                Job::Turn {
+                    commit: Box::new(commit),
+                    reply,
+                },
+            )
+            .await?;
+        drop(routes);
         answer.await.map_err(|_| writer_gone())?
     }
 
