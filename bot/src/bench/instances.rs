@@ -151,8 +151,8 @@ pub(super) async fn instances_and_one(
         .zip(&several)
         .map(|(one, several)| throughput_ratio(several, one))
         .collect();
-    // a shared machine's rounds scatter (±15 % on the 2-core VM of docs/performance.md):
-    // the mean round and the interval that holds the true one, 19 times in 20
+    // a shared machine's rounds scatter (docs/performance.md): the mean round and the
+    // interval that holds the true one, 19 times in 20
     if let Some((mean, low, high)) = mean_and_interval(&rounds) {
         report["rounds_vs_one_instance_mean"] = serde_json::json!(round3(mean));
         report["rounds_vs_one_instance_ci95"] = serde_json::json!([round3(low), round3(high)]);

@@ -3,13 +3,11 @@
 //!
 //! A writer's batch runs on one server backend. One instance alone runs two, so that a
 //! batch is built and sent while the other commits. Every writer more makes the batches
-//! smaller (the same turns spread over more queues), the commits more frequent, and the
-//! server's backends contend for the same pages: on the 2-core machine of
-//! `docs/performance.md` the server's CPU per turn grew from 0.141 – 0.171 ms with two
-//! writers in all to 0.160 – 0.196 with four, whether as one instance of four or two of
-//! two. So an instance among others sends all its chats to one writer: each instance
-//! still adds a writer of its own, and the writers in all grow with the instances, never
-//! below one per instance.
+//! smaller (the same turns spread over more queues) and the commits more frequent, and
+//! the server's CPU per turn grows with the writers in all, not with the instances
+//! (`docs/performance.md`, "Where two instances lose to one"). So an instance among
+//! others sends all its chats to one writer: each instance still adds a writer of its
+//! own, and the writers in all grow with the instances, never below one per instance.
 //!
 //! The instances are counted by the holders of leases not expired ([`count_holders`]),
 //! every [`SHARE_EVERY`]. A chat's jobs must commit in the order asked: a change of the
