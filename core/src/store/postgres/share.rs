@@ -110,8 +110,12 @@ impl Writers {
 
     /// `n` writers in use from now: once everything queued is written, nothing being
     /// queued meanwhile (a chat moving to another queue must not overtake its own jobs).
+    /// No change, no wait: jobs are held back only when the writers in use do change.
     pub(super) async fn set(&self, n: usize) -> Result<(), StoreError> {
         let n = n.clamp(1, self.jobs.len().max(1));
+        if self.in_use().await == n {
+            return Ok(());
+        }
         let mut in_use = self.in_use.write().await;
         if *in_use != n {
             self.flush().await?;
@@ -123,7 +127,8 @@ impl Writers {
     /// Counts the instances on `pool`'s database and sets the writers in use.
     pub(super) async fn update(&self, pool: &PgPool) -> Result<usize, StoreError> {
         // this instance holds no lease yet (it has not written a turn): it counts all the same
-        let share = self.share_of(count_holders(pool).await?.max(1));
+        // (`share_of` counts none as one)
+        let share = self.share_of(count_holders(pool).await?);
         self.set(share).await?;
         Ok(share)
     }
@@ -131,9 +136,8 @@ impl Writers {
 
 /// How many instances hold a lease on `pool`'s database.
 pub(super) async fn count_holders(pool: &PgPool) -> Result<usize, StoreError> {
-    let (now, _) = crate::store::writes::lease_times(Duration::ZERO);
     let (holders,): (i64,) = sqlx::query_as(HOLDERS)
-        .bind(now)
+        .bind(crate::store::rows::ms(chrono::Utc::now()))
         .fetch_one(pool)
         .await
         .map_err(StoreError::db("counting the instances"))?;
@@ -183,6 +187,19 @@ mod tests {
         assert_eq!(two.share_of(7), 1);
         assert_eq!(writers(1).0.share_of(1), 1);
         assert_eq!(writers(4).0.share_of(2), 2);
+    }
+
+    #[tokio::test]
+    async fn the_same_count_again_holds_nothing_back() {
+        let (writers, _queues) = writers(2);
+        // a job being queued: an unchanged count neither waits for it nor flushes
+        let queuing = writers.routes().await;
+        tokio::time::timeout(Duration::from_secs(1), writers.set(2))
+            .await
+            .expect("no wait")
+            .expect("sets");
+        drop(queuing);
+        assert_eq!(writers.in_use().await, 2);
     }
 
     #[tokio::test]
