@@ -187,7 +187,7 @@ pub(crate) async fn run(
     }
     kaiwa
         .store
-        .claim_sole_use()
+        .claim_for_run()
         .await
         .map_err(|source| Error::Database {
             url: crate::app::redact_url(&kaiwa.settings.database_url),

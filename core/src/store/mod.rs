@@ -733,10 +733,13 @@ pub trait Store: Reads + Inbox + Leases + Staff + SearchCache + console::Console
     /// Deletes the messages of sessions last active before `before` (retention).
     /// Returns the messages deleted.
     async fn delete_transcripts_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
-    /// Claims the database for this process alone where the backend needs that (SQLite:
-    /// one `kaiwa run` per file, its group commit and cache are the only writers); fails
-    /// with [`StoreError::InUse`] when another process holds it. PostgreSQL: nothing to do.
-    async fn claim_sole_use(&self) -> Result<(), StoreError>;
+    /// Claims the database for this `kaiwa run` (not for a one-off command such as
+    /// `kaiwa db copy`). SQLite: for this process alone (one `kaiwa run` per file, its
+    /// group commit and cache are the only writers); fails with [`StoreError::InUse`] when
+    /// another process holds it. PostgreSQL: a place among the instances on the database,
+    /// by which they count each other (`postgres/share.rs`); given up at close, or expired
+    /// with an instance killed.
+    async fn claim_for_run(&self) -> Result<(), StoreError>;
     /// Whether a write can be committed now (a read-only file or a full disk fails it):
     /// what `/healthz` asks. Leaves nothing behind.
     async fn check_writable(&self) -> Result<(), StoreError>;

@@ -131,7 +131,11 @@ impl PgStore {
             })
             .collect();
         let writers = Arc::new(share::Writers::new(jobs));
-        tokio::spawn(share::keep_shared(pool.clone(), Arc::downgrade(&writers)));
+        tokio::spawn(share::keep_shared(
+            pool.clone(),
+            leasing.clone(),
+            Arc::downgrade(&writers),
+        ));
         Ok(PgStore {
             db: Db::Postgres(pool.clone()),
             pool,
@@ -155,6 +159,13 @@ impl PgStore {
     /// Everything queued for the writers before now is written (or failed).
     async fn flush(&self) -> Result<(), StoreError> {
         self.writers.flush().await
+    }
+
+    /// Counts the instances running on the database now and sets the writers this one uses
+    /// to its share, as it does every `SHARE_EVERY`; the writers in use. For
+    /// `kaiwa bench --instances`, whose instances all start at once.
+    pub async fn count_instances(&self) -> Result<usize, StoreError> {
+        self.writers.update(&self.pool).await
     }
 
     /// The pool, for other stores of the same database (coordination, flows' own tables).
@@ -339,8 +350,11 @@ impl Store for PgStore {
         done
     }
 
-    async fn claim_sole_use(&self) -> Result<(), StoreError> {
-        // several instances share a PostgreSQL database: leases divide the work
+    async fn claim_for_run(&self) -> Result<(), StoreError> {
+        // several instances share a PostgreSQL database (leases divide the work): this one
+        // takes its place among them, and its share of its writers
+        let writers = self.writers.claim(&self.pool, &self.leasing).await?;
+        tracing::info!(writers, "running among the instances on the database");
         Ok(())
     }
 
@@ -380,6 +394,7 @@ impl Store for PgStore {
         if let Err(e) = self.flush().await {
             tracing::warn!(error = %e, "the writes queued at shutdown could not be written");
         }
+        self.writers.leave(&self.leasing).await;
         self.writing.close().await;
         self.leasing.close().await;
         self.pool.close().await;

@@ -1,5 +1,5 @@
 //! How many of an instance's writers take its chats: both while it is the only instance on
-//! the database, one when others hold leases there too.
+//! the database, one when others run there too.
 //!
 //! A writer's batch runs on one server backend. One instance alone runs two, so that a
 //! batch is built and sent while the other commits. Every writer more makes the batches
@@ -9,30 +9,59 @@
 //! others sends all its chats to one writer: each instance still adds a writer of its
 //! own, and the writers in all grow with the instances, never below one per instance.
 //!
-//! The instances are counted by the holders of leases not expired ([`count_holders`]),
-//! every [`SHARE_EVERY`]. A chat's jobs must commit in the order asked: a change of the
-//! writers in use first waits until everything queued is written, and nothing is queued
-//! meanwhile ([`Writers::set`]).
+//! The instances count each other by their places: a lease each `kaiwa run` takes when it
+//! claims the database ([`Writers::claim`]), renews while it runs and gives up when it
+//! stops (a killed one's expires). An instance counts them when it claims its own, so it
+//! starts with its share, and again every [`SHARE_EVERY`], so that the others see it come
+//! and go. A chat's jobs must commit in the order asked: a change of the writers in use
+//! first waits until everything queued is written, and nothing is queued meanwhile
+//! ([`Writers::set`]).
 
 use super::writer::{Job, writer_gone};
 use crate::message::Platform;
 use crate::store::StoreError;
+use crate::store::writes::{LEASE_RELEASE, LEASE_TAKE, lease_times};
 use sqlx::PgPool;
 use std::sync::Weak;
-use std::time::Duration;
-use tokio::sync::{RwLock, RwLockReadGuard, mpsc, oneshot};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, RwLock, RwLockReadGuard, mpsc, oneshot};
 
 /// How often an instance counts the instances on its database.
 pub(super) const SHARE_EVERY: Duration = Duration::from_millis(250);
 
-/// The instances holding a lease that has not expired (`$1`: now, in milliseconds).
-const HOLDERS: &str = "SELECT count(DISTINCT holder) FROM leases WHERE expires_ms >= $1";
+/// The names of the instances' places (`running:` and the instance's own id).
+const PLACE: &str = "running:";
+
+/// How long a place lasts unrenewed: a killed instance is counted no longer.
+const PLACE_TTL: Duration = crate::store::CHAT_LEASE_TTL;
+
+/// How often a running instance renews its place.
+const RENEW_PLACE_EVERY: Duration = Duration::from_secs(2);
+
+/// The places not expired (`$1`: now, in milliseconds; `$2`: [`PLACE`]).
+const RUNNING: &str =
+    "SELECT count(*) FROM leases WHERE substr(name, 1, length($2)) = $2 AND expires_ms >= $1";
+
+/// Where an instance stands among those on its database.
+enum Place {
+    /// Not claimed: a one-off command (`kaiwa db copy`), or a run not started yet.
+    Unclaimed,
+    /// Held, last renewed then.
+    Held(Instant),
+    /// Given up: the store is closing.
+    Left,
+}
 
 /// The writers' queues, and how many of them take new jobs.
 pub(super) struct Writers {
     jobs: Vec<mpsc::Sender<Job>>,
     /// Chats are spread over the first `in_use` queues; held (read) while a job is queued.
     in_use: RwLock<usize>,
+    /// This instance's id: its place is the lease `running:{id}`, held by `id`.
+    pub(super) id: String,
+    /// Whether it holds its place (locked while the lease is written, so that a renewal
+    /// never outlives the leaving).
+    place: Mutex<Place>,
 }
 
 /// The queues in use, while jobs are sent to them.
@@ -70,7 +99,73 @@ impl Writers {
     /// All of `jobs` in use (until told of other instances).
     pub(super) fn new(jobs: Vec<mpsc::Sender<Job>>) -> Writers {
         let in_use = RwLock::new(jobs.len());
-        Writers { jobs, in_use }
+        Writers {
+            jobs,
+            in_use,
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            place: Mutex::new(Place::Unclaimed),
+        }
+    }
+
+    fn place_name(&self) -> String {
+        format!("{PLACE}{}", self.id)
+    }
+
+    /// Takes this instance's place among those on the database (on `leasing`), and sets
+    /// the writers in use to its share at once (counted on `pool`). Nothing once it left.
+    pub(super) async fn claim(&self, pool: &PgPool, leasing: &PgPool) -> Result<usize, StoreError> {
+        {
+            let mut place = self.place.lock().await;
+            if matches!(*place, Place::Left) {
+                return Ok(self.in_use().await);
+            }
+            self.take_place(leasing).await?;
+            *place = Place::Held(Instant::now());
+        }
+        self.update(pool).await
+    }
+
+    /// Renews this instance's place when [`RENEW_PLACE_EVERY`] has passed.
+    async fn renew_when_due(&self, leasing: &PgPool) -> Result<(), StoreError> {
+        let mut place = self.place.lock().await;
+        if let Place::Held(at) = *place
+            && at.elapsed() >= RENEW_PLACE_EVERY
+        {
+            self.take_place(leasing).await?;
+            *place = Place::Held(Instant::now());
+        }
+        Ok(())
+    }
+
+    async fn take_place(&self, leasing: &PgPool) -> Result<(), StoreError> {
+        let (now, until) = lease_times(PLACE_TTL);
+        sqlx::query(LEASE_TAKE)
+            .bind(self.place_name())
+            .bind(&self.id)
+            .bind(until)
+            .bind(now)
+            .execute(leasing)
+            .await
+            .map_err(StoreError::db(
+                "taking the instance's place on the database",
+            ))?;
+        Ok(())
+    }
+
+    /// Gives up this instance's place (a clean stop: the others count one less at once).
+    pub(super) async fn leave(&self, leasing: &PgPool) {
+        let mut place = self.place.lock().await;
+        let held = matches!(*place, Place::Held(_));
+        *place = Place::Left;
+        if held
+            && let Err(e) = sqlx::query(LEASE_RELEASE)
+                .bind(self.place_name())
+                .bind(&self.id)
+                .execute(leasing)
+                .await
+        {
+            tracing::debug!(error = %e, "could not give up the instance's place (it expires)");
+        }
     }
 
     /// The queues in use; a change of their number waits until these are dropped.
@@ -124,29 +219,29 @@ impl Writers {
         Ok(())
     }
 
-    /// Counts the instances on `pool`'s database and sets the writers in use.
+    /// Counts the instances on `pool`'s database and sets the writers in use; their number.
     pub(super) async fn update(&self, pool: &PgPool) -> Result<usize, StoreError> {
-        // this instance holds no lease yet (it has not written a turn): it counts all the same
-        // (`share_of` counts none as one)
-        let share = self.share_of(count_holders(pool).await?);
+        // a store not claimed for a run counts the others only (`share_of` counts none as one)
+        let share = self.share_of(count_running(pool).await?);
         self.set(share).await?;
         Ok(share)
     }
 }
 
-/// How many instances hold a lease on `pool`'s database.
-pub(super) async fn count_holders(pool: &PgPool) -> Result<usize, StoreError> {
-    let (holders,): (i64,) = sqlx::query_as(HOLDERS)
+/// How many instances run on `pool`'s database (hold a place not expired).
+async fn count_running(pool: &PgPool) -> Result<usize, StoreError> {
+    let (running,): (i64,) = sqlx::query_as(RUNNING)
         .bind(crate::store::rows::ms(chrono::Utc::now()))
+        .bind(PLACE)
         .fetch_one(pool)
         .await
         .map_err(StoreError::db("counting the instances"))?;
-    Ok(usize::try_from(holders).unwrap_or(0))
+    Ok(usize::try_from(running).unwrap_or(0))
 }
 
-/// Keeps the writers in use to this instance's share among those on `pool`'s database,
-/// until the store is gone (its writers with it) or its pool closed.
-pub(super) async fn keep_shared(pool: PgPool, writers: Weak<Writers>) {
+/// Keeps this instance's place renewed and the writers in use to its share among those on
+/// `pool`'s database, until the store is gone (its writers with it) or its pool closed.
+pub(super) async fn keep_shared(pool: PgPool, leasing: PgPool, writers: Weak<Writers>) {
     let mut every = tokio::time::interval(SHARE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -156,6 +251,10 @@ pub(super) async fn keep_shared(pool: PgPool, writers: Weak<Writers>) {
         };
         if pool.is_closed() {
             return;
+        }
+        if let Err(e) = writers.renew_when_due(&leasing).await {
+            // tried again at the next count; the place lasts a few renewals
+            tracing::debug!(error = %e, "could not renew the instance's place on the database");
         }
         let before = writers.in_use().await;
         match writers.update(&pool).await {

@@ -232,8 +232,9 @@ async fn a_writers_plan_made_on_empty_tables_reads_rows_by_their_keys() {
     store.close().await;
 }
 
-/// An instance alone uses both its writers; among others, one (the writers in use move
-/// with the leases' holders), and its turns still all commit, in order across a change.
+/// An instance alone uses both its writers; among others, one (the writers in use follow
+/// the instances running on the database: counted when one claims its place, and again
+/// as they come and go), and its turns still all commit, in order across a change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_among_others_uses_one_writer() {
     use crate::store::Leases;
@@ -243,33 +244,64 @@ async fn an_instance_among_others_uses_one_writer() {
         PgStore::connect(&url).await.expect("connects"),
         PgStore::connect(&url).await.expect("connects"),
     );
-    let ttl = Duration::from_secs(30);
-    let update = |store: &PgStore| {
-        let (writers, pool) = (store.writers.clone(), store.pool.clone());
-        async move { writers.update(&pool).await.expect("counts") }
+    assert_eq!(
+        a.count_instances().await.expect("counts"),
+        2,
+        "none runs yet"
+    );
+    a.claim_for_run().await.expect("claims");
+    assert_eq!(a.writers.in_use().await, 2, "alone");
+    // a store not claimed for a run (a one-off command) is not an instance, and the chats'
+    // leases count for nothing
+    assert!(
+        b.lease("chat:telegram:b", "instance-b", Duration::from_secs(30))
+            .await
+            .expect("takes")
+    );
+    assert_eq!(a.count_instances().await.expect("counts"), 2, "still alone");
+    // an instance that starts among others starts with its share; the other follows at its
+    // next count
+    b.claim_for_run().await.expect("claims");
+    assert_eq!(b.writers.in_use().await, 1, "started among others");
+    assert_eq!(
+        a.count_instances().await.expect("counts"),
+        1,
+        "two instances"
+    );
+    // one that stops gives its place up at once
+    b.close().await;
+    assert_eq!(
+        a.count_instances().await.expect("counts"),
+        2,
+        "the other one stopped"
+    );
+    // and one killed is counted until its place expires
+    let c = PgStore::connect(&url).await.expect("connects");
+    c.claim_for_run().await.expect("claims");
+    assert_eq!(a.count_instances().await.expect("counts"), 1, "a third one");
+    drop(c);
+    sqlx::query("UPDATE leases SET expires_ms = 0 WHERE name LIKE 'running:%' AND holder <> $1")
+        .bind(&a.writers.id)
+        .execute(&a.pool)
+        .await
+        .expect("expires");
+    assert_eq!(
+        a.count_instances().await.expect("counts"),
+        2,
+        "the killed one expired"
+    );
+    // the count every quarter second follows too
+    let d = PgStore::connect(&url).await.expect("connects");
+    d.claim_for_run().await.expect("claims");
+    let seen = async {
+        while a.writers.in_use().await != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     };
-    assert_eq!(update(&a).await, 2, "no lease yet");
-    assert!(
-        a.lease("chat:telegram:a", "instance-a", ttl)
-            .await
-            .expect("takes")
-    );
-    assert_eq!(update(&a).await, 2, "alone");
-    assert!(
-        b.lease("chat:telegram:b", "instance-b", ttl)
-            .await
-            .expect("takes")
-    );
-    assert_eq!(update(&a).await, 1, "two instances");
-    assert_eq!(a.writers.in_use().await, 1);
-    // an expired lease is an instance gone
-    assert!(
-        b.lease("chat:telegram:b", "instance-b", Duration::ZERO)
-            .await
-            .expect("renews")
-    );
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    assert_eq!(update(&a).await, 2, "the other one gone");
+    tokio::time::timeout(Duration::from_secs(5), seen)
+        .await
+        .expect("counted within a few ticks");
+    d.close().await;
     // turns of many chats, each session's one after another, while the writers in use
     // change back and forth: every turn commits, none refused as stale
     let turns = (0..20).map(|i| {
@@ -296,5 +328,4 @@ async fn an_instance_among_others_uses_one_writer() {
     assert_eq!(count(&a, "sessions").await, 20);
     assert_eq!(count(&a, "processed_updates").await, 100);
     a.close().await;
-    b.close().await;
 }

@@ -1,7 +1,7 @@
 //! [`Leases`], written once for both backends over the dialect layer
 //! ([`crate::store::db`]): taken and renewed where the backend says ([`OnDb::leasing`]: on
 //! PostgreSQL a connection that does not wait for the disk), listed on a reader. On SQLite one
-//! process owns the database (`kaiwa run` claims it: [`crate::store::Store::claim_sole_use`]),
+//! process owns the database (`kaiwa run` claims it: [`crate::store::Store::claim_for_run`]),
 //! so its leases have no rival; on PostgreSQL they divide the work among instances.
 
 use crate::store::db::{OnDb, query};

@@ -72,7 +72,7 @@ pub struct SqliteStore {
     scan: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The database file (none in memory).
     file: Option<std::path::PathBuf>,
-    /// The lock of [`Store::claim_sole_use`], held while the store is open.
+    /// The lock of [`Store::claim_for_run`], held while the store is open.
     sole: std::sync::Mutex<Option<std::fs::File>>,
     /// The readers and the writer, for the queries both backends share ([`super::queries`]).
     db: Db,
@@ -279,7 +279,7 @@ impl Store for SqliteStore {
         done
     }
 
-    async fn claim_sole_use(&self) -> Result<(), StoreError> {
+    async fn claim_for_run(&self) -> Result<(), StoreError> {
         let Some(file) = &self.file else {
             return Ok(());
         };
