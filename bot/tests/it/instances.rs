@@ -58,6 +58,23 @@ async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
         polling(&log_one) ^ polling(&log_two),
         "exactly one instance polls"
     );
+    // each took its place on the database and, among the other, writes through one writer
+    let log_has = |log: &std::sync::Mutex<String>, from: usize, text: &str| {
+        let log = log.lock().unwrap_or_else(|p| p.into_inner());
+        log.get(from..).is_some_and(|l| l.contains(text))
+    };
+    for log in [&log_one, &log_two] {
+        assert!(log_has(
+            log,
+            0,
+            "running among the instances on the database"
+        ));
+    }
+    telegram
+        .wait_for("both count two instances", Duration::from_secs(10), |_| {
+            log_has(&log_one, 0, "writers=1") && log_has(&log_two, 0, "writers=1")
+        })
+        .await;
 
     let chats: Vec<Chat> = (0..USERS).map(|u| Chat::private(100 + u)).collect();
     for i in 0..EACH {
@@ -87,6 +104,12 @@ async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
         let log = log.lock().unwrap_or_else(|p| p.into_inner());
         assert!(log.contains("took chats from the shared inbox"), "{log}");
     }
+    let survivor_log = if polling(&log_one) {
+        &log_two
+    } else {
+        &log_one
+    };
+    let survivor_logged = survivor_log.lock().unwrap_or_else(|p| p.into_inner()).len();
     victim.start_kill().expect("SIGKILL");
     let _ = victim.wait().await;
     let killed = Instant::now();
@@ -112,6 +135,14 @@ async fn two_instances_answer_a_burst_once_and_in_order_when_one_is_killed() {
         })
         .await;
     let all_answered = killed.elapsed();
+    // once the killed one's place expired, the survivor is alone again: both its writers
+    telegram
+        .wait_for(
+            "the survivor counts itself alone",
+            Duration::from_secs(30),
+            |_| log_has(survivor_log, survivor_logged, "writers=2"),
+        )
+        .await;
     common::settle(burst_sends, Duration::from_secs(2), Duration::from_secs(30)).await;
     let _ = survivor.start_kill();
     let _ = survivor.wait().await;
