@@ -473,13 +473,21 @@ async fn run_on(
             .await
             .context("opening the bench database")?;
         orchestrators.push(kaiwa.orchestrator().clone());
-        store.claim_for_run().await?;
+        // a place among the instances, as `kaiwa run` claims it (the bench's SQLite file is
+        // its own: nothing to claim)
+        if let Some(pg) = store.postgres() {
+            pg.claim_for_run()
+                .await
+                .context("claiming a place among the instances")?;
+        }
         stores.push(store);
     }
     // every instance counts the others once all have started, as instances long running
     // have (each counted those before it when it claimed its place)
-    for store in &stores {
-        store.count_instances().await?;
+    for pg in stores.iter().filter_map(BenchStore::postgres) {
+        pg.count_instances()
+            .await
+            .context("counting the instances on the database")?;
     }
     if let Err(e) = check_fresh(&orchestrators[0], &stores[0], &options.flow).await {
         for store in &stores {
@@ -592,25 +600,12 @@ impl BenchStore {
         }
     }
 
-    /// A place among the instances on a PostgreSQL database, as `kaiwa run` claims it (the
-    /// bench's SQLite file is its own: nothing to claim).
-    async fn claim_for_run(&self) -> anyhow::Result<()> {
-        if let BenchStore::Postgres(s) = self {
-            s.claim_for_run()
-                .await
-                .context("claiming a place among the instances")?;
+    /// The store on PostgreSQL, where instances share the database.
+    fn postgres(&self) -> Option<&PgStore> {
+        match self {
+            BenchStore::Postgres(s) => Some(s),
+            BenchStore::Sqlite(_) => None,
         }
-        Ok(())
-    }
-
-    /// Counts the instances on a PostgreSQL database now (each sets its writers in use).
-    async fn count_instances(&self) -> anyhow::Result<()> {
-        if let BenchStore::Postgres(s) = self {
-            s.count_instances()
-                .await
-                .context("counting the instances on the database")?;
-        }
-        Ok(())
     }
 
     /// WAL restarts (SQLite only).
