@@ -131,11 +131,11 @@ impl PgStore {
             })
             .collect();
         let writers = Arc::new(share::Writers::new(jobs));
-        tokio::spawn(share::keep_shared(
-            pool.clone(),
-            leasing.clone(),
-            Arc::downgrade(&writers),
-        ));
+        let on = share::Database {
+            db: Db::Postgres(pool.clone()),
+            leasing: leasing.clone(),
+        };
+        tokio::spawn(share::keep_shared(on, Arc::downgrade(&writers)));
         Ok(PgStore {
             db: Db::Postgres(pool.clone()),
             pool,
@@ -165,7 +165,7 @@ impl PgStore {
     /// to its share, as it does every `SHARE_EVERY`; the writers in use. For
     /// `kaiwa bench --instances`, whose instances all start at once.
     pub async fn count_instances(&self) -> Result<usize, StoreError> {
-        self.writers.update(&self.pool).await
+        self.writers.update(self).await
     }
 
     /// The pool, for other stores of the same database (coordination, flows' own tables).
@@ -353,7 +353,7 @@ impl Store for PgStore {
     async fn claim_for_run(&self) -> Result<(), StoreError> {
         // several instances share a PostgreSQL database (leases divide the work): this one
         // takes its place among them, and its share of its writers
-        let writers = self.writers.claim(&self.pool, &self.leasing).await?;
+        let writers = self.writers.claim(self).await?;
         tracing::info!(writers, "running among the instances on the database");
         Ok(())
     }
@@ -394,7 +394,7 @@ impl Store for PgStore {
         if let Err(e) = self.flush().await {
             tracing::warn!(error = %e, "the writes queued at shutdown could not be written");
         }
-        self.writers.leave(&self.leasing).await;
+        self.writers.leave(self).await;
         self.writing.close().await;
         self.leasing.close().await;
         self.pool.close().await;

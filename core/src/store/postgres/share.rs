@@ -19,8 +19,8 @@
 
 use super::writer::{Job, writer_gone};
 use crate::message::Platform;
-use crate::store::StoreError;
-use crate::store::writes::{LEASE_RELEASE, LEASE_TAKE, lease_times};
+use crate::store::db::{Db, OnDb, Pool, query};
+use crate::store::{Leases, StoreError};
 use sqlx::PgPool;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -41,6 +41,23 @@ const RENEW_PLACE_EVERY: Duration = Duration::from_secs(2);
 /// The places not expired (`$1`: now, in milliseconds; `$2`: [`PLACE`]).
 const RUNNING: &str =
     "SELECT count(*) FROM leases WHERE substr(name, 1, length($2)) = $2 AND expires_ms >= $1";
+
+/// The store's database as its count sees it from a task of its own: the store's readers,
+/// and its leases taken where the store takes them ([`OnDb`], as [`super::PgStore`]'s).
+pub(super) struct Database {
+    pub(super) db: Db,
+    pub(super) leasing: PgPool,
+}
+
+impl OnDb for Database {
+    fn db(&self) -> &Db {
+        &self.db
+    }
+
+    fn leasing(&self) -> Pool<'_> {
+        Pool::Postgres(&self.leasing)
+    }
+}
 
 /// Where an instance stands among those on its database.
 enum Place {
@@ -111,59 +128,38 @@ impl Writers {
         format!("{PLACE}{}", self.id)
     }
 
-    /// Takes this instance's place among those on the database (on `leasing`), and sets
-    /// the writers in use to its share at once (counted on `pool`). Nothing once it left.
-    pub(super) async fn claim(&self, pool: &PgPool, leasing: &PgPool) -> Result<usize, StoreError> {
+    /// Takes this instance's place among those on `on`'s database, and sets the writers in
+    /// use to its share at once. Nothing once it left.
+    pub(super) async fn claim(&self, on: &impl OnDb) -> Result<usize, StoreError> {
         {
             let mut place = self.place.lock().await;
             if matches!(*place, Place::Left) {
                 return Ok(self.in_use().await);
             }
-            self.take_place(leasing).await?;
+            on.lease(&self.place_name(), &self.id, PLACE_TTL).await?;
             *place = Place::Held(Instant::now());
         }
-        self.update(pool).await
+        self.update(on).await
     }
 
     /// Renews this instance's place when [`RENEW_PLACE_EVERY`] has passed.
-    async fn renew_when_due(&self, leasing: &PgPool) -> Result<(), StoreError> {
+    async fn renew_when_due(&self, on: &impl OnDb) -> Result<(), StoreError> {
         let mut place = self.place.lock().await;
         if let Place::Held(at) = *place
             && at.elapsed() >= RENEW_PLACE_EVERY
         {
-            self.take_place(leasing).await?;
+            on.lease(&self.place_name(), &self.id, PLACE_TTL).await?;
             *place = Place::Held(Instant::now());
         }
         Ok(())
     }
 
-    async fn take_place(&self, leasing: &PgPool) -> Result<(), StoreError> {
-        let (now, until) = lease_times(PLACE_TTL);
-        sqlx::query(LEASE_TAKE)
-            .bind(self.place_name())
-            .bind(&self.id)
-            .bind(until)
-            .bind(now)
-            .execute(leasing)
-            .await
-            .map_err(StoreError::db(
-                "taking the instance's place on the database",
-            ))?;
-        Ok(())
-    }
-
     /// Gives up this instance's place (a clean stop: the others count one less at once).
-    pub(super) async fn leave(&self, leasing: &PgPool) {
+    pub(super) async fn leave(&self, on: &impl OnDb) {
         let mut place = self.place.lock().await;
         let held = matches!(*place, Place::Held(_));
         *place = Place::Left;
-        if held
-            && let Err(e) = sqlx::query(LEASE_RELEASE)
-                .bind(self.place_name())
-                .bind(&self.id)
-                .execute(leasing)
-                .await
-        {
+        if held && let Err(e) = on.release(&self.place_name(), &self.id).await {
             tracing::debug!(error = %e, "could not give up the instance's place (it expires)");
         }
     }
@@ -219,29 +215,30 @@ impl Writers {
         Ok(())
     }
 
-    /// Counts the instances on `pool`'s database and sets the writers in use; their number.
-    pub(super) async fn update(&self, pool: &PgPool) -> Result<usize, StoreError> {
+    /// Counts the instances on `on`'s database and sets the writers in use; their number.
+    pub(super) async fn update(&self, on: &impl OnDb) -> Result<usize, StoreError> {
         // a store not claimed for a run counts the others only (`share_of` counts none as one)
-        let share = self.share_of(count_running(pool).await?);
+        let share = self.share_of(count_running(on.db()).await?);
         self.set(share).await?;
         Ok(share)
     }
 }
 
-/// How many instances run on `pool`'s database (hold a place not expired).
-async fn count_running(pool: &PgPool) -> Result<usize, StoreError> {
-    let (running,): (i64,) = sqlx::query_as(RUNNING)
+/// How many instances run on `db` (hold a place not expired).
+async fn count_running(db: &Db) -> Result<usize, StoreError> {
+    let running: i64 = query(RUNNING)
         .bind(crate::store::rows::ms(chrono::Utc::now()))
         .bind(PLACE)
-        .fetch_one(pool)
+        .fetch_one(db.read())
         .await
+        .and_then(|row| row.at(0))
         .map_err(StoreError::db("counting the instances"))?;
     Ok(usize::try_from(running).unwrap_or(0))
 }
 
 /// Keeps this instance's place renewed and the writers in use to its share among those on
-/// `pool`'s database, until the store is gone (its writers with it) or its pool closed.
-pub(super) async fn keep_shared(pool: PgPool, leasing: PgPool, writers: Weak<Writers>) {
+/// `on`'s database, until the store is gone (its writers with it) or closed.
+pub(super) async fn keep_shared(on: Database, writers: Weak<Writers>) {
     let mut every = tokio::time::interval(SHARE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -249,15 +246,15 @@ pub(super) async fn keep_shared(pool: PgPool, leasing: PgPool, writers: Weak<Wri
         let Some(writers) = writers.upgrade() else {
             return;
         };
-        if pool.is_closed() {
+        if on.leasing.is_closed() {
             return;
         }
-        if let Err(e) = writers.renew_when_due(&leasing).await {
+        if let Err(e) = writers.renew_when_due(&on).await {
             // tried again at the next count; the place lasts a few renewals
             tracing::debug!(error = %e, "could not renew the instance's place on the database");
         }
         let before = writers.in_use().await;
-        match writers.update(&pool).await {
+        match writers.update(&on).await {
             Ok(now) if now != before => {
                 tracing::info!(writers = now, "the instances on the database changed");
             }
