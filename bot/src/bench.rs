@@ -443,24 +443,18 @@ fn throughput_ratio(run: &serde_json::Value, base: &serde_json::Value) -> f64 {
     }
 }
 
-/// One measured run on `url` with `options.instances` instances.
-async fn run_on(
+/// The bot as `kaiwa run` builds it, with the timed model and no admin chat: once per
+/// instance on `url`, each with a store of its own (its pool, writer and cache) and, on
+/// PostgreSQL, its place among the instances.
+async fn start_instances(
     options: &BenchOptions,
     settings: &Settings,
     url: &str,
-    db_path: Option<&std::path::Path>,
-    script: &'static [Step],
-) -> anyhow::Result<serde_json::Value> {
-    let model = Arc::new(TimedModel {
-        inner: bench_model(&options.flow),
-        latency: options.model_latency,
-        calls: AtomicU64::new(0),
-    });
+    model: &Arc<TimedModel>,
+) -> anyhow::Result<(Vec<BenchStore>, Vec<Arc<Orchestrator>>)> {
     let mut settings = settings.clone();
     // simulated users type as fast as the machine lets them: no per-user rate limit
     settings.limits.messages_per_minute = 0;
-    // the bot as `kaiwa run` builds it, with the timed model and no admin chat: once per
-    // instance, each with a store of its own (its pool, writer and cache)
     let mut stores = Vec::with_capacity(options.instances);
     let mut orchestrators = Vec::with_capacity(options.instances);
     for _ in 0..options.instances {
@@ -489,6 +483,23 @@ async fn run_on(
             .await
             .context("counting the instances on the database")?;
     }
+    Ok((stores, orchestrators))
+}
+
+/// One measured run on `url` with `options.instances` instances.
+async fn run_on(
+    options: &BenchOptions,
+    settings: &Settings,
+    url: &str,
+    db_path: Option<&std::path::Path>,
+    script: &'static [Step],
+) -> anyhow::Result<serde_json::Value> {
+    let model = Arc::new(TimedModel {
+        inner: bench_model(&options.flow),
+        latency: options.model_latency,
+        calls: AtomicU64::new(0),
+    });
+    let (stores, orchestrators) = start_instances(options, settings, url, &model).await?;
     if let Err(e) = check_fresh(&orchestrators[0], &stores[0], &options.flow).await {
         for store in &stores {
             store.shared().close().await;
